@@ -1,0 +1,53 @@
+package v1beta1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ComputeDomainClique holds the membership of one clique of one ComputeDomain. It lives in the
+// plane's driver namespace, is named "<cdUID>.<cliqueID>" and is owned by the domain's daemon
+// DaemonSet. The controller is its only writer.
+//
+// +genclient
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Namespaced,shortName=cdclique
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ComputeDomainClique struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Daemons lists the daemons of the clique, keyed by node.
+	// +optional
+	// +listType=map
+	// +listMapKey=nodeName
+	// +kubebuilder:validation:MaxItems=256
+	Daemons []ComputeDomainDaemonInfo `json:"daemons,omitempty"`
+}
+
+// ComputeDomainDaemonInfo is one daemon's entry in a clique.
+type ComputeDomainDaemonInfo struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName"`
+	// +kubebuilder:validation:MaxLength=45
+	IPAddress string `json:"ipAddress"`
+	// +kubebuilder:validation:MaxLength=128
+	CliqueID string `json:"cliqueID"`
+	// Index is optional so that readers of the original API keep working.
+	// +optional
+	// +kubebuilder:validation:Minimum=-1
+	Index int `json:"index"`
+	// +optional
+	// +kubebuilder:default=NotReady
+	// +kubebuilder:validation:Enum=Ready;NotReady
+	Status string `json:"status,omitempty"`
+}
+
+// ComputeDomainCliqueList is a list of ComputeDomainCliques.
+//
+// +kubebuilder:object:root=true
+type ComputeDomainCliqueList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ComputeDomainClique `json:"items"`
+}

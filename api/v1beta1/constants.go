@@ -1,0 +1,71 @@
+package v1beta1
+
+// Driver, device classes and well-known names.
+const (
+	// DriverName is the DRA driver of ComputeDomains.
+	DriverName = "compute-domain.nvidia.com"
+	// ChannelDeviceClass is the DeviceClass of the workload channel claim.
+	ChannelDeviceClass = "compute-domain-default-channel.nvidia.com"
+	// DaemonDeviceClass is the DeviceClass of the daemon claim.
+	DaemonDeviceClass = "compute-domain-daemon.nvidia.com"
+
+	// Finalizer is set on every ComputeDomain by the controller.
+	Finalizer = "resource.nvidia.com/computeDomain"
+
+	// ComputeDomainLabel is set on nodes serving a domain, on the daemon pods and on every object
+	// created for a domain; the value is the domain's UID.
+	ComputeDomainLabel = "resource.nvidia.com/computeDomain"
+	// CliqueIDLabel carries a clique id: on daemon pods (set by the daemon) and on cliques.
+	CliqueIDLabel = "resource.nvidia.com/computeDomain.cliqueID"
+	// ControlPlaneLabel marks namespaces, nodes and objects owned by a control plane.
+	ControlPlaneLabel = "resource.nvidia.com/control-plane-id"
+	// GPUCliqueNodeLabel optionally advertises a node's clique.
+	GPUCliqueNodeLabel = "nvidia.com/gpu.clique"
+)
+
+// Allocation modes of a channel claim.
+const (
+	AllocationModeSingle = "Single"
+	AllocationModeAll    = "All"
+)
+
+// Values of ComputeDomainStatus.Status and of node and daemon entries.
+const (
+	StatusReady    = "Ready"
+	StatusNotReady = "NotReady"
+)
+
+// Limits of the API.
+const (
+	// MaxStatusNodes is the most entries ComputeDomain.status.nodes holds.
+	MaxStatusNodes = 4096
+	// MaxDaemonsPerClique is the most entries a ComputeDomainClique holds.
+	MaxDaemonsPerClique = 256
+	// FabriclessIndex is the index of a node without an NVLink fabric.
+	FabriclessIndex = -1
+)
+
+// Condition types of a ComputeDomain.
+const (
+	// ConditionReady summarises status.status with a reason and a message.
+	ConditionReady = "Ready"
+	// ConditionResourcesCreated says whether the domain's ResourceClaimTemplates and DaemonSet exist.
+	ConditionResourcesCreated = "ResourcesCreated"
+	// ConditionNodesInStatus says whether per-node data is in status.nodes or only in cliques.
+	ConditionNodesInStatus = "NodesInStatus"
+)
+
+// Condition reasons of a ComputeDomain.
+const (
+	ReasonAllNodesReady   = "AllNodesReady"
+	ReasonWaitingForNodes = "WaitingForNodes"
+	ReasonDaemonsNotReady = "DaemonsNotReady"
+	ReasonNoNodes         = "NoNodes"
+	ReasonCreated         = "Created"
+	ReasonNameClash       = "NameClash"
+	ReasonCreateFailed    = "CreateFailed"
+	ReasonNodesListed     = "NodesListed"
+	ReasonTooManyNodes    = "TooManyNodesForStatus"
+	ReasonDeleting        = "Deleting"
+	ReasonFabricError     = "FabricError"
+)

@@ -48,7 +48,7 @@ type ComputeDomainChannelSpec struct {
 	// +optional
 	// +kubebuilder:default=Single
 	// +kubebuilder:validation:Enum=Single;All
-	AllocationMode string `json:"allocationMode"`
+	AllocationMode string `json:"allocationMode,omitempty"`
 }
 
 // ComputeDomainResourceClaimTemplate names a ResourceClaimTemplate.
@@ -66,7 +66,7 @@ type ComputeDomainStatus struct {
 	// +optional
 	// +kubebuilder:default=NotReady
 	// +kubebuilder:validation:Enum=Ready;NotReady
-	Status string `json:"status"`
+	Status string `json:"status,omitempty"`
 
 	// Nodes lists every node of the domain. Omitted for domains larger than the limit, whose
 	// per-node data lives in their ComputeDomainCliques only.
@@ -86,12 +86,12 @@ type ComputeDomainStatus struct {
 	// ReadyNodes is the number of nodes whose daemon is Ready.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	ReadyNodes int32 `json:"readyNodes,omitempty"`
+	ReadyNodes int32 `json:"readyNodes"`
 
 	// TotalNodes is the number of nodes in the domain.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	TotalNodes int32 `json:"totalNodes,omitempty"`
+	TotalNodes int32 `json:"totalNodes"`
 
 	// Conditions explain why the domain is or is not ready.
 	// +optional

@@ -60,7 +60,7 @@ const (
 	ReasonAllNodesReady   = "AllNodesReady"
 	ReasonWaitingForNodes = "WaitingForNodes"
 	ReasonDaemonsNotReady = "DaemonsNotReady"
-	ReasonNoNodes         = "NoNodes"
+	ReasonCliqueFull      = "CliqueFull"
 	ReasonCreated         = "Created"
 	ReasonNameClash       = "NameClash"
 	ReasonCreateFailed    = "CreateFailed"

@@ -1,0 +1,194 @@
+package nvml
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// SimGPUsPerNode is the GPU count RackSim gives a node (a GB200 compute tray).
+const SimGPUsPerNode = 4
+
+// SimRackCliqueID is the fabric clique id RackSim gives every rack: one
+// partition per rack, so racks differ by cluster UUID only.
+const SimRackCliqueID uint32 = 1
+
+// SimFabric is the fabric info a simulated GPU reports.
+type SimFabric struct {
+	// NoFabric makes the fabric info call answer ERROR_NOT_SUPPORTED; the
+	// other fields must then be empty.
+	NoFabric bool `json:"noFabric,omitempty"`
+	// ClusterUUID is a canonical UUID; empty stands for the zero UUID.
+	ClusterUUID string `json:"clusterUUID,omitempty"`
+	// CliqueID is the partition within the NVLink domain.
+	CliqueID uint32 `json:"cliqueID,omitempty"`
+	// State is the registration state; it must be set when ClusterUUID is.
+	State FabricState `json:"state"`
+	// Status is the registration's NVML return code (0 is success).
+	Status FabricStatus `json:"status,omitempty"`
+}
+
+// Sim is a simulated node's NVML: its GPUs and their fabric info. It is a
+// Discoverer; its readings go through DeriveCliqueID like real ones.
+type Sim struct {
+	// Node names the simulated node; GPU UUIDs derive from it, so that they
+	// are stable and differ between nodes.
+	Node string `json:"node"`
+	// GPUs is the number of GPUs.
+	GPUs int `json:"gpus"`
+	// Fabric is what every GPU reports, unless PerGPU says otherwise.
+	Fabric SimFabric `json:"fabric"`
+	// PerGPU overrides Fabric for single GPUs, by index: a failed GPU, or
+	// GPUs that disagree.
+	PerGPU map[int]SimFabric `json:"perGPU,omitempty"`
+	// Unavailable makes Discover fail as if NVML could not be initialised.
+	Unavailable bool `json:"unavailable,omitempty"`
+}
+
+// RackSim returns the simulated node named node in rack rack: SimGPUsPerNode
+// GPUs, registration completed, in the rack's clique (RackCliqueID). All nodes
+// of a rack share a clique; different racks do not.
+func RackSim(rack int, node string) Sim {
+	return Sim{
+		Node: node,
+		GPUs: SimGPUsPerNode,
+		Fabric: SimFabric{
+			ClusterUUID: RackClusterUUID(rack),
+			CliqueID:    SimRackCliqueID,
+			State:       FabricStateCompleted,
+		},
+	}
+}
+
+// RackClusterUUID is the cluster UUID of simulated rack rack: SimClusterUUID
+// of "rack-<rack>".
+func RackClusterUUID(rack int) string {
+	return SimClusterUUID(fmt.Sprintf("rack-%d", rack))
+}
+
+// RackCliqueID is the clique id every node built by RackSim(rack, …) yields.
+func RackCliqueID(rack int) string {
+	u, _ := ParseUUID(RackClusterUUID(rack)) // well formed by construction
+	return FormatCliqueID(u, SimRackCliqueID)
+}
+
+// SimClusterUUID derives a stable cluster UUID from a name: a version 5
+// (SHA-1, RFC 9562) UUID in the namespace simNamespace.
+func SimClusterUUID(name string) string {
+	return FormatUUID(uuidV5(simNamespace, name))
+}
+
+// SimGPUUUID is the UUID of GPU index on simulated node node.
+func SimGPUUUID(node string, index int) string {
+	return "GPU-" + FormatUUID(uuidV5(simNamespace, fmt.Sprintf("gpu/%s/%d", node, index)))
+}
+
+// namespaceDNS is RFC 9562's DNS namespace, 6ba7b810-9dad-11d1-80b4-00c04fd430c8.
+var namespaceDNS = [16]byte{0x6b, 0xa7, 0xb8, 0x10, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
+
+// simNamespace is the namespace of simulated UUIDs: uuidV5(DNS, "sim.cdplane").
+var simNamespace = uuidV5(namespaceDNS, "sim.cdplane")
+
+func uuidV5(namespace [16]byte, name string) [16]byte {
+	h := sha1.New()
+	h.Write(namespace[:])
+	h.Write([]byte(name))
+	var u [16]byte
+	copy(u[:], h.Sum(nil))
+	u[6] = u[6]&0x0f | 0x50 // version 5
+	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+	return u
+}
+
+// ParseSim reads a Sim from JSON, refusing unknown fields, and validates it.
+// Example: {"node":"n1","gpus":4,"fabric":{"clusterUUID":"…","cliqueID":1,"state":"COMPLETED"}}.
+func ParseSim(data []byte) (Sim, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var s Sim
+	if err := dec.Decode(&s); err != nil {
+		return Sim{}, fmt.Errorf("sim spec: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Sim{}, errors.New("sim spec: unexpected data after the JSON object")
+	}
+	if err := s.Validate(); err != nil {
+		return Sim{}, err
+	}
+	return s, nil
+}
+
+// Validate reports a spec that no real node could produce or that is ill formed.
+func (s Sim) Validate() error {
+	if s.GPUs < 0 {
+		return fmt.Errorf("sim spec: gpus %d is negative", s.GPUs)
+	}
+	if s.Node == "" && s.GPUs > 0 {
+		return errors.New("sim spec: node must be set (GPU UUIDs derive from it)")
+	}
+	if _, err := s.Fabric.info(); err != nil {
+		return fmt.Errorf("sim spec: fabric: %w", err)
+	}
+	for i, f := range s.PerGPU {
+		if i < 0 || i >= s.GPUs {
+			return fmt.Errorf("sim spec: perGPU names GPU %d, but the node has %d GPUs", i, s.GPUs)
+		}
+		if _, err := f.info(); err != nil {
+			return fmt.Errorf("sim spec: perGPU %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// info turns the spec into the raw reading NVML would give.
+func (f SimFabric) info() (FabricInfo, error) {
+	if f.NoFabric {
+		if f != (SimFabric{NoFabric: true}) {
+			return FabricInfo{}, errors.New("noFabric leaves no room for clusterUUID, cliqueID, state or status")
+		}
+		return FabricInfo{}, nil
+	}
+	info := FabricInfo{Supported: true, State: f.State, Status: f.Status, CliqueID: f.CliqueID}
+	if f.ClusterUUID != "" {
+		if f.State == FabricStateNotSupported {
+			return FabricInfo{}, errors.New("state must be set when clusterUUID is")
+		}
+		u, err := ParseUUID(f.ClusterUUID)
+		if err != nil {
+			return FabricInfo{}, err
+		}
+		info.ClusterUUID = u
+	}
+	return info, nil
+}
+
+// Discover returns the simulated node's GPUs and clique, or the error a real
+// node in the same state would give.
+func (s Sim) Discover(ctx context.Context) (Result, error) {
+	res := Result{Backend: BackendSim}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	if err := s.Validate(); err != nil {
+		return res, err
+	}
+	if s.Unavailable {
+		return res, fmt.Errorf("%w: simulated node %q has no usable NVML", ErrNVMLUnavailable, s.Node)
+	}
+	res.GPUs = make([]GPU, 0, s.GPUs)
+	for i := range s.GPUs {
+		f := s.Fabric
+		if override, ok := s.PerGPU[i]; ok {
+			f = override
+		}
+		info, _ := f.info() // validated above
+		res.GPUs = append(res.GPUs, GPU{Index: i, UUID: SimGPUUUID(s.Node, i), Fabric: info})
+	}
+	var err error
+	res.CliqueID, err = DeriveCliqueID(res.GPUs)
+	return res, err
+}

@@ -1,0 +1,241 @@
+package imex
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+)
+
+// helperEnv makes the test binary act as another program when it is started as a child:
+// "sim" runs SimMain (standing in for imex-sim, nvidia-imex and nvidia-imex-ctl), "stubborn"
+// ignores SIGTERM.
+const helperEnv = "CDPLANE_IMEX_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(helperEnv) {
+	case "sim":
+		os.Exit(SimMain(os.Args[1:], os.Stdout, os.Stderr))
+	case "stubborn":
+		runStubborn()
+	}
+	os.Exit(m.Run())
+}
+
+// helperChildEnv is the environment that makes a re-executed test binary act as helper. A
+// race-enabled binary sleeps a second before exiting unless told otherwise.
+func helperChildEnv(helper string) []string {
+	return []string{helperEnv + "=" + helper, "GORACE=atexit_sleep_ms=0"}
+}
+
+// waitTimeout bounds every wait for state; generous because the test machine may be busy.
+const waitTimeout = 30 * time.Second
+
+// eventually polls cond until it holds or waitTimeout passes; cond returns a description of
+// what it saw, for the failure message.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last seen: %s", waitTimeout, what, seen)
+		}
+		<-tick.C
+	}
+}
+
+// receive waits for one value from ch, bounded by waitTimeout.
+func receive(t *testing.T, what string, ch <-chan error) error {
+	t.Helper()
+	select {
+	case err, ok := <-ch:
+		if !ok {
+			t.Fatalf("%s: channel closed without a value", what)
+		}
+		return err
+	case <-time.After(waitTimeout):
+		t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
+	}
+	return nil
+}
+
+// freePorts finds a server port and a command port that are free on every one of ips.
+func freePorts(t *testing.T, ips ...string) (int, int) {
+	t.Helper()
+	for range 50 {
+		var ports []int
+		var probes []net.Listener
+		for range 2 {
+			l, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
+			if err != nil {
+				t.Fatalf("probing for a free port: %v", err)
+			}
+			probes = append(probes, l)
+			ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		}
+		for _, l := range probes {
+			_ = l.Close()
+		}
+		if portsFreeOn(ips, ports) {
+			return ports[0], ports[1]
+		}
+	}
+	t.Fatalf("no port free on all of %v", ips)
+	return 0, 0
+}
+
+func portsFreeOn(ips []string, ports []int) bool {
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	for _, ip := range ips {
+		for _, p := range ports {
+			l, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(p)))
+			if err != nil {
+				return false
+			}
+			held = append(held, l)
+		}
+	}
+	return true
+}
+
+// testNode is one simulated node's IMEX files.
+type testNode struct {
+	ip       string
+	settings Settings
+}
+
+// newTestNodes lays out IMEX files for nodes at ips, sharing one server and command port.
+func newTestNodes(t *testing.T, dnsNames bool, ips ...string) []*testNode {
+	t.Helper()
+	port, cmdPort := freePorts(t, ips...)
+	root := t.TempDir()
+	var nodes []*testNode
+	for _, ip := range ips {
+		dir := filepath.Join(root, ip)
+		nodes = append(nodes, &testNode{ip: ip, settings: Settings{
+			DNSNames:        dnsNames,
+			BindIP:          ip,
+			ServerPort:      port,
+			CmdPort:         cmdPort,
+			IMEXConfigPath:  filepath.Join(dir, "imexd.cfg"),
+			NodesConfigPath: filepath.Join(dir, "nodes.cfg"),
+			HostsPath:       filepath.Join(dir, "hosts"),
+		}})
+	}
+	return nodes
+}
+
+// peersOf makes the clique members for nodes, indexed in order.
+func peersOf(nodes ...*testNode) []Peer {
+	var peers []Peer
+	for i, n := range nodes {
+		peers = append(peers, Peer{NodeName: "node-" + n.ip, IPAddress: n.ip, Index: i})
+	}
+	return peers
+}
+
+// write renders the node's files for peers.
+func (n *testNode) write(t *testing.T, peers []Peer) Changes {
+	t.Helper()
+	changes, err := WriteConfig(n.settings, peers)
+	if err != nil {
+		t.Fatalf("WriteConfig(%s): %v", n.ip, err)
+	}
+	return changes
+}
+
+func (n *testNode) options(t *testing.T) Options {
+	return Options{
+		ConfigPath: n.settings.IMEXConfigPath,
+		HostsPath:  n.settings.HostsPath,
+		Log:        testLogger(t),
+	}
+}
+
+// status asks the node's simulated IMEX for its status with a short deadline.
+func (n *testNode) status() (SimStatus, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return QuerySim(ctx, n.settings.IMEXConfigPath)
+}
+
+// connectedTo reports whether the node's IMEX holds connections to exactly want, both ways.
+func (n *testNode) connectedTo(want ...string) func() (bool, string) {
+	return func() (bool, string) {
+		st, err := n.status()
+		if err != nil {
+			return false, err.Error()
+		}
+		ok := strings.Join(st.Connected, ",") == strings.Join(want, ",") &&
+			strings.Join(st.Inbound, ",") == strings.Join(want, ",")
+		return ok, fmt.Sprintf("%s: connected %v, inbound %v", n.ip, st.Connected, st.Inbound)
+	}
+}
+
+func testLogger(t *testing.T) logr.Logger {
+	return funcr.New(func(prefix, args string) { t.Log(prefix, args) }, funcr.Options{Verbosity: 1})
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer goroutine and a polling reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// testBinary is the path of the running test binary, for re-executing it as a helper.
+func testBinary(t *testing.T) string {
+	t.Helper()
+	path, err := os.Executable()
+	if err != nil {
+		t.Fatalf("finding the test binary: %v", err)
+	}
+	return path
+}
+
+func withTimeout(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// runStubborn is the "stubborn" helper: a process that ignores SIGTERM until it is killed.
+func runStubborn() {
+	signal.Ignore(syscall.SIGTERM)
+	fmt.Println("ignoring SIGTERM")
+	time.Sleep(time.Minute) // the test kills it long before
+	os.Exit(0)
+}

@@ -1,0 +1,215 @@
+package imex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startProcess starts p and stops it when the test ends.
+func startProcess(t *testing.T, p *Process) <-chan error {
+	t.Helper()
+	exited, err := p.Start(withTimeout(t))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	return exited
+}
+
+// readyWithin polls Ready until it passes.
+func readyWithin(t *testing.T, what string, imex Interface) {
+	t.Helper()
+	eventually(t, what+" to be ready", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := imex.Ready(ctx)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+func simProcess(t *testing.T, n *testNode) *Process {
+	t.Helper()
+	o := n.options(t)
+	o.Binary = testBinary(t)
+	o.Env = helperChildEnv("sim")
+	p, err := NewSimProcess(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSimProcessSignals runs the simulated IMEX as child processes driven by real signals:
+// SIGUSR1 reloads the node list, the crash command ends the process with SimCrashExitCode,
+// SIGTERM stops it cleanly.
+func TestSimProcessSignals(t *testing.T) {
+	t.Parallel()
+	nodes := newTestNodes(t, true, "127.0.0.21", "127.0.0.22")
+	n21, n22 := nodes[0], nodes[1]
+	procs := map[*testNode]*Process{}
+	exits := map[*testNode]<-chan error{}
+	start := time.Now()
+	for _, n := range nodes {
+		n.write(t, peersOf(nodes...))
+		procs[n] = simProcess(t, n)
+		exits[n] = startProcess(t, procs[n])
+	}
+	for _, n := range nodes {
+		readyWithin(t, n.ip, procs[n])
+	}
+	eventually(t, "the pair to connect", allOf(n21.connectedTo("127.0.0.22"), n22.connectedTo("127.0.0.21")))
+	t.Logf("two processes ready and connected in %s", time.Since(start))
+
+	// 127.0.0.22 leaves 127.0.0.21's clique: SIGUSR1 makes 127.0.0.21 drop it.
+	if got := n21.write(t, peersOf(n21)).Action(); got != ActionReload {
+		t.Fatalf("membership change: action %v, want Reload", got)
+	}
+	if err := procs[n21].Reload(); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	eventually(t, "the reload to drop the removed peer", allOf(
+		func() (bool, string) {
+			st, err := n21.status()
+			return err == nil && st.Reloads == 1, fmt.Sprintf("reloads %d, err %v", st.Reloads, err)
+		},
+		n21.connectedTo(),
+		n22.connectedTo(),
+	))
+
+	// The crash command ends 127.0.0.22's process with SimCrashExitCode.
+	if err := CrashSim(withTimeout(t), n22.settings.IMEXConfigPath); err != nil {
+		t.Fatalf("CrashSim: %v", err)
+	}
+	err := receive(t, "the crashed process to exit", exits[n22])
+	var exitErr *ExitError
+	if !errors.As(err, &exitErr) || exitErr.Code != SimCrashExitCode || !strings.Contains(exitErr.Stderr, ErrCrashed.Error()) {
+		t.Fatalf("crashed process ended with %v, want exit status %d mentioning %q", err, SimCrashExitCode, ErrCrashed)
+	}
+	if err := procs[n22].Reload(); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Reload after the crash: %v, want ErrNotRunning", err)
+	}
+
+	// SIGTERM stops 127.0.0.21 cleanly.
+	start = time.Now()
+	if err := procs[n21].Stop(withTimeout(t)); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if err := receive(t, "the stopped process to exit", exits[n21]); err != nil {
+		t.Errorf("stopped process ended with %v, want nil", err)
+	}
+	t.Logf("SIGTERM stop took %s", time.Since(start))
+	checkListenersGone(t, nodes...)
+}
+
+// TestSimProcessRefusesBadConfig checks that a refused configuration ends the process with
+// status 1 and a message naming the line, as the real daemon fails.
+func TestSimProcessRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	n := newTestNodes(t, false, "127.0.0.23")[0]
+	n.write(t, peersOf(n))
+	if _, err := WriteFileAtomic(n.settings.NodesConfigPath, []byte("127.0.0.23\n127.0.0.300\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exited := startProcess(t, simProcess(t, n))
+	err := receive(t, "the process to exit", exited)
+	var exitErr *ExitError
+	wantLine := n.settings.NodesConfigPath + `:2: "127.0.0.300": invalid IP address`
+	if !errors.As(err, &exitErr) || exitErr.Code != 1 || !strings.Contains(exitErr.Stderr, wantLine) {
+		t.Fatalf("process ended with %v, want exit status 1 naming %q", err, wantLine)
+	}
+}
+
+// TestRealProcess drives NewReal's command lines with the simulated IMEX standing in for
+// nvidia-imex (-c CONFIG) and nvidia-imex-ctl (-q -c CONFIG prints READY).
+func TestRealProcess(t *testing.T) {
+	t.Parallel()
+	nodes := newTestNodes(t, false, "127.0.0.31", "127.0.0.32")
+	n := nodes[0]
+	n.write(t, peersOf(nodes...))
+	bin := testBinary(t)
+	imexd := NewReal(Options{
+		ConfigPath: n.settings.IMEXConfigPath,
+		Binary:     bin,
+		CtlBinary:  bin,
+		Env:        helperChildEnv("sim"),
+		Log:        testLogger(t),
+	})
+	if err := imexd.Ready(withTimeout(t)); err == nil {
+		t.Fatalf("Ready passed before Start")
+	}
+	if err := imexd.Reload(); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Reload before Start: %v, want ErrNotRunning", err)
+	}
+	exited := startProcess(t, imexd)
+	if _, err := imexd.Start(withTimeout(t)); !errors.Is(err, ErrAlreadyRunning) {
+		t.Errorf("second Start: %v, want ErrAlreadyRunning", err)
+	}
+	readyWithin(t, "nvidia-imex", imexd)
+
+	if err := imexd.Reload(); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	eventually(t, "SIGUSR1 to reload", func() (bool, string) {
+		st, err := n.status()
+		return err == nil && st.Reloads == 1, fmt.Sprintf("reloads %d, err %v", st.Reloads, err)
+	})
+	if err := imexd.Stop(withTimeout(t)); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if err := receive(t, "the process to exit", exited); err != nil {
+		t.Errorf("stopped process ended with %v, want nil", err)
+	}
+	if err := imexd.Stop(withTimeout(t)); err != nil {
+		t.Errorf("Stop when not running: %v", err)
+	}
+}
+
+// TestProcessStopKillsAfterGrace checks that a process ignoring SIGTERM is killed once the
+// grace period ends.
+func TestProcessStopKillsAfterGrace(t *testing.T) {
+	t.Parallel()
+	out := &syncBuffer{}
+	p := NewReal(Options{
+		ConfigPath: "/unused",
+		Binary:     testBinary(t),
+		Env:        helperChildEnv("stubborn"),
+		StopGrace:  300 * time.Millisecond,
+		Stdout:     out,
+	})
+	exited := startProcess(t, p)
+	eventually(t, "the helper to ignore SIGTERM", func() (bool, string) {
+		return strings.Contains(out.String(), "ignoring SIGTERM"), out.String()
+	})
+	start := time.Now()
+	err := p.Stop(withTimeout(t))
+	if err == nil || !strings.Contains(err.Error(), "was killed") {
+		t.Fatalf("Stop: %v, want an error saying it was killed", err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("Stop killed after %s, before the grace period", took)
+	}
+	var exitErr *ExitError
+	if err := receive(t, "the process to exit", exited); !errors.As(err, &exitErr) || exitErr.Signal != "killed" {
+		t.Errorf("killed process ended with %v, want an ExitError for SIGKILL", err)
+	}
+}
+
+// TestProcessUnexpectedExit checks that an exit nobody asked for is reported, even with
+// status 0: the supervisor must restart IMEX.
+func TestProcessUnexpectedExit(t *testing.T) {
+	t.Parallel()
+	trueBin, err := exec.LookPath("true")
+	if err != nil {
+		t.Skipf("no true binary: %v", err)
+	}
+	exited := startProcess(t, NewReal(Options{ConfigPath: "/unused", Binary: trueBin}))
+	var exitErr *ExitError
+	if err := receive(t, "the process to exit", exited); !errors.As(err, &exitErr) || exitErr.Code != 0 {
+		t.Errorf("process ended with %v, want an ExitError with status 0", err)
+	}
+}

@@ -1,0 +1,233 @@
+package imex
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+const (
+	// DefaultMaxNodes is the largest number of nodes in one IMEX domain (an NVL72 rack holds 18
+	// compute nodes). In DNS-names mode nodes.cfg always lists this many names.
+	DefaultMaxNodes = 18
+	// DefaultServerPort is the TCP port IMEX daemons use to talk to each other (SERVER_PORT).
+	DefaultServerPort = 50000
+	// DefaultCmdPort is the TCP port of IMEX's command service (IMEX_CMD_PORT), which the
+	// readiness query talks to.
+	DefaultCmdPort = 50005
+	// DNSNamePrefix starts every static IMEX peer name; see DNSName.
+	DNSNamePrefix = "compute-domain-daemon-"
+
+	// hostsMarker heads the block of peer mappings this package writes into a hosts file.
+	hostsMarker = "# cdplane: IMEX peer names (managed, rewritten on membership change)"
+)
+
+// Peer is one member of a clique as IMEX needs to know it.
+type Peer struct {
+	// NodeName names the Kubernetes node; used in error messages only.
+	NodeName string
+	// IPAddress is the peer's pod address, where its IMEX daemon listens.
+	IPAddress string
+	// Index is the peer's stable index within its clique, 0 <= Index < MaxNodes.
+	Index int
+}
+
+// Settings says how to render IMEX's configuration and where the files go.
+type Settings struct {
+	// DNSNames selects DNS-names mode (feature gate IMEXDaemonsWithDNSNames): nodes.cfg lists
+	// the static names DNSName(0..MaxNodes-1) and the hosts file maps present peers' names to
+	// their addresses. Off, nodes.cfg lists peer addresses.
+	DNSNames bool
+	// MaxNodes is the number of names in nodes.cfg in DNS-names mode and the bound on indexes;
+	// zero means DefaultMaxNodes.
+	MaxNodes int
+	// BindIP is this node's pod address (BIND_INTERFACE_IP and IMEX_CMD_BIND_INTERFACE_IP).
+	BindIP string
+	// ServerPort is SERVER_PORT; zero means DefaultServerPort.
+	ServerPort int
+	// CmdPort is IMEX_CMD_PORT; zero means DefaultCmdPort.
+	CmdPort int
+	// LogFile is LOG_FILE_NAME; empty makes IMEX log to stderr.
+	LogFile string
+
+	// IMEXConfigPath is where the imexd config goes (nvidia-imex -c PATH).
+	IMEXConfigPath string
+	// NodesConfigPath is where nodes.cfg goes (IMEX_NODE_CONFIG_FILE).
+	NodesConfigPath string
+	// HostsPath is the hosts file that maps peer names to addresses (DNS-names mode only).
+	HostsPath string
+}
+
+func (s Settings) maxNodes() int   { return cmp.Or(s.MaxNodes, DefaultMaxNodes) }
+func (s Settings) serverPort() int { return cmp.Or(s.ServerPort, DefaultServerPort) }
+func (s Settings) cmdPort() int    { return cmp.Or(s.CmdPort, DefaultCmdPort) }
+
+// DNSName is the static IMEX name of the clique member with the given index.
+func DNSName(index int) string {
+	return fmt.Sprintf(DNSNamePrefix+"%04d", index)
+}
+
+// isDNSName reports whether name is one this package hands out (DNSNamePrefix and digits).
+func isDNSName(name string) bool {
+	digits, ok := strings.CutPrefix(name, DNSNamePrefix)
+	if !ok || len(digits) < 4 {
+		return false
+	}
+	_, err := strconv.ParseUint(digits, 10, 32)
+	return err == nil
+}
+
+func validateSettings(s Settings) error {
+	if s.MaxNodes < 0 {
+		return fmt.Errorf("max nodes per IMEX domain %d: must not be negative", s.MaxNodes)
+	}
+	if s.ServerPort < 0 || s.ServerPort > 65535 {
+		return fmt.Errorf("server port %d: must be between 0 and 65535", s.ServerPort)
+	}
+	if s.CmdPort < 0 || s.CmdPort > 65535 {
+		return fmt.Errorf("command port %d: must be between 0 and 65535", s.CmdPort)
+	}
+	if _, err := netip.ParseAddr(s.BindIP); err != nil {
+		return fmt.Errorf("bind address %q: %w", s.BindIP, err)
+	}
+	if strings.ContainsAny(s.NodesConfigPath+s.LogFile, "\r\n") {
+		return fmt.Errorf("paths must not contain line breaks")
+	}
+	return nil
+}
+
+// checkPeers validates peers for the given settings and returns them sorted by index, then
+// address. Every peer needs a valid, unique address; in DNS-names mode also a unique index
+// below MaxNodes.
+func checkPeers(s Settings, peers []Peer) ([]Peer, error) {
+	sorted := slices.Clone(peers)
+	slices.SortFunc(sorted, func(a, b Peer) int {
+		return cmp.Or(cmp.Compare(a.Index, b.Index), cmp.Compare(a.IPAddress, b.IPAddress))
+	})
+	byIP := map[netip.Addr]string{}
+	byIndex := map[int]string{}
+	for _, p := range sorted {
+		ip, err := netip.ParseAddr(p.IPAddress)
+		if err != nil {
+			return nil, fmt.Errorf("peer %s: address %q: %w", p.NodeName, p.IPAddress, err)
+		}
+		if other, dup := byIP[ip]; dup {
+			return nil, fmt.Errorf("peers %s and %s share address %s", other, p.NodeName, ip)
+		}
+		byIP[ip] = p.NodeName
+		if !s.DNSNames {
+			continue
+		}
+		if p.Index < 0 || p.Index >= s.maxNodes() {
+			return nil, fmt.Errorf("peer %s: index %d out of range [0, %d)", p.NodeName, p.Index, s.maxNodes())
+		}
+		if other, dup := byIndex[p.Index]; dup {
+			return nil, fmt.Errorf("peers %s and %s share index %d", other, p.NodeName, p.Index)
+		}
+		byIndex[p.Index] = p.NodeName
+	}
+	return sorted, nil
+}
+
+// RenderNodesConfig renders nodes.cfg. In DNS-names mode it lists DNSName(0..MaxNodes-1) and
+// does not depend on the peers at all (they are only validated): membership changes touch the
+// hosts file only. Otherwise it lists the peers' addresses, one a line, sorted by index.
+func RenderNodesConfig(s Settings, peers []Peer) ([]byte, error) {
+	sorted, err := checkPeers(s, peers)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	if s.DNSNames {
+		for i := range s.maxNodes() {
+			b.WriteString(DNSName(i) + "\n")
+		}
+		return b.Bytes(), nil
+	}
+	for _, p := range sorted {
+		b.WriteString(p.IPAddress + "\n")
+	}
+	return b.Bytes(), nil
+}
+
+// RenderHosts renders the hosts file for DNS-names mode: the lines of existing (the current
+// file, which may be nil) that do not mention an IMEX peer name are kept as they are, then a
+// marker comment and one "<ip>\t<name>" line per peer, sorted by index. Rendering its own
+// output again with the same peers gives the same bytes.
+func RenderHosts(existing []byte, s Settings, peers []Peer) ([]byte, error) {
+	if !s.DNSNames {
+		return nil, fmt.Errorf("hosts file is only used in DNS-names mode")
+	}
+	sorted, err := checkPeers(s, peers)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	for _, line := range splitLines(existing) {
+		if ownedHostsLine(line) {
+			continue
+		}
+		b.WriteString(line + "\n")
+	}
+	b.WriteString(hostsMarker + "\n")
+	for _, p := range sorted {
+		fmt.Fprintf(&b, "%s\t%s\n", p.IPAddress, DNSName(p.Index))
+	}
+	return b.Bytes(), nil
+}
+
+// ownedHostsLine reports whether a hosts line is ours: the marker, or a mapping that names an
+// IMEX peer.
+func ownedHostsLine(line string) bool {
+	if strings.TrimSpace(line) == hostsMarker {
+		return true
+	}
+	content, _, _ := strings.Cut(line, "#")
+	fields := strings.Fields(content)
+	return len(fields) > 1 && slices.ContainsFunc(fields[1:], isDNSName)
+}
+
+// splitLines splits data into lines without their terminators; a trailing newline does not
+// make an empty last line.
+func splitLines(data []byte) []string {
+	text := strings.TrimSuffix(string(data), "\n")
+	if text == "" {
+		return nil
+	}
+	return strings.Split(text, "\n")
+}
+
+// RenderIMEXConfig renders the imexd config that nvidia-imex reads with -c. IMEX runs in the
+// foreground (DAEMONIZE=0) so that its supervisor owns the process, listens on the node's pod
+// address, and enables the command service there for the readiness query.
+func RenderIMEXConfig(s Settings) ([]byte, error) {
+	if err := validateSettings(s); err != nil {
+		return nil, err
+	}
+	if s.NodesConfigPath == "" {
+		return nil, fmt.Errorf("nodes config path is empty")
+	}
+	kv := []struct{ key, value string }{
+		{"LOG_LEVEL", "4"},
+		{"LOG_FILE_NAME", s.LogFile},
+		{"LOG_APPEND_TO_LOG", "1"},
+		{"DAEMONIZE", "0"},
+		{"BIND_INTERFACE_IP", s.BindIP},
+		{"SERVER_PORT", strconv.Itoa(s.serverPort())},
+		{"IMEX_NODE_CONFIG_FILE", s.NodesConfigPath},
+		{"IMEX_WAIT_FOR_QUORUM", "RECOVERY"},
+		{"IMEX_CMD_ENABLED", "1"},
+		{"IMEX_CMD_BIND_INTERFACE_IP", s.BindIP},
+		{"IMEX_CMD_PORT", strconv.Itoa(s.cmdPort())},
+	}
+	var b bytes.Buffer
+	b.WriteString("# IMEX daemon configuration, written by the ComputeDomain daemon.\n")
+	for _, e := range kv {
+		fmt.Fprintf(&b, "%s=%s\n", e.key, e.value)
+	}
+	return b.Bytes(), nil
+}

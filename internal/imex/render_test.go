@@ -1,0 +1,383 @@
+package imex
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func names(from, to int) string {
+	var b strings.Builder
+	for i := from; i < to; i++ {
+		b.WriteString(DNSName(i) + "\n")
+	}
+	return b.String()
+}
+
+func TestRenderNodesConfig(t *testing.T) {
+	three := []Peer{
+		{NodeName: "c", IPAddress: "10.0.0.3", Index: 2},
+		{NodeName: "a", IPAddress: "10.0.0.1", Index: 0},
+		{NodeName: "b", IPAddress: "10.0.0.2", Index: 1},
+	}
+	cases := map[string]struct {
+		settings Settings
+		peers    []Peer
+		want     string
+		wantErr  string
+	}{
+		"DNS names: every name up to the default maximum": {
+			settings: Settings{DNSNames: true},
+			peers:    three,
+			want:     names(0, 18),
+		},
+		"DNS names: the list does not depend on membership": {
+			settings: Settings{DNSNames: true, MaxNodes: 4},
+			peers:    three[:1],
+			want:     names(0, 4),
+		},
+		"DNS names: no peers yet": {
+			settings: Settings{DNSNames: true, MaxNodes: 2},
+			want:     "compute-domain-daemon-0000\ncompute-domain-daemon-0001\n",
+		},
+		"DNS names: index at the maximum": {
+			settings: Settings{DNSNames: true, MaxNodes: 2},
+			peers:    three,
+			wantErr:  "peer c: index 2 out of range [0, 2)",
+		},
+		"DNS names: negative index": {
+			settings: Settings{DNSNames: true},
+			peers:    []Peer{{NodeName: "a", IPAddress: "10.0.0.1", Index: -1}},
+			wantErr:  "peer a: index -1 out of range [0, 18)",
+		},
+		"DNS names: two peers with one index": {
+			settings: Settings{DNSNames: true},
+			peers:    []Peer{{NodeName: "a", IPAddress: "10.0.0.1", Index: 1}, {NodeName: "b", IPAddress: "10.0.0.2", Index: 1}},
+			wantErr:  "peers a and b share index 1",
+		},
+		"addresses: sorted by index": {
+			peers: three,
+			want:  "10.0.0.1\n10.0.0.2\n10.0.0.3\n",
+		},
+		"addresses: index order, not address order": {
+			peers: []Peer{{NodeName: "a", IPAddress: "10.0.0.9", Index: 0}, {NodeName: "b", IPAddress: "10.0.0.1", Index: 1}},
+			want:  "10.0.0.9\n10.0.0.1\n",
+		},
+		"addresses: no peers": {
+			want: "",
+		},
+		"addresses: invalid address": {
+			peers:   []Peer{{NodeName: "a", IPAddress: "10.0.0.300", Index: 0}},
+			wantErr: `peer a: address "10.0.0.300"`,
+		},
+		"addresses: two peers with one address": {
+			peers:   []Peer{{NodeName: "a", IPAddress: "10.0.0.1", Index: 0}, {NodeName: "b", IPAddress: "10.0.0.1", Index: 1}},
+			wantErr: "peers a and b share address 10.0.0.1",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := RenderNodesConfig(tc.settings, tc.peers)
+			checkErr(t, err, tc.wantErr)
+			if diff := cmp.Diff(tc.want, string(got)); diff != "" {
+				t.Errorf("nodes.cfg (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRenderHosts(t *testing.T) {
+	dns := Settings{DNSNames: true}
+	kubelet := "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n10.1.0.5\tdaemon-pod\n"
+	cases := map[string]struct {
+		existing string
+		settings Settings
+		peers    []Peer
+		want     string
+		wantErr  string
+	}{
+		"new file": {
+			settings: dns,
+			peers:    []Peer{{IPAddress: "10.0.0.2", Index: 1}, {IPAddress: "10.0.0.1", Index: 0}},
+			want:     hostsMarker + "\n10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tcompute-domain-daemon-0001\n",
+		},
+		"keeps the kubelet's lines": {
+			existing: kubelet,
+			settings: dns,
+			peers:    []Peer{{IPAddress: "10.0.0.1", Index: 0}},
+			want:     kubelet + hostsMarker + "\n10.0.0.1\tcompute-domain-daemon-0000\n",
+		},
+		"replaces earlier mappings, wherever they are": {
+			existing: "127.0.0.1 localhost\n10.9.9.9 compute-domain-daemon-0003 # stale\n" + hostsMarker +
+				"\n10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tcompute-domain-daemon-0001\n",
+			settings: dns,
+			peers:    []Peer{{IPAddress: "10.0.0.1", Index: 0}},
+			want:     "127.0.0.1 localhost\n" + hostsMarker + "\n10.0.0.1\tcompute-domain-daemon-0000\n",
+		},
+		"all peers gone": {
+			existing: kubelet + hostsMarker + "\n10.0.0.1\tcompute-domain-daemon-0000\n",
+			settings: dns,
+			want:     kubelet + hostsMarker + "\n",
+		},
+		"a look-alike name is not ours": {
+			existing: "10.0.0.7 compute-domain-daemon-x\n",
+			settings: dns,
+			want:     "10.0.0.7 compute-domain-daemon-x\n" + hostsMarker + "\n",
+		},
+		"address mode has no hosts file": {
+			settings: Settings{},
+			wantErr:  "only used in DNS-names mode",
+		},
+		"bad peer": {
+			settings: dns,
+			peers:    []Peer{{NodeName: "a", IPAddress: "10.0.0.1", Index: 18}},
+			wantErr:  "peer a: index 18 out of range",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := RenderHosts([]byte(tc.existing), tc.settings, tc.peers)
+			checkErr(t, err, tc.wantErr)
+			if diff := cmp.Diff(tc.want, string(got)); diff != "" {
+				t.Errorf("hosts (-want +got):\n%s", diff)
+			}
+			if err != nil {
+				return
+			}
+			again, err := RenderHosts(got, tc.settings, tc.peers)
+			if err != nil {
+				t.Fatalf("rendering again: %v", err)
+			}
+			if diff := cmp.Diff(string(got), string(again)); diff != "" {
+				t.Errorf("rendering its own output changed it (-first +second):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRenderIMEXConfig(t *testing.T) {
+	cases := map[string]struct {
+		settings Settings
+		want     string
+		wantErr  string
+	}{
+		"defaults": {
+			settings: Settings{BindIP: "10.0.0.1", NodesConfigPath: "/imexd/nodes.cfg"},
+			want: `# IMEX daemon configuration, written by the ComputeDomain daemon.
+LOG_LEVEL=4
+LOG_FILE_NAME=
+LOG_APPEND_TO_LOG=1
+DAEMONIZE=0
+BIND_INTERFACE_IP=10.0.0.1
+SERVER_PORT=50000
+IMEX_NODE_CONFIG_FILE=/imexd/nodes.cfg
+IMEX_WAIT_FOR_QUORUM=RECOVERY
+IMEX_CMD_ENABLED=1
+IMEX_CMD_BIND_INTERFACE_IP=10.0.0.1
+IMEX_CMD_PORT=50005
+`,
+		},
+		"ports and log file": {
+			settings: Settings{BindIP: "127.0.0.11", ServerPort: 41000, CmdPort: 41005,
+				LogFile: "/var/log/imex.log", NodesConfigPath: "/n.cfg"},
+			want: `# IMEX daemon configuration, written by the ComputeDomain daemon.
+LOG_LEVEL=4
+LOG_FILE_NAME=/var/log/imex.log
+LOG_APPEND_TO_LOG=1
+DAEMONIZE=0
+BIND_INTERFACE_IP=127.0.0.11
+SERVER_PORT=41000
+IMEX_NODE_CONFIG_FILE=/n.cfg
+IMEX_WAIT_FOR_QUORUM=RECOVERY
+IMEX_CMD_ENABLED=1
+IMEX_CMD_BIND_INTERFACE_IP=127.0.0.11
+IMEX_CMD_PORT=41005
+`,
+		},
+		"no bind address": {
+			settings: Settings{NodesConfigPath: "/n.cfg"},
+			wantErr:  `bind address ""`,
+		},
+		"port out of range": {
+			settings: Settings{BindIP: "10.0.0.1", ServerPort: 70000, NodesConfigPath: "/n.cfg"},
+			wantErr:  "server port 70000",
+		},
+		"no nodes config path": {
+			settings: Settings{BindIP: "10.0.0.1"},
+			wantErr:  "nodes config path is empty",
+		},
+		"a line break would inject a key": {
+			settings: Settings{BindIP: "10.0.0.1", NodesConfigPath: "/n.cfg\nSERVER_PORT=1"},
+			wantErr:  "line breaks",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := RenderIMEXConfig(tc.settings)
+			checkErr(t, err, tc.wantErr)
+			if diff := cmp.Diff(tc.want, string(got)); diff != "" {
+				t.Errorf("imexd config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRenderedIMEXConfigParses checks that what the daemon writes is what IMEX (and the
+// simulated one) reads back.
+func TestRenderedIMEXConfigParses(t *testing.T) {
+	data, err := RenderIMEXConfig(Settings{BindIP: "127.0.0.11", CmdPort: 41005, NodesConfigPath: "/n.cfg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseIMEXConfig("imexd.cfg", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DaemonConfig{
+		BindIP:          mustAddr("127.0.0.11"),
+		ServerPort:      DefaultServerPort,
+		NodesConfigPath: "/n.cfg",
+		CmdEnabled:      true,
+		CmdBindIP:       mustAddr("127.0.0.11"),
+		CmdPort:         41005,
+	}
+	if diff := cmp.Diff(want, got, addrComparer); diff != "" {
+		t.Errorf("parsed config (-want +got):\n%s", diff)
+	}
+}
+
+// TestWriteConfig walks a node through membership changes and checks which files change and
+// what a running IMEX would need.
+func TestWriteConfig(t *testing.T) {
+	a := Peer{NodeName: "a", IPAddress: "10.0.0.1", Index: 0}
+	b := Peer{NodeName: "b", IPAddress: "10.0.0.2", Index: 1}
+	bMoved := Peer{NodeName: "b", IPAddress: "10.0.0.9", Index: 1}
+	type step struct {
+		peers      []Peer
+		maxNodes   int
+		want       Changes
+		wantAction Action
+	}
+	cases := map[string]struct {
+		dnsNames bool
+		steps    []step
+	}{
+		"DNS names: membership changes touch the hosts file only": {
+			dnsNames: true,
+			steps: []step{
+				{peers: []Peer{a}, want: Changes{IMEXConfig: true, NodesConfig: true, Hosts: true}, wantAction: ActionRestart},
+				{peers: []Peer{a}, want: Changes{}, wantAction: ActionNone},
+				{peers: []Peer{a, b}, want: Changes{Hosts: true}, wantAction: ActionReload},
+				{peers: []Peer{a, bMoved}, want: Changes{Hosts: true}, wantAction: ActionReload},
+				{peers: []Peer{a}, want: Changes{Hosts: true}, wantAction: ActionReload},
+				{peers: []Peer{a}, maxNodes: 4, want: Changes{NodesConfig: true}, wantAction: ActionRestart},
+			},
+		},
+		"addresses: membership changes rewrite nodes.cfg": {
+			steps: []step{
+				{peers: []Peer{a}, want: Changes{IMEXConfig: true, NodesConfig: true}, wantAction: ActionRestart},
+				{peers: []Peer{a}, want: Changes{}, wantAction: ActionNone},
+				{peers: []Peer{b, a}, want: Changes{NodesConfig: true}, wantAction: ActionRestart},
+				{peers: []Peer{a, b}, want: Changes{}, wantAction: ActionNone},
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			hosts := filepath.Join(dir, "etc", "hosts")
+			kubelet := "127.0.0.1\tlocalhost\n"
+			if err := os.MkdirAll(filepath.Dir(hosts), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(hosts, []byte(kubelet), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for i, st := range tc.steps {
+				s := Settings{
+					DNSNames: tc.dnsNames, MaxNodes: st.maxNodes, BindIP: "10.0.0.1",
+					IMEXConfigPath:  filepath.Join(dir, "imexd", "imexd.cfg"),
+					NodesConfigPath: filepath.Join(dir, "imexd", "nodes.cfg"),
+					HostsPath:       hosts,
+				}
+				got, err := WriteConfig(s, st.peers)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if diff := cmp.Diff(st.want, got); diff != "" {
+					t.Errorf("step %d: changes (-want +got):\n%s", i, diff)
+				}
+				if got.Action() != st.wantAction {
+					t.Errorf("step %d: action %v, want %v", i, got.Action(), st.wantAction)
+				}
+			}
+			data, err := os.ReadFile(hosts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(string(data), kubelet) {
+				t.Errorf("hosts file lost the kubelet's lines:\n%s", data)
+			}
+			if tc.dnsNames == (string(data) == kubelet) {
+				t.Errorf("hosts file written in the wrong mode:\n%s", data)
+			}
+			leftovers, _ := filepath.Glob(filepath.Join(dir, "*", ".*.tmp-*"))
+			if len(leftovers) > 0 {
+				t.Errorf("temporary files left behind: %v", leftovers)
+			}
+		})
+	}
+}
+
+func TestWriteFileAtomic(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "file")
+	steps := []struct {
+		content     string
+		wantChanged bool
+	}{
+		{"one\n", true},
+		{"one\n", false},
+		{"two\n", true},
+		{"", true},
+		{"", false},
+	}
+	for i, st := range steps {
+		changed, err := WriteFileAtomic(path, []byte(st.content), 0o640)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if changed != st.wantChanged {
+			t.Errorf("step %d: changed %v, want %v", i, changed, st.wantChanged)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if string(got) != st.content {
+			t.Errorf("step %d: content %q, want %q", i, got, st.content)
+		}
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o640 {
+		t.Errorf("mode %v, want 0640", info.Mode().Perm())
+	}
+}
+
+// checkErr fails the test unless err matches want: nil for "", else containing want.
+func checkErr(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("unexpected error: %v", err)
+	case want != "" && err == nil:
+		t.Fatalf("no error, want one containing %q", want)
+	case want != "" && !strings.Contains(err.Error(), want):
+		t.Fatalf("error %q does not contain %q", err, want)
+	}
+}

@@ -1,0 +1,195 @@
+package imex
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+)
+
+// SimCrashExitCode is the exit status of a simulated IMEX process that was told to crash.
+const SimCrashExitCode = 3
+
+// Sim is the simulated IMEX running inside this process, goroutine-backed. It implements
+// Interface without signals: Reload re-reads the node list directly and returns its error.
+type Sim struct {
+	opts Options
+
+	mu  sync.Mutex
+	srv *simServer
+}
+
+var _ Interface = (*Sim)(nil)
+
+// NewSim returns a simulated IMEX that serves the imexd config at o.ConfigPath and resolves
+// peer names through o.HostsPath. Binary, Args, CtlBinary, Env and the output writers are not
+// used.
+func NewSim(o Options) *Sim {
+	return &Sim{opts: o}
+}
+
+// Start parses the configuration and starts listening and connecting; a configuration the
+// real IMEX would refuse fails Start with a *ConfigError naming the line.
+func (s *Sim) Start(ctx context.Context) (<-chan error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil && !isClosed(s.srv.done) {
+		return nil, ErrAlreadyRunning
+	}
+	srv := newSimServer(s.opts.ConfigPath, s.opts.HostsPath, s.opts.logger())
+	if err := srv.start(); err != nil {
+		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
+	}
+	s.srv = srv
+	exited := make(chan error, 1)
+	go func() {
+		<-srv.done
+		exited <- srv.result
+		close(exited)
+	}()
+	return exited, nil
+}
+
+func (s *Sim) current() *simServer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv == nil || isClosed(s.srv.done) {
+		return nil
+	}
+	return s.srv
+}
+
+// Reload re-reads nodes.cfg and the hosts file and reconnects accordingly. On a bad
+// configuration it keeps the previous node list and returns the error.
+func (s *Sim) Reload() error {
+	srv := s.current()
+	if srv == nil {
+		return ErrNotRunning
+	}
+	return srv.reload()
+}
+
+// Stop shuts the simulated IMEX down cleanly and waits for it, or for ctx.
+func (s *Sim) Stop(ctx context.Context) error {
+	srv := s.current()
+	if srv == nil {
+		return nil
+	}
+	srv.stop()
+	select {
+	case <-srv.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stopping simulated IMEX: %w", ctx.Err())
+	}
+}
+
+// Ready asks the command service, exactly as a separate check process would (SimReady).
+func (s *Sim) Ready(ctx context.Context) error {
+	return SimReady(ctx, s.opts.ConfigPath)
+}
+
+// SimMain runs the simulated IMEX as a program and returns its exit status; cmd/imex-sim
+// calls it, and so can a hidden subcommand of another binary. Its flags mirror nvidia-imex
+// (-c CONFIG) and, for queries, nvidia-imex-ctl (-q prints READY):
+//
+//	imex-sim -c /etc/nvidia-imex/config.cfg [-hosts-file /etc/hosts] [-v 1]
+//	imex-sim -q -c CONFIG         # readiness query: prints READY, exit status 0 when ready
+//	imex-sim -status -c CONFIG    # prints the status as JSON
+//	imex-sim -crash -c CONFIG     # tells the running instance to crash
+//
+// Running, it reloads on SIGUSR1, stops cleanly (status 0) on SIGTERM or SIGINT, exits with
+// status 1 when its configuration is refused (the message names the line) and with
+// SimCrashExitCode when told to crash.
+func SimMain(args []string, stdout, stderr io.Writer) int {
+	// Catch signals first, so that an early SIGUSR1 does not kill the process.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	fs := flag.NewFlagSet("imex-sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config := fs.String("c", "/etc/nvidia-imex/config.cfg", "imexd config `path`")
+	hosts := fs.String("hosts-file", "/etc/hosts", "hosts `file` that maps peer names to addresses")
+	query := fs.Bool("q", false, "query readiness once and print READY (like nvidia-imex-ctl -q)")
+	status := fs.Bool("status", false, "print the running instance's status as JSON")
+	crash := fs.Bool("crash", false, "tell the running instance to crash")
+	verbosity := fs.Int("v", 0, "log verbosity")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *query || *status || *crash {
+		return simClient(*config, *query, *status, stdout, stderr)
+	}
+
+	log := funcr.New(func(prefix, args string) {
+		fmt.Fprintln(stderr, "imex-sim:", prefix, args)
+	}, funcr.Options{Verbosity: *verbosity})
+	srv := newSimServer(*config, *hosts, log)
+	if err := srv.start(); err != nil {
+		fmt.Fprintf(stderr, "imex-sim: %v\n", err)
+		return 1
+	}
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGUSR1 {
+				if err := srv.reload(); err != nil {
+					log.Error(err, "Reload failed, keeping the previous node list")
+				}
+				continue
+			}
+			srv.stop()
+			<-srv.done
+			return 0
+		case <-srv.done:
+			fmt.Fprintf(stderr, "imex-sim: %v\n", srv.result)
+			return SimCrashExitCode
+		}
+	}
+}
+
+// simClient runs one of SimMain's query modes.
+func simClient(config string, query, status bool, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	switch {
+	case query:
+		if err = SimReady(ctx, config); err == nil {
+			fmt.Fprintln(stdout, answerReady)
+		}
+	case status:
+		var st SimStatus
+		if st, err = QuerySim(ctx, config); err == nil {
+			err = writeJSON(stdout, st)
+		}
+	default:
+		err = CrashSim(ctx, config)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "imex-sim: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func writeJSON(w io.Writer, st SimStatus) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding status: %w", err)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", data)
+	return err
+}

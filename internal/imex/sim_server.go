@@ -1,0 +1,421 @@
+package imex
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+const (
+	// handshakeTimeout bounds the peer handshake and one command exchange.
+	handshakeTimeout = 2 * time.Second
+	// linkBackoffMin and linkBackoffMax bound the wait between attempts to reach a peer. The
+	// real IMEX retries far less often; the simulation favours quick convergence.
+	linkBackoffMin = 20 * time.Millisecond
+	linkBackoffMax = 500 * time.Millisecond
+	// maxLine bounds a protocol line.
+	maxLine = 512
+)
+
+// simServer is one simulated IMEX daemon: the part both the in-process Sim and SimMain run.
+//
+// Peer protocol on BIND_INTERFACE_IP:SERVER_PORT: the dialling side connects from its own
+// address and sends "HELLO <its address>"; the listening side answers "WELCOME <its address>"
+// when the address matches the connection's source and is in its node list, "REJECT <why>"
+// otherwise, and both keep the connection open until one side goes away.
+type simServer struct {
+	log        logr.Logger
+	configPath string
+	hostsPath  string
+
+	cfg    DaemonConfig // fixed after start, like the real daemon's
+	self   netip.Addr
+	peerLn net.Listener
+	cmdLn  net.Listener // nil when the command service is off
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu            sync.Mutex
+	nodes         []Node
+	links         map[netip.Addr]*peerLink
+	inbound       map[net.Conn]netip.Addr
+	reloads       int
+	lastReloadErr string
+
+	stopOnce, crashOnce sync.Once
+	stopCh, crashCh     chan struct{}
+	done                chan struct{} // closed after teardown, once result is set
+	result              error
+}
+
+// peerLink is the outgoing connection to one peer, kept up by runLink.
+type peerLink struct {
+	addr      netip.Addr
+	cancel    context.CancelFunc
+	connected bool // guarded by simServer.mu
+}
+
+func newSimServer(configPath, hostsPath string, log logr.Logger) *simServer {
+	if hostsPath == "" {
+		hostsPath = "/etc/hosts"
+	}
+	return &simServer{
+		log:        log,
+		configPath: configPath,
+		hostsPath:  hostsPath,
+		links:      map[netip.Addr]*peerLink{},
+		inbound:    map[net.Conn]netip.Addr{},
+		stopCh:     make(chan struct{}),
+		crashCh:    make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+}
+
+// start reads the configuration, binds the listeners and starts serving and dialling. On
+// error nothing is left running.
+func (s *simServer) start() error {
+	cfg, err := ReadIMEXConfig(s.configPath)
+	if err != nil {
+		return err
+	}
+	if !cfg.BindIP.IsValid() {
+		return &ConfigError{File: s.configPath, Reason: "BIND_INTERFACE_IP must be set: the " +
+			"simulated IMEX cannot pick its address by matching local interfaces (all of 127/8 is local)"}
+	}
+	s.cfg, s.self = cfg, cfg.BindIP
+	s.log = s.log.WithValues("self", s.self.String())
+	nodes, err := s.loadNodes()
+	if err != nil {
+		return err
+	}
+	s.peerLn, err = net.Listen("tcp", netip.AddrPortFrom(s.self, uint16(cfg.ServerPort)).String())
+	if err != nil {
+		return fmt.Errorf("listening for peers: %w", err)
+	}
+	if cfg.CmdEnabled {
+		if s.cmdLn, err = s.listenCmd(); err != nil {
+			_ = s.peerLn.Close()
+			return err
+		}
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Add(1)
+	go s.acceptLoop(s.peerLn, s.servePeer)
+	if s.cmdLn != nil {
+		s.wg.Add(1)
+		go s.acceptLoop(s.cmdLn, s.serveCmd)
+	}
+	s.mu.Lock()
+	s.nodes = nodes
+	s.applyNodesLocked()
+	s.mu.Unlock()
+	go s.lifecycle()
+	s.log.Info("Simulated IMEX started", "address", s.peerLn.Addr().String(), "nodes", len(nodes))
+	return nil
+}
+
+func (s *simServer) listenCmd() (net.Listener, error) {
+	if s.cfg.CmdPort == 0 {
+		return nil, &ConfigError{File: s.configPath, Reason: "IMEX_CMD_ENABLED=1 needs IMEX_CMD_PORT"}
+	}
+	// The real daemon binds every interface when IMEX_CMD_BIND_INTERFACE_IP is empty; simulated
+	// nodes share one host, so this one stays on its own address.
+	ip := s.cfg.CmdBindIP
+	if !ip.IsValid() {
+		ip = s.self
+	}
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, uint16(s.cfg.CmdPort)).String())
+	if err != nil {
+		return nil, fmt.Errorf("listening for commands: %w", err)
+	}
+	return ln, nil
+}
+
+// loadNodes reads nodes.cfg and the hosts file and checks that this node is listed.
+func (s *simServer) loadNodes() ([]Node, error) {
+	nodesData, err := os.ReadFile(s.cfg.NodesConfigPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading node config: %w", err)
+	}
+	hostsData, err := os.ReadFile(s.hostsPath)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("reading hosts file: %w", err)
+	}
+	nodes, err := ParseNodes(s.cfg.NodesConfigPath, nodesData, s.hostsPath, hostsData)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(nodes, func(n Node) bool { return n.Addr == s.self }) {
+		return nil, &ConfigError{File: s.cfg.NodesConfigPath, Reason: fmt.Sprintf(
+			"this node's address %s is not in the node list (is its name missing from %s?)", s.self, s.hostsPath)}
+	}
+	return nodes, nil
+}
+
+// reload re-reads the node list and reconciles the peer connections. A bad configuration
+// keeps the previous node list and is returned.
+func (s *simServer) reload() error {
+	if isClosed(s.done) {
+		return ErrNotRunning
+	}
+	nodes, err := s.loadNodes()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reloads++
+	if err != nil {
+		s.lastReloadErr = err.Error()
+		return fmt.Errorf("reloading simulated IMEX: %w", err)
+	}
+	s.lastReloadErr = ""
+	s.nodes = nodes
+	s.applyNodesLocked()
+	s.log.V(1).Info("Reloaded node list", "nodes", len(nodes), "peers", len(s.links))
+	return nil
+}
+
+// peerSetLocked is the set of peer addresses in the node list, without this node.
+func (s *simServer) peerSetLocked() map[netip.Addr]bool {
+	set := map[netip.Addr]bool{}
+	for _, n := range s.nodes {
+		if n.Addr.IsValid() && n.Addr != s.self {
+			set[n.Addr] = true
+		}
+	}
+	return set
+}
+
+// applyNodesLocked makes the links and inbound connections match the node list: links to new
+// peers start, links to and connections from removed peers end.
+func (s *simServer) applyNodesLocked() {
+	want := s.peerSetLocked()
+	for addr, link := range s.links {
+		if !want[addr] {
+			link.cancel()
+			delete(s.links, addr)
+		}
+	}
+	for conn, addr := range s.inbound {
+		if !want[addr] {
+			_ = conn.Close()
+		}
+	}
+	if s.ctx.Err() != nil {
+		return // tearing down: start nothing new
+	}
+	for addr := range want {
+		if _, ok := s.links[addr]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(s.ctx)
+		link := &peerLink{addr: addr, cancel: cancel}
+		s.links[addr] = link
+		s.wg.Add(1)
+		go s.runLink(ctx, link)
+	}
+}
+
+// lifecycle waits for stop or crash and tears everything down.
+func (s *simServer) lifecycle() {
+	var result error
+	select {
+	case <-s.stopCh:
+	case <-s.crashCh:
+		result = ErrCrashed
+	}
+	s.mu.Lock()
+	s.cancel() // under mu, so applyNodesLocked starts no link after this
+	s.mu.Unlock()
+	_ = s.peerLn.Close()
+	if s.cmdLn != nil {
+		_ = s.cmdLn.Close()
+	}
+	s.wg.Wait()
+	s.result = result
+	if result != nil {
+		s.log.Info("Simulated IMEX crashed", "address", s.peerLn.Addr().String())
+	} else {
+		s.log.Info("Simulated IMEX stopped", "address", s.peerLn.Addr().String())
+	}
+	close(s.done)
+}
+
+// stop asks for a clean shutdown; crash for an abrupt one. Both return at once; done closes
+// when everything has ended.
+func (s *simServer) stop()  { s.stopOnce.Do(func() { close(s.stopCh) }) }
+func (s *simServer) crash() { s.crashOnce.Do(func() { close(s.crashCh) }) }
+
+// acceptLoop serves ln until it is closed.
+func (s *simServer) acceptLoop(ln net.Listener, handle func(net.Conn)) {
+	defer s.wg.Done()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.log.Error(err, "Accept failed", "address", ln.Addr().String())
+			}
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer conn.Close()
+			stop := context.AfterFunc(s.ctx, func() { _ = conn.Close() })
+			defer stop()
+			handle(conn)
+		}()
+	}
+}
+
+// servePeer runs the listening side of the peer protocol.
+func (s *simServer) servePeer(conn net.Conn) {
+	_ = conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	line, err := readLine(conn)
+	if err != nil {
+		return
+	}
+	remote := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	claimed, err := netip.ParseAddr(strings.TrimPrefix(line, "HELLO "))
+	if !strings.HasPrefix(line, "HELLO ") || err != nil || claimed != remote {
+		fmt.Fprintf(conn, "REJECT bad hello %q from %s\n", line, remote)
+		return
+	}
+	s.mu.Lock()
+	member := s.peerSetLocked()[remote]
+	if member {
+		s.inbound[conn] = remote
+	}
+	s.mu.Unlock()
+	if !member {
+		fmt.Fprintf(conn, "REJECT %s is not in the node list of %s\n", remote, s.self)
+		return
+	}
+	defer func() {
+		s.mu.Lock()
+		delete(s.inbound, conn)
+		s.mu.Unlock()
+	}()
+	_ = conn.SetReadDeadline(time.Time{})
+	if _, err := fmt.Fprintf(conn, "WELCOME %s\n", s.self); err != nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, conn)
+}
+
+// runLink keeps a connection to one peer up, retrying with backoff, until ctx ends.
+func (s *simServer) runLink(ctx context.Context, link *peerLink) {
+	defer s.wg.Done()
+	backoff := linkBackoffMin
+	for ctx.Err() == nil {
+		if s.connectOnce(ctx, link) {
+			backoff = linkBackoffMin
+		}
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+		timer.Stop()
+		backoff = min(2*backoff, linkBackoffMax)
+	}
+}
+
+// connectOnce dials the peer and holds the connection while it lasts; it reports whether the
+// peer welcomed us.
+func (s *simServer) connectOnce(ctx context.Context, link *peerLink) bool {
+	dialer := net.Dialer{
+		LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(s.self, 0)),
+		Timeout:   handshakeTimeout,
+	}
+	target := netip.AddrPortFrom(link.addr, uint16(s.cfg.ServerPort)).String()
+	conn, err := dialer.DialContext(ctx, "tcp", target)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	if _, err := fmt.Fprintf(conn, "HELLO %s\n", s.self); err != nil {
+		return false
+	}
+	line, err := readLine(conn)
+	if err != nil || !strings.HasPrefix(line, "WELCOME ") {
+		s.log.V(2).Info("Peer refused connection", "peer", target, "answer", line)
+		return false
+	}
+	_ = conn.SetDeadline(time.Time{})
+	s.setConnected(link, true)
+	_, _ = io.Copy(io.Discard, conn)
+	s.setConnected(link, false)
+	return true
+}
+
+func (s *simServer) setConnected(link *peerLink, up bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	link.connected = up
+	s.log.V(1).Info("Peer connection changed", "peer", link.addr.String(), "connected", up)
+}
+
+// status reports what the command service's STATUS answers.
+func (s *simServer) status() SimStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := SimStatus{
+		Ready:           true,
+		Address:         s.peerLn.Addr().String(),
+		Peers:           []string{},
+		Connected:       []string{},
+		Inbound:         []string{},
+		Reloads:         s.reloads,
+		LastReloadError: s.lastReloadErr,
+	}
+	for _, n := range s.nodes {
+		switch {
+		case !n.Addr.IsValid():
+			st.Unresolved = append(st.Unresolved, n.Entry)
+		case n.Addr != s.self:
+			st.Peers = append(st.Peers, n.Addr.String())
+		}
+	}
+	for addr, link := range s.links {
+		if link.connected {
+			st.Connected = append(st.Connected, addr.String())
+		}
+	}
+	for _, addr := range s.inbound {
+		st.Inbound = append(st.Inbound, addr.String())
+	}
+	for _, list := range [][]string{st.Peers, st.Connected, st.Inbound} {
+		slices.SortFunc(list, compareAddrs)
+	}
+	st.Inbound = slices.Compact(st.Inbound)
+	return st
+}
+
+func compareAddrs(a, b string) int {
+	return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b))
+}
+
+// readLine reads one protocol line of at most maxLine bytes, without its terminator.
+func readLine(r io.Reader) (string, error) {
+	br := bufio.NewReaderSize(io.LimitReader(r, maxLine), 64)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("reading line: %w", err)
+	}
+	return strings.TrimSpace(line), nil
+}

@@ -1,0 +1,74 @@
+// Command cdplane-controller reconciles ComputeDomains: it creates their claim templates and
+// daemon DaemonSets, is the only writer of their membership (cliques and status) and cleans up
+// after them.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"cdplane/internal/controller"
+	"cdplane/internal/features"
+	"cdplane/internal/flags"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "cdplane-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	var o controller.Options
+	fs := pflag.NewFlagSet("cdplane-controller", pflag.ContinueOnError)
+	kube := flags.AddKubeClient(fs, 200, 400)
+	fs.StringVar(&o.DriverNamespace, "namespace", os.Getenv("POD_NAMESPACE"), "Driver namespace: daemon DaemonSets, daemon claim templates, cliques and the leader-election lease (env POD_NAMESPACE)")
+	fs.StringVar(&o.DaemonImage, "daemon-image", os.Getenv("DAEMON_IMAGE"), "Image of the compute-domain daemon pods (env DAEMON_IMAGE)")
+	fs.StringVar(&o.DaemonBinary, "daemon-binary", "cdplane-daemon", "Path of the daemon binary inside the daemon image")
+	fs.StringVar(&o.DaemonServiceAccount, "daemon-service-account", "cdplane-daemon", "Service account of the daemon pods")
+	fs.StringVar(&o.DaemonPriorityClass, "daemon-priority-class", "", "Priority class of the daemon pods")
+	fs.IntVar(&o.DaemonLogVerbosity, "daemon-log-verbosity", 1, "Log verbosity of the daemons")
+	fs.IntVar(&o.MaxNodesPerIMEXDomain, "max-nodes-per-imex-domain", 18, "Most nodes in one clique: IMEX indexes are 0..N-1")
+	fs.DurationVar(&o.BatchWindow, "batch-window", 0, "How long events for one ComputeDomain are collected before one reconcile (default 200ms)")
+	fs.IntVar(&o.Workers, "workers", 8, "ComputeDomains reconciled concurrently")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", `Metrics endpoint address ("0" disables)`)
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", `Health probe address ("0" disables)`)
+	fs.BoolVar(&o.LeaderElection, "leader-elect", true, "Elect a leader among replicas")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "cdplane-controller", "Name of the leader-election lease")
+	fs.DurationVar(&o.CleanupInterval, "cleanup-interval", 0, "How often to look for objects of deleted ComputeDomains (default 10m)")
+	logCfg := logsapi.NewLoggingConfiguration()
+	logsapi.AddFlags(logCfg, fs)
+	features.Gates.AddFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := features.Validate(features.Gates); err != nil {
+		return err
+	}
+	if err := logsapi.ValidateAndApply(logCfg, features.Gates); err != nil {
+		return fmt.Errorf("logging flags: %w", err)
+	}
+	defer logs.FlushLogs()
+	ctrl.SetLogger(klog.Background())
+	o.DaemonFeatureGates = features.DaemonGates(features.Gates)
+
+	cfg, err := kube.Config()
+	if err != nil {
+		return err
+	}
+	ctx := ctrl.SetupSignalHandler()
+	mgr, err := controller.NewManager(ctx, cfg, o)
+	if err != nil {
+		return err
+	}
+	klog.Background().Info("Starting cdplane-controller", "namespace", o.DriverNamespace,
+		"maxNodesPerIMEXDomain", o.MaxNodesPerIMEXDomain)
+	return mgr.Start(ctx)
+}

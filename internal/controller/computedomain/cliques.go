@@ -1,0 +1,117 @@
+package computedomain
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/controller/membership"
+)
+
+func (r *Reconciler) listCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain) ([]cdv1beta1.ComputeDomainClique, error) {
+	list := &cdv1beta1.ComputeDomainCliqueList{}
+	if err := r.client.List(ctx, list, client.InNamespace(r.opts.DriverNamespace),
+		client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}); err != nil {
+		return nil, fmt.Errorf("listing cliques: %w", err)
+	}
+	return list.Items, nil
+}
+
+// writeCliques applies each clique whose entries changed and deletes cliques left empty.
+func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, res membership.Result) error {
+	if ds == nil {
+		return nil // no DaemonSet to own them yet: nothing can be running
+	}
+	existing, err := r.listCliques(ctx, cd)
+	if err != nil {
+		return err
+	}
+	current := map[string]*cdv1beta1.ComputeDomainClique{}
+	for i := range existing {
+		current[existing[i].Name] = &existing[i]
+	}
+	keep := sets.New[string]()
+	for cliqueID, entries := range res.Cliques {
+		desired := r.clique(cd, ds, cliqueID, entries)
+		keep.Insert(desired.Name)
+		if cur, ok := current[desired.Name]; ok && cliqueUpToDate(cur, desired) {
+			continue
+		}
+		if err := r.applyClique(ctx, desired); err != nil {
+			return err
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Wrote clique", "clique", klog.KObj(desired), "daemons", len(entries))
+	}
+	return r.deleteCliques(ctx, cd, keep)
+}
+
+func (r *Reconciler) clique(cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, cliqueID string, entries []membership.Entry) *cdv1beta1.ComputeDomainClique {
+	labels := ownedLabels(cd)
+	labels[cdv1beta1.CliqueIDLabel] = cliqueID
+	return &cdv1beta1.ComputeDomainClique{
+		TypeMeta: metav1.TypeMeta{APIVersion: cdv1beta1.GroupVersion.String(), Kind: "ComputeDomainClique"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: CliqueName(string(cd.UID), cliqueID), Namespace: r.opts.DriverNamespace, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Daemons: entries,
+	}
+}
+
+func cliqueUpToDate(cur, desired *cdv1beta1.ComputeDomainClique) bool {
+	for k, v := range desired.Labels {
+		if cur.Labels[k] != v {
+			return false
+		}
+	}
+	return equality.Semantic.DeepEqual(cur.OwnerReferences, desired.OwnerReferences) &&
+		equality.Semantic.DeepEqual(cur.Daemons, desired.Daemons)
+}
+
+func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomainClique) error {
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(c)
+	if err != nil {
+		return fmt.Errorf("converting clique: %w", err)
+	}
+	delete(raw["metadata"].(map[string]any), "creationTimestamp")
+	u := &unstructured.Unstructured{Object: raw}
+	if err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+		client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("writing clique %s: %w", c.Name, err)
+	}
+	return nil
+}
+
+// deleteCliques deletes the domain's cliques whose names are not in keep.
+func (r *Reconciler) deleteCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain, keep sets.Set[string]) error {
+	existing, err := r.listCliques(ctx, cd)
+	if err != nil {
+		return err
+	}
+	for i := range existing {
+		c := &existing[i]
+		if keep.Has(c.Name) {
+			continue
+		}
+		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting clique %s: %w", c.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Deleted clique", "clique", klog.KObj(c))
+	}
+	return nil
+}

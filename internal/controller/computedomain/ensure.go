@@ -1,0 +1,94 @@
+package computedomain
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+// ensureResources creates the domain's workload and daemon ResourceClaimTemplates and its
+// DaemonSet when they are missing. It never changes an object it did not create: a clash is
+// reported in the returned ResourcesCreated condition. It returns the DaemonSet when it exists.
+func (r *Reconciler) ensureResources(ctx context.Context, cd *cdv1beta1.ComputeDomain) (metav1.Condition, *appsv1.DaemonSet, error) {
+	cond := metav1.Condition{
+		Type: cdv1beta1.ConditionResourcesCreated, Status: metav1.ConditionTrue, Reason: cdv1beta1.ReasonCreated,
+		ObservedGeneration: cd.Generation,
+	}
+	var clashes []string
+
+	wl := workloadClaimTemplate(cd)
+	if clash, err := r.ensure(ctx, cd, wl, newRCT()); err != nil {
+		return cond, nil, err
+	} else if clash != "" {
+		clashes = append(clashes, clash)
+	}
+	if clash, err := r.ensure(ctx, cd, r.daemonClaimTemplate(cd), newRCT()); err != nil {
+		return cond, nil, err
+	} else if clash != "" {
+		clashes = append(clashes, clash)
+	}
+	ds := &appsv1.DaemonSet{TypeMeta: metav1.TypeMeta{Kind: "DaemonSet"}}
+	clash, err := r.ensure(ctx, cd, r.daemonSet(cd), ds)
+	if err != nil {
+		return cond, nil, err
+	}
+	if clash != "" {
+		clashes = append(clashes, clash)
+		ds = nil
+	}
+
+	if len(clashes) > 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, cdv1beta1.ReasonNameClash
+		cond.Message = strings.Join(clashes, "; ")
+		return cond, ds, nil
+	}
+	cond.Message = fmt.Sprintf("ResourceClaimTemplate %s/%s and DaemonSet %s/%s exist", cd.Namespace, wl.Name, ds.Namespace, ds.Name)
+	return cond, ds, nil
+}
+
+// ensure creates desired when no object of its name exists, and otherwise reads the existing one
+// into current. It returns a message when the existing object was not created for this domain.
+func (r *Reconciler) ensure(ctx context.Context, cd *cdv1beta1.ComputeDomain, desired, current client.Object) (string, error) {
+	kind := current.GetObjectKind().GroupVersionKind().Kind
+	key := client.ObjectKeyFromObject(desired)
+	err := r.client.Get(ctx, key, current)
+	if apierrors.IsNotFound(err) {
+		// AlreadyExists means it appeared since the cache was filled: the retry reads it.
+		if err := r.client.Create(ctx, desired); err != nil {
+			return "", fmt.Errorf("creating %s %s: %w", kind, key, err)
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Created object", "kind", kind, "object", klog.KObj(desired))
+		copyInto(desired, current)
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading %s %s: %w", kind, key, err)
+	}
+	if !createdFor(current.GetLabels(), string(cd.UID)) {
+		return fmt.Sprintf("%s %s exists and was not created for this ComputeDomain; it is left untouched (delete or rename it)", kind, key), nil
+	}
+	return "", nil
+}
+
+func copyInto(src, dst client.Object) {
+	switch s := src.(type) {
+	case *appsv1.DaemonSet:
+		s.DeepCopyInto(dst.(*appsv1.DaemonSet))
+	case *resourcev1.ResourceClaimTemplate:
+		s.DeepCopyInto(dst.(*resourcev1.ResourceClaimTemplate))
+	}
+}
+
+func newRCT() *resourcev1.ResourceClaimTemplate {
+	return &resourcev1.ResourceClaimTemplate{TypeMeta: metav1.TypeMeta{Kind: "ResourceClaimTemplate"}}
+}

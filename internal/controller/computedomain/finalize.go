@@ -1,0 +1,117 @@
+package computedomain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+// finalize runs the deletion sequence: claim templates and DaemonSet, cliques, node labels, and
+// last the finalizer. Each step only touches objects created for this domain.
+func (r *Reconciler) finalize(ctx context.Context, cd *cdv1beta1.ComputeDomain) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(cd, cdv1beta1.Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	log := ctrl.LoggerFrom(ctx)
+	uid := string(cd.UID)
+	for _, obj := range []client.Object{
+		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: cd.Namespace, Name: cd.Spec.Channel.ResourceClaimTemplate.Name}},
+		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: r.opts.DriverNamespace, Name: DaemonSetName(uid)}},
+		&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: r.opts.DriverNamespace, Name: DaemonSetName(uid)}},
+	} {
+		if err := r.deleteOwned(ctx, obj, uid); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if err := r.deleteCliques(ctx, cd, nil); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := RemoveNodeLabels(ctx, r.client, uid); err != nil {
+		return ctrl.Result{}, err
+	}
+	orig := cd.DeepCopy()
+	controllerutil.RemoveFinalizer(cd, cdv1beta1.Finalizer)
+	if err := r.client.Patch(ctx, cd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("removing finalizer: %w", err))
+	}
+	log.V(1).Info("Removed finalizer", "computeDomain", klog.KObj(cd))
+	return ctrl.Result{}, nil
+}
+
+// deleteOwned deletes obj if it exists and was created for the domain with this UID.
+func (r *Reconciler) deleteOwned(ctx context.Context, obj client.Object, uid string) error {
+	if err := r.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !createdFor(obj.GetLabels(), uid) {
+		return nil
+	}
+	objUID := obj.GetUID()
+	err := r.client.Delete(ctx, obj, client.Preconditions{UID: &objUID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s: %w", client.ObjectKeyFromObject(obj), err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Deleted object", "object", klog.KObj(obj))
+	return nil
+}
+
+// RemoveNodeLabels removes the domain's label from every node that carries it with this UID.
+// Each removal is a JSON patch that first tests the value, so a node relabelled for another
+// domain in the meantime is left alone.
+func RemoveNodeLabels(ctx context.Context, c client.Client, uid string) error {
+	nodes := &metav1.PartialObjectMetadataList{}
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := c.List(ctx, nodes, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: uid}); err != nil {
+		return fmt.Errorf("listing labelled nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		if err := RemoveNodeLabel(ctx, c, nodes.Items[i].Name, uid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RemoveNodeLabel removes the domain label from one node if it still has value uid.
+func RemoveNodeLabel(ctx context.Context, c client.Client, node, uid string) error {
+	path := "/metadata/labels/" + strings.ReplaceAll(strings.ReplaceAll(cdv1beta1.ComputeDomainLabel, "~", "~0"), "/", "~1")
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": path, "value": uid},
+		{"op": "remove", "path": path},
+	})
+	n := &metav1.PartialObjectMetadata{}
+	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	n.Name = node
+	err := c.Patch(ctx, n, client.RawPatch(types.JSONPatchType, patch))
+	switch {
+	case err == nil:
+		ctrl.LoggerFrom(ctx).V(1).Info("Removed node label", "node", node, "computeDomain", uid)
+		return nil
+	case apierrors.IsNotFound(err), isUnprocessable(err):
+		return nil // gone, or no longer labelled for this domain
+	default:
+		return fmt.Errorf("removing label from node %s: %w", node, err)
+	}
+}
+
+// isUnprocessable reports a patch the server could not apply: here, a failed test operation.
+func isUnprocessable(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && status.Status().Code == http.StatusUnprocessableEntity
+}

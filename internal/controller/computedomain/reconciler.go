@@ -1,0 +1,223 @@
+// Package computedomain reconciles ComputeDomains: finalizer, ResourceClaimTemplates, the daemon
+// DaemonSet, membership (cliques or status.nodes, built from the daemon pods) and status. The
+// controller is the only writer of cliques and of ComputeDomain status.
+package computedomain
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/controller/membership"
+	"cdplane/internal/features"
+)
+
+// Options configure the reconciler.
+type Options struct {
+	// DriverNamespace holds the daemon DaemonSets, daemon claim templates, pods and cliques.
+	DriverNamespace string
+	// DaemonImage, DaemonBinary, DaemonServiceAccount, DaemonPriorityClass shape the daemon pods.
+	DaemonImage          string
+	DaemonBinary         string
+	DaemonServiceAccount string
+	DaemonPriorityClass  string
+	DaemonLogVerbosity   int
+	// DaemonFeatureGates is passed to the daemons (FEATURE_GATES); never ComputeDomainCliques,
+	// so that flipping that gate does not roll the DaemonSets.
+	DaemonFeatureGates string
+	// MaxNodesPerIMEXDomain bounds indexes within a clique.
+	MaxNodesPerIMEXDomain int
+	// BatchWindow is how long events for one domain are collected before it is reconciled, so
+	// that a burst of daemon changes costs one write per object.
+	BatchWindow time.Duration
+	// FieldManager names the controller's server-side apply field manager.
+	FieldManager string
+	// Gates are the feature gates read by the reconciler; default: the process-wide gates.
+	Gates featuregate.FeatureGate
+}
+
+// Defaults fills unset options.
+func (o *Options) Defaults() {
+	if o.DaemonBinary == "" {
+		o.DaemonBinary = "cdplane-daemon"
+	}
+	if o.MaxNodesPerIMEXDomain == 0 {
+		o.MaxNodesPerIMEXDomain = 18
+	}
+	if o.BatchWindow == 0 {
+		o.BatchWindow = 200 * time.Millisecond
+	}
+	if o.FieldManager == "" {
+		o.FieldManager = "cdplane-controller"
+	}
+	if o.Gates == nil {
+		o.Gates = features.Gates
+	}
+}
+
+// Validate returns an error naming the first invalid option.
+func (o *Options) Validate() error {
+	switch {
+	case o.DriverNamespace == "":
+		return fmt.Errorf("the driver namespace is required")
+	case o.MaxNodesPerIMEXDomain < 1 || o.MaxNodesPerIMEXDomain > cdv1beta1.MaxDaemonsPerClique:
+		return fmt.Errorf("--max-nodes-per-imex-domain must be between 1 and %d, got %d", cdv1beta1.MaxDaemonsPerClique, o.MaxNodesPerIMEXDomain)
+	}
+	return nil
+}
+
+// Reconciler reconciles ComputeDomains.
+type Reconciler struct {
+	client client.Client
+	opts   Options
+}
+
+// New returns a reconciler reading from and writing through c.
+func New(c client.Client, opts Options) *Reconciler {
+	opts.Defaults()
+	return &Reconciler{client: c, opts: opts}
+}
+
+// Reconcile brings one ComputeDomain's objects, membership and status up to date.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	cd := &cdv1beta1.ComputeDomain{}
+	if err := r.client.Get(ctx, req.NamespacedName, cd); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cd.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, cd)
+	}
+	if !controllerutil.ContainsFinalizer(cd, cdv1beta1.Finalizer) {
+		orig := cd.DeepCopy()
+		controllerutil.AddFinalizer(cd, cdv1beta1.Finalizer)
+		if err := r.client.Patch(ctx, cd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+		log.V(1).Info("Added finalizer", "computeDomain", klog.KObj(cd))
+	}
+
+	created, ds, err := r.ensureResources(ctx, cd)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	res, err := r.computeMembership(ctx, cd)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	useCliques := r.opts.Gates.Enabled(features.ComputeDomainCliques)
+	if useCliques {
+		if err := r.writeCliques(ctx, cd, ds, res); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	st := membership.Aggregate(res, cd.Spec.NumNodes, cd.Generation, cd.Status.Conditions)
+	meta.SetStatusCondition(&st.Conditions, created)
+	if err := r.writeStatus(ctx, cd, st); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !useCliques {
+		// Membership now lives in status.nodes: cliques left from the gate being on go, after
+		// the status holding their entries was written.
+		if err := r.deleteCliques(ctx, cd, nil); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// computeMembership reads the domain's daemon pods, labelled nodes and existing entries.
+func (r *Reconciler) computeMembership(ctx context.Context, cd *cdv1beta1.ComputeDomain) (membership.Result, error) {
+	uid := string(cd.UID)
+	in := membership.Input{MaxNodes: r.opts.MaxNodesPerIMEXDomain, LabelledNodes: sets.New[string]()}
+
+	nodes := &metav1.PartialObjectMetadataList{}
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := r.client.List(ctx, nodes, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: uid}); err != nil {
+		return membership.Result{}, fmt.Errorf("listing nodes of the domain: %w", err)
+	}
+	for _, n := range nodes.Items {
+		in.LabelledNodes.Insert(n.Name)
+	}
+
+	pods := &corev1.PodList{}
+	if err := r.client.List(ctx, pods, client.InNamespace(r.opts.DriverNamespace), client.MatchingLabels{cdv1beta1.ComputeDomainLabel: uid}); err != nil {
+		return membership.Result{}, fmt.Errorf("listing daemon pods: %w", err)
+	}
+	for i := range pods.Items {
+		in.Pods = append(in.Pods, podInfo(&pods.Items[i]))
+	}
+
+	// Existing entries: status.nodes, overridden by cliques (they are the source of truth when
+	// they exist). Reading both lets either gate setting take over the other's indexes.
+	byNode := map[string]membership.Entry{}
+	for _, n := range cd.Status.Nodes {
+		byNode[n.Name] = membership.Entry{NodeName: n.Name, IPAddress: n.IPAddress, CliqueID: n.CliqueID, Index: n.Index, Status: n.Status}
+	}
+	cliques, err := r.listCliques(ctx, cd)
+	if err != nil {
+		return membership.Result{}, err
+	}
+	for _, c := range cliques {
+		for _, d := range c.Daemons {
+			byNode[d.NodeName] = d
+		}
+	}
+	for _, e := range byNode {
+		in.Existing = append(in.Existing, e)
+	}
+	return membership.Compute(in), nil
+}
+
+func podInfo(p *corev1.Pod) membership.Pod {
+	clique, labelled := p.Labels[cdv1beta1.CliqueIDLabel]
+	out := membership.Pod{
+		NodeName: p.Spec.NodeName, IP: p.Status.PodIP, CliqueID: clique, Labelled: labelled,
+		Terminating: p.DeletionTimestamp != nil, Created: p.CreationTimestamp.Time,
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			out.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	return out
+}
+
+// writeStatus applies the status when it differs from what the cache holds.
+func (r *Reconciler) writeStatus(ctx context.Context, cd *cdv1beta1.ComputeDomain, st cdv1beta1.ComputeDomainStatus) error {
+	if equality.Semantic.DeepEqual(cd.Status, st) {
+		return nil
+	}
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
+	if err != nil {
+		return fmt.Errorf("converting status: %w", err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": cdv1beta1.GroupVersion.String(),
+		"kind":       "ComputeDomain",
+		"metadata":   map[string]any{"name": cd.Name, "namespace": cd.Namespace, "uid": string(cd.UID)},
+		"status":     raw,
+	}}
+	if err := r.client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
+		client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("writing status: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Wrote status", "computeDomain", klog.KObj(cd), "status", st.Status,
+		"readyNodes", st.ReadyNodes, "totalNodes", st.TotalNodes)
+	return nil
+}

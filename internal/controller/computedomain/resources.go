@@ -1,0 +1,163 @@
+package computedomain
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+// DaemonSetName returns the name of a domain's daemon DaemonSet and daemon ResourceClaimTemplate.
+func DaemonSetName(cdUID string) string { return "computedomain-daemon-" + cdUID }
+
+// CliqueName returns the name of a domain's clique object.
+func CliqueName(cdUID, cliqueID string) string { return cdUID + "." + cliqueID }
+
+// Container and claim names of the daemon pod.
+const (
+	DaemonContainerName = "compute-domain-daemon"
+	DaemonClaimName     = "compute-domain-daemon"
+	channelRequestName  = "channel"
+	daemonRequestName   = "daemon"
+	managedByLabel      = "app.kubernetes.io/managed-by"
+	managedByValue      = "cdplane"
+)
+
+// ownedLabels are the labels of every object created for a domain.
+func ownedLabels(cd *cdv1beta1.ComputeDomain) map[string]string {
+	return map[string]string{cdv1beta1.ComputeDomainLabel: string(cd.UID), managedByLabel: managedByValue}
+}
+
+// createdFor reports whether an object carries the labels the controller puts on what it
+// creates for the domain with this UID.
+func createdFor(labels map[string]string, cdUID string) bool {
+	return labels[cdv1beta1.ComputeDomainLabel] == cdUID && labels[managedByLabel] == managedByValue
+}
+
+func opaqueConfig(requests []string, params runtime.Object) []resourcev1.DeviceClaimConfiguration {
+	raw, err := json.Marshal(params)
+	if err != nil {
+		panic(fmt.Sprintf("marshalling opaque config: %v", err)) // plain structs always marshal
+	}
+	return []resourcev1.DeviceClaimConfiguration{{
+		Requests: requests,
+		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
+			Driver: cdv1beta1.DriverName, Parameters: runtime.RawExtension{Raw: raw},
+		}},
+	}}
+}
+
+// workloadClaimTemplate is the channel ResourceClaimTemplate in the domain's namespace.
+func workloadClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClaimTemplate {
+	mode := cd.Spec.Channel.AllocationMode
+	if mode == "" {
+		mode = cdv1beta1.AllocationModeSingle
+	}
+	return &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: cd.Spec.Channel.ResourceClaimTemplate.Name, Namespace: cd.Namespace, Labels: ownedLabels(cd),
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: cdv1beta1.GroupVersion.String(), Kind: "ComputeDomain", Name: cd.Name, UID: cd.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{
+				Name:    channelRequestName,
+				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.ChannelDeviceClass},
+			}},
+			Config: opaqueConfig([]string{channelRequestName}, cdv1beta1.NewChannelConfig(string(cd.UID), mode)),
+		}}},
+	}
+}
+
+// daemonClaimTemplate is the daemon ResourceClaimTemplate in the driver namespace.
+func (r *Reconciler) daemonClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClaimTemplate {
+	return &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: DaemonSetName(string(cd.UID)), Namespace: r.opts.DriverNamespace, Labels: ownedLabels(cd)},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{
+				Name:    daemonRequestName,
+				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.DaemonDeviceClass},
+			}},
+			Config: opaqueConfig([]string{daemonRequestName}, cdv1beta1.NewDaemonConfig(string(cd.UID))),
+		}}},
+	}
+}
+
+// daemonSet is the per-domain DaemonSet running one daemon on every node labelled for the domain.
+// Nothing in it depends on the ComputeDomainCliques gate, so flipping the gate never rolls it.
+func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
+	uid := string(cd.UID)
+	selector := map[string]string{cdv1beta1.ComputeDomainLabel: uid}
+	probe := func(failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{r.opts.DaemonBinary, "check"}}},
+			PeriodSeconds:    1,
+			TimeoutSeconds:   5,
+			FailureThreshold: failures,
+		}
+	}
+	env := []corev1.EnvVar{
+		fieldEnv("NODE_NAME", "spec.nodeName"),
+		fieldEnv("POD_IP", "status.podIP"),
+		fieldEnv("POD_NAME", "metadata.name"),
+		fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+		fieldEnv("POD_UID", "metadata.uid"),
+		{Name: "COMPUTE_DOMAIN_UUID", Value: uid},
+		{Name: "COMPUTE_DOMAIN_NAME", Value: cd.Name},
+		{Name: "COMPUTE_DOMAIN_NAMESPACE", Value: cd.Namespace},
+		{Name: "MAX_NODES_PER_IMEX_DOMAIN", Value: strconv.Itoa(r.opts.MaxNodesPerIMEXDomain)},
+		{Name: "LOG_VERBOSITY", Value: strconv.Itoa(r.opts.DaemonLogVerbosity)},
+	}
+	if r.opts.DaemonFeatureGates != "" {
+		env = append(env, corev1.EnvVar{Name: "FEATURE_GATES", Value: r.opts.DaemonFeatureGates})
+	}
+	labels := ownedLabels(cd)
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: DaemonSetName(uid), Namespace: r.opts.DriverNamespace, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  selector,
+					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					ServiceAccountName:            r.opts.DaemonServiceAccount,
+					TerminationGracePeriodSeconds: ptr.To(int64(30)),
+					PriorityClassName:             r.opts.DaemonPriorityClass,
+					Containers: []corev1.Container{{
+						Name:           DaemonContainerName,
+						Image:          r.opts.DaemonImage,
+						Command:        []string{r.opts.DaemonBinary, "run"},
+						Env:            env,
+						StartupProbe:   probe(600),
+						ReadinessProbe: probe(1),
+						Resources:      corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: DaemonClaimName}}},
+					}},
+					ResourceClaims: []corev1.PodResourceClaim{{
+						Name: DaemonClaimName, ResourceClaimTemplateName: ptr.To(DaemonSetName(uid)),
+					}},
+				},
+			},
+		},
+	}
+}
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
+// CreatedByController reports whether an object carries the labels the controller puts on what
+// it creates for a domain (whichever domain).
+func CreatedByController(labels map[string]string) bool {
+	return labels[cdv1beta1.ComputeDomainLabel] != "" && labels[managedByLabel] == managedByValue
+}

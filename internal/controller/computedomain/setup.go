@@ -1,0 +1,77 @@
+package computedomain
+
+import (
+	"context"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+// UIDIndex indexes ComputeDomains by UID, to map objects labelled with a domain's UID back to it.
+const UIDIndex = "metadata.uid"
+
+// SetupWithManager registers the reconciler and its watches. Events for one domain are delayed
+// by the batch window, so that a burst of them becomes one reconcile.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &cdv1beta1.ComputeDomain{}, UIDIndex, func(o client.Object) []string {
+		return []string{string(o.GetUID())}
+	}); err != nil {
+		return err
+	}
+	byLabel := r.labelHandler(mgr.GetCache())
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("computedomain").
+		For(&cdv1beta1.ComputeDomain{}).
+		Watches(&corev1.Pod{}, byLabel).
+		Watches(&cdv1beta1.ComputeDomainClique{}, byLabel).
+		Watches(&appsv1.DaemonSet{}, byLabel).
+		Watches(&resourcev1.ResourceClaimTemplate{}, byLabel).
+		WatchesMetadata(&corev1.Node{}, byLabel).
+		WithOptions(opts).
+		Complete(r)
+}
+
+// labelHandler maps an object carrying a domain's UID label to that domain, after the batch
+// window. Updates map both the old and the new object, so that losing the label is seen.
+func (r *Reconciler) labelHandler(c client.Reader) handler.EventHandler {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], objs ...client.Object) {
+		seen := map[string]bool{}
+		for _, o := range objs {
+			uid := o.GetLabels()[cdv1beta1.ComputeDomainLabel]
+			if uid == "" || seen[uid] {
+				continue
+			}
+			seen[uid] = true
+			list := &cdv1beta1.ComputeDomainList{}
+			if err := c.List(ctx, list, client.MatchingFields{UIDIndex: uid}); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Mapping an object to its ComputeDomain", "uid", uid)
+				continue
+			}
+			for _, cd := range list.Items {
+				q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}}, r.opts.BatchWindow)
+			}
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+	}
+}

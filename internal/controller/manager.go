@@ -1,0 +1,136 @@
+// Package controller wires cdplane's controllers into one controller-runtime manager: scoped
+// caches, leader election, the ComputeDomain reconciler and the orphan cleaner.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/controller/cleanup"
+	"cdplane/internal/controller/computedomain"
+)
+
+// Options configure the controller manager.
+type Options struct {
+	computedomain.Options
+
+	// Workers is the number of ComputeDomains reconciled concurrently.
+	Workers int
+	// MetricsAddr and ProbeAddr are the metrics and health endpoints ("0" disables).
+	MetricsAddr string
+	ProbeAddr   string
+	// LeaderElection turns on leader election with lease LeaderElectionID in the driver namespace.
+	LeaderElection   bool
+	LeaderElectionID string
+	// CleanupInterval is how often orphans are looked for.
+	CleanupInterval time.Duration
+	// SkipNameValidation allows several managers in one process (tests).
+	SkipNameValidation bool
+	// DomainSelector restricts the ComputeDomains this manager caches and reconciles.
+	DomainSelector labels.Selector
+}
+
+// Defaults fills unset options.
+func (o *Options) Defaults() {
+	o.Options.Defaults()
+	if o.Workers == 0 {
+		o.Workers = 8
+	}
+	if o.LeaderElectionID == "" {
+		o.LeaderElectionID = "cdplane-controller"
+	}
+	if o.MetricsAddr == "" {
+		o.MetricsAddr = "0"
+	}
+	if o.ProbeAddr == "" {
+		o.ProbeAddr = "0"
+	}
+}
+
+// NewScheme returns the scheme the controller uses.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, cdv1beta1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
+	}
+	return s
+}
+
+// NewManager returns a manager running the controllers. Every watch is scoped at the cache:
+// daemon pods, DaemonSets and cliques to the driver namespace and the domain label, claim
+// templates and nodes (metadata only) to the domain label.
+func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	o.Defaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	req, err := labels.NewRequirement(cdv1beta1.ComputeDomainLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	labelled := labels.NewSelector().Add(*req)
+	driverNS := map[string]cache.Config{o.DriverNamespace: {}}
+	nodeMeta := &metav1.PartialObjectMetadata{}
+	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        NewScheme(),
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.DriverNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}:                       {Namespaces: driverNS, Label: labelled},
+				&appsv1.DaemonSet{}:                 {Namespaces: driverNS, Label: labelled},
+				&cdv1beta1.ComputeDomainClique{}:    {Namespaces: driverNS, Label: labelled},
+				&resourcev1.ResourceClaimTemplate{}: {Label: labelled},
+				nodeMeta:                            {Label: labelled},
+				&cdv1beta1.ComputeDomain{}:          {Label: o.DomainSelector},
+			},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	r := computedomain.New(mgr.GetClient(), o.Options)
+	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.Workers, SkipNameValidation: &o.SkipNameValidation}); err != nil {
+		return nil, fmt.Errorf("setting up the ComputeDomain controller: %w", err)
+	}
+	if err := mgr.Add(&cleanup.Cleaner{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Cache: mgr.GetCache(),
+		DriverNamespace: o.DriverNamespace, Interval: o.CleanupInterval,
+	}); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}

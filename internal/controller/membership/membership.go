@@ -1,0 +1,178 @@
+// Package membership computes ComputeDomain membership from what the cluster shows: the daemon
+// pods (node, IP, clique label, readiness), the nodes carrying the domain's label, and the entries
+// written before. It is pure: the controller reads, calls Compute and Aggregate, and writes.
+package membership
+
+import (
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+// Entry is one node's membership entry, as stored in cliques and status.nodes.
+type Entry = cdv1beta1.ComputeDomainDaemonInfo
+
+// Pod is what the controller reads from one daemon pod.
+type Pod struct {
+	NodeName string
+	IP       string
+	// CliqueID is the value of the pod's clique label; "" for a node without a fabric.
+	CliqueID string
+	// Labelled is false until the daemon has labelled its pod with its clique.
+	Labelled    bool
+	Ready       bool
+	Terminating bool
+	Created     time.Time
+}
+
+// Input is everything Compute needs.
+type Input struct {
+	// Existing entries, one per node (cliques take precedence over status.nodes when merging).
+	Existing []Entry
+	// Pods are the domain's daemon pods.
+	Pods []Pod
+	// LabelledNodes are the nodes carrying the domain's node label.
+	LabelledNodes sets.Set[string]
+	// MaxNodes bounds indexes within a clique: 0 <= index < MaxNodes.
+	MaxNodes int
+}
+
+// Result is the membership to write.
+type Result struct {
+	// Cliques maps clique ids to their entries, sorted by node name. Nodes without a fabric are
+	// not in it.
+	Cliques map[string][]Entry
+	// Fabricless lists entries of nodes without a fabric (index -1, empty clique), by node name.
+	Fabricless []Entry
+	// Waiting maps clique ids to nodes that could not get an index because the clique is full.
+	Waiting map[string][]string
+}
+
+// Compute derives membership. A node keeps its entry and index for as long as it carries the
+// domain's label, whatever happens to its daemon pod; a node that lost the label loses its entry;
+// a new node, or one whose clique changed, gets the lowest free index in its clique, in node-name
+// order so that the result does not depend on the order of the input.
+func Compute(in Input) Result {
+	pods := pickPods(in.Pods)
+	existing := make(map[string]Entry, len(in.Existing))
+	for _, e := range in.Existing {
+		existing[e.NodeName] = e
+	}
+
+	res := Result{Cliques: map[string][]Entry{}, Waiting: map[string][]string{}}
+	used := map[string]sets.Set[int]{}
+	var needIndex []Entry
+
+	for _, node := range sets.List(in.LabelledNodes) {
+		pod, hasPod := pods[node]
+		old, hadEntry := existing[node]
+		var e Entry
+		switch {
+		case hasPod && pod.Labelled:
+			e = Entry{NodeName: node, IPAddress: pod.IP, CliqueID: pod.CliqueID, Index: cdv1beta1.FabriclessIndex, Status: status(pod.Ready)}
+		case hadEntry:
+			// The daemon is gone or restarting: keep the entry and its index, not ready.
+			e = old
+			e.Status = cdv1beta1.StatusNotReady
+			if hasPod && pod.IP != "" {
+				e.IPAddress = pod.IP
+			}
+		default:
+			continue // nothing known about this node yet
+		}
+		if e.CliqueID == "" {
+			e.Index = cdv1beta1.FabriclessIndex
+			res.Fabricless = append(res.Fabricless, e)
+			continue
+		}
+		if used[e.CliqueID] == nil {
+			used[e.CliqueID] = sets.New[int]()
+		}
+		if hadEntry && old.CliqueID == e.CliqueID && old.Index >= 0 && old.Index < in.MaxNodes &&
+			!used[e.CliqueID].Has(old.Index) {
+			e.Index = old.Index
+			used[e.CliqueID].Insert(e.Index)
+			res.Cliques[e.CliqueID] = append(res.Cliques[e.CliqueID], e)
+			continue
+		}
+		needIndex = append(needIndex, e)
+	}
+
+	for _, e := range needIndex {
+		idx, ok := lowestFree(used[e.CliqueID], in.MaxNodes)
+		if !ok {
+			res.Waiting[e.CliqueID] = append(res.Waiting[e.CliqueID], e.NodeName)
+			continue
+		}
+		e.Index = idx
+		used[e.CliqueID].Insert(idx)
+		res.Cliques[e.CliqueID] = append(res.Cliques[e.CliqueID], e)
+	}
+	for id := range res.Cliques {
+		sortEntries(res.Cliques[id])
+	}
+	if len(res.Waiting) == 0 {
+		res.Waiting = nil
+	}
+	return res
+}
+
+// pickPods returns one pod per node: a running pod over a terminating one, a labelled one over
+// one its daemon has not labelled yet, then the newest.
+func pickPods(pods []Pod) map[string]Pod {
+	out := make(map[string]Pod, len(pods))
+	for _, p := range pods {
+		if p.NodeName == "" {
+			continue
+		}
+		cur, ok := out[p.NodeName]
+		if !ok || better(p, cur) {
+			out[p.NodeName] = p
+		}
+	}
+	return out
+}
+
+func better(a, b Pod) bool {
+	if a.Terminating != b.Terminating {
+		return !a.Terminating
+	}
+	if a.Labelled != b.Labelled {
+		return a.Labelled
+	}
+	return a.Created.After(b.Created)
+}
+
+func lowestFree(used sets.Set[int], maxNodes int) (int, bool) {
+	for i := range maxNodes {
+		if !used.Has(i) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+func status(ready bool) string {
+	if ready {
+		return cdv1beta1.StatusReady
+	}
+	return cdv1beta1.StatusNotReady
+}
+
+func sortEntries(entries []Entry) {
+	sort.Slice(entries, func(i, j int) bool { return entries[i].NodeName < entries[j].NodeName })
+}
+
+// All returns every entry of the result (cliques and fabric-less), sorted by node name.
+func (r Result) All() []Entry {
+	var all []Entry
+	for _, entries := range r.Cliques {
+		all = append(all, entries...)
+	}
+	all = append(all, r.Fabricless...)
+	sortEntries(all)
+	return all
+}

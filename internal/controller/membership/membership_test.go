@@ -1,0 +1,269 @@
+package membership
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+const c1, c2 = "uuid-a.1", "uuid-b.1"
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func pod(node, ip, clique string, ready bool) Pod {
+	return Pod{NodeName: node, IP: ip, CliqueID: clique, Labelled: true, Ready: ready, Created: t0}
+}
+
+func entry(node, ip, clique string, index int, ready bool) Entry {
+	return Entry{NodeName: node, IPAddress: ip, CliqueID: clique, Index: index, Status: status(ready)}
+}
+
+func TestCompute(t *testing.T) {
+	cases := map[string]struct {
+		in   Input
+		want Result
+	}{
+		"new nodes get the lowest free indexes in node-name order": {
+			in: Input{
+				Pods:          []Pod{pod("n3", "127.0.0.3", c1, false), pod("n1", "127.0.0.1", c1, true), pod("n2", "127.0.0.2", c1, true)},
+				LabelledNodes: sets.New("n1", "n2", "n3"),
+				MaxNodes:      18,
+			},
+			want: Result{Cliques: map[string][]Entry{c1: {
+				entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 1, true), entry("n3", "127.0.0.3", c1, 2, false),
+			}}},
+		},
+		"existing indexes are kept and holes are filled first": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 0, true), entry("n3", "127.0.0.3", c1, 2, true)},
+				Pods:          []Pod{pod("n1", "127.0.0.1", c1, true), pod("n3", "127.0.0.3", c1, true), pod("n4", "127.0.0.4", c1, false)},
+				LabelledNodes: sets.New("n1", "n3", "n4"),
+				MaxNodes:      18,
+			},
+			want: Result{Cliques: map[string][]Entry{c1: {
+				entry("n1", "127.0.0.1", c1, 0, true), entry("n3", "127.0.0.3", c1, 2, true), entry("n4", "127.0.0.4", c1, 1, false),
+			}}},
+		},
+		"a labelled node whose pod is gone keeps its entry and index, not ready": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 5, true)},
+				LabelledNodes: sets.New("n1"),
+				MaxNodes:      18,
+			},
+			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 5, false)}}},
+		},
+		"a replacement pod not yet labelled keeps the index and takes the new IP": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 5, true)},
+				Pods:          []Pod{{NodeName: "n1", IP: "127.0.0.9", Created: t0}},
+				LabelledNodes: sets.New("n1"),
+				MaxNodes:      18,
+			},
+			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.9", c1, 5, false)}}},
+		},
+		"an IP change keeps the index": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 7, true)},
+				Pods:          []Pod{pod("n1", "127.0.0.8", c1, true)},
+				LabelledNodes: sets.New("n1"),
+				MaxNodes:      18,
+			},
+			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.8", c1, 7, true)}}},
+		},
+		"a node that lost the label loses its entry even while its pod lingers": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 1, true)},
+				Pods:          []Pod{pod("n1", "127.0.0.1", c1, true), pod("n2", "127.0.0.2", c1, true)},
+				LabelledNodes: sets.New("n1"),
+				MaxNodes:      18,
+			},
+			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 0, true)}}},
+		},
+		"a labelled node without pod or entry is not a member yet": {
+			in:   Input{LabelledNodes: sets.New("n1"), MaxNodes: 18},
+			want: Result{Cliques: map[string][]Entry{}},
+		},
+		"a pod its daemon has not labelled yet is not a member yet": {
+			in:   Input{Pods: []Pod{{NodeName: "n1", IP: "127.0.0.1"}}, LabelledNodes: sets.New("n1"), MaxNodes: 18},
+			want: Result{Cliques: map[string][]Entry{}},
+		},
+		"fabric-less pods are listed apart with index -1": {
+			in: Input{
+				Pods:          []Pod{pod("n1", "127.0.0.1", "", true), pod("n2", "127.0.0.2", c1, true)},
+				LabelledNodes: sets.New("n1", "n2"),
+				MaxNodes:      18,
+			},
+			want: Result{
+				Cliques:    map[string][]Entry{c1: {entry("n2", "127.0.0.2", c1, 0, true)}},
+				Fabricless: []Entry{entry("n1", "127.0.0.1", "", -1, true)},
+			},
+		},
+		"indexes are per clique": {
+			in: Input{
+				Pods:          []Pod{pod("a1", "127.0.0.1", c1, true), pod("b1", "127.0.0.2", c2, true)},
+				LabelledNodes: sets.New("a1", "b1"),
+				MaxNodes:      18,
+			},
+			want: Result{Cliques: map[string][]Entry{
+				c1: {entry("a1", "127.0.0.1", c1, 0, true)},
+				c2: {entry("b1", "127.0.0.2", c2, 0, true)},
+			}},
+		},
+		"a node that moved clique gets an index in the new one": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 3, true), entry("n2", "127.0.0.2", c2, 0, true)},
+				Pods:          []Pod{pod("n1", "127.0.0.1", c2, true), pod("n2", "127.0.0.2", c2, true)},
+				LabelledNodes: sets.New("n1", "n2"),
+				MaxNodes:      18,
+			},
+			want: Result{Cliques: map[string][]Entry{c2: {entry("n1", "127.0.0.1", c2, 1, true), entry("n2", "127.0.0.2", c2, 0, true)}}},
+		},
+		"a full clique leaves the rest waiting": {
+			in: Input{
+				Pods:          []Pod{pod("n1", "127.0.0.1", c1, true), pod("n2", "127.0.0.2", c1, true), pod("n3", "127.0.0.3", c1, true)},
+				LabelledNodes: sets.New("n1", "n2", "n3"),
+				MaxNodes:      2,
+			},
+			want: Result{
+				Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 1, true)}},
+				Waiting: map[string][]string{c1: {"n3"}},
+			},
+		},
+		"a duplicated index is kept by the first node and reassigned for the second": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 0, true)},
+				Pods:          []Pod{pod("n1", "127.0.0.1", c1, true), pod("n2", "127.0.0.2", c1, true)},
+				LabelledNodes: sets.New("n1", "n2"),
+				MaxNodes:      18,
+			},
+			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 1, true)}}},
+		},
+		"a running pod wins over a terminating one on the same node": {
+			in: Input{
+				Existing: []Entry{entry("n1", "127.0.0.1", c1, 4, true)},
+				Pods: []Pod{
+					{NodeName: "n1", IP: "127.0.0.1", CliqueID: c1, Labelled: true, Ready: true, Terminating: true, Created: t0.Add(time.Hour)},
+					{NodeName: "n1", IP: "127.0.0.7", CliqueID: c1, Labelled: true, Ready: false, Created: t0},
+				},
+				LabelledNodes: sets.New("n1"),
+				MaxNodes:      18,
+			},
+			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.7", c1, 4, false)}}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := Compute(tc.in)
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Compute (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestComputeEighteenAtOnceGetDistinctIndexes(t *testing.T) {
+	in := Input{LabelledNodes: sets.New[string](), MaxNodes: 18}
+	for i := range 18 {
+		node := fmt.Sprintf("node-%02d", 17-i)
+		in.Pods = append(in.Pods, pod(node, fmt.Sprintf("127.0.1.%d", i+1), c1, false))
+		in.LabelledNodes.Insert(node)
+	}
+	got := Compute(in).Cliques[c1]
+	seen := sets.New[int]()
+	for _, e := range got {
+		seen.Insert(e.Index)
+	}
+	if len(got) != 18 || seen.Len() != 18 || !seen.Has(0) || !seen.Has(17) {
+		t.Fatalf("want 18 entries with indexes 0..17, got %+v", got)
+	}
+	// Feeding the result back in changes nothing: indexes are stable.
+	again := Compute(Input{Existing: got, Pods: in.Pods, LabelledNodes: in.LabelledNodes, MaxNodes: 18}).Cliques[c1]
+	if diff := cmp.Diff(got, again); diff != "" {
+		t.Errorf("recomputing moved entries (-first +second):\n%s", diff)
+	}
+}
+
+func TestAggregate(t *testing.T) {
+	cases := map[string]struct {
+		res        Result
+		numNodes   int
+		wantStatus string
+		wantReason string
+		wantReady  int32
+		wantTotal  int32
+	}{
+		"all ready": {
+			res:        Result{Cliques: map[string][]Entry{c1: {entry("n1", "ip", c1, 0, true), entry("n2", "ip", c1, 1, true)}}},
+			numNodes:   2,
+			wantStatus: "Ready", wantReason: cdv1beta1.ReasonAllNodesReady, wantReady: 2, wantTotal: 2,
+		},
+		"fewer than numNodes": {
+			res:        Result{Cliques: map[string][]Entry{c1: {entry("n1", "ip", c1, 0, true)}}},
+			numNodes:   2,
+			wantStatus: "NotReady", wantReason: cdv1beta1.ReasonWaitingForNodes, wantReady: 1, wantTotal: 1,
+		},
+		"one not ready": {
+			res:        Result{Cliques: map[string][]Entry{c1: {entry("n1", "ip", c1, 0, true)}}, Fabricless: []Entry{entry("f1", "ip", "", -1, false)}},
+			numNodes:   0,
+			wantStatus: "NotReady", wantReason: cdv1beta1.ReasonDaemonsNotReady, wantReady: 1, wantTotal: 2,
+		},
+		"clique full": {
+			res:        Result{Cliques: map[string][]Entry{c1: {entry("n1", "ip", c1, 0, true)}}, Waiting: map[string][]string{c1: {"n2"}}},
+			wantStatus: "NotReady", wantReason: cdv1beta1.ReasonCliqueFull, wantReady: 1, wantTotal: 1,
+		},
+		"numNodes 0 and no nodes yet": {
+			res:        Result{},
+			wantStatus: "Ready", wantReason: cdv1beta1.ReasonAllNodesReady,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			st := Aggregate(tc.res, tc.numNodes, 3, nil)
+			c := findCondition(st.Conditions, cdv1beta1.ConditionReady)
+			if st.Status != tc.wantStatus || c.Reason != tc.wantReason || c.ObservedGeneration != 3 ||
+				st.ReadyNodes != tc.wantReady || st.TotalNodes != tc.wantTotal {
+				t.Errorf("got status=%s reason=%s gen=%d ready=%d total=%d; want %s %s 3 %d %d",
+					st.Status, c.Reason, c.ObservedGeneration, st.ReadyNodes, st.TotalNodes,
+					tc.wantStatus, tc.wantReason, tc.wantReady, tc.wantTotal)
+			}
+			if len(st.Nodes) != int(tc.wantTotal) {
+				t.Errorf("status.nodes has %d entries, want %d", len(st.Nodes), tc.wantTotal)
+			}
+		})
+	}
+}
+
+func TestAggregateOmitsNodesAboveTheLimit(t *testing.T) {
+	res := Result{Cliques: map[string][]Entry{}}
+	for i := range cdv1beta1.MaxStatusNodes + 1 {
+		id := fmt.Sprintf("uuid.%d", i/18)
+		res.Cliques[id] = append(res.Cliques[id], entry(fmt.Sprintf("n%05d", i), "ip", id, i%18, true))
+	}
+	st := Aggregate(res, 0, 1, nil)
+	if st.Nodes != nil {
+		t.Errorf("status.nodes has %d entries, want it omitted", len(st.Nodes))
+	}
+	c := findCondition(st.Conditions, cdv1beta1.ConditionNodesInStatus)
+	if c.Status != metav1.ConditionFalse || c.Reason != cdv1beta1.ReasonTooManyNodes {
+		t.Errorf("NodesInStatus = %s/%s, want False/%s", c.Status, c.Reason, cdv1beta1.ReasonTooManyNodes)
+	}
+	if st.TotalNodes != cdv1beta1.MaxStatusNodes+1 || len(st.Cliques) != (cdv1beta1.MaxStatusNodes/18)+1 || st.Status != "Ready" {
+		t.Errorf("summary: total=%d cliques=%d status=%s", st.TotalNodes, len(st.Cliques), st.Status)
+	}
+}
+
+func findCondition(conds []metav1.Condition, t string) metav1.Condition {
+	for _, c := range conds {
+		if c.Type == t {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}

@@ -1,0 +1,195 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/imex"
+)
+
+// Deps are what the daemon talks to.
+type Deps struct {
+	// Client reaches the apiserver with the daemon's identity.
+	Client client.WithWatch
+	// IMEX supervises the IMEX daemon of this node.
+	IMEX imex.Interface
+	// Log receives the daemon's log.
+	Log logr.Logger
+	// RestartBackoff is the first delay before restarting an IMEX that exited (default 1s,
+	// doubling up to 30s).
+	RestartBackoff time.Duration
+}
+
+// Run labels the pod with its clique and, on a node with a fabric, supervises IMEX until ctx
+// ends, then stops IMEX cleanly. A node without a fabric only labels its pod and idles.
+func Run(ctx context.Context, cfg Config, deps Deps) error {
+	log := deps.Log
+	if err := labelPod(ctx, deps.Client, cfg); err != nil {
+		return err
+	}
+	log.Info("Labelled pod with its clique", "pod", cfg.PodNamespace+"/"+cfg.PodName, "cliqueID", cfg.CliqueID)
+	if cfg.CliqueID == "" {
+		log.Info("No NVLink fabric on this node: nothing to run; idling")
+		<-ctx.Done()
+		return nil
+	}
+
+	notify := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case notify <- struct{}{}:
+		default:
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	view := &membershipView{
+		cliqueID: cfg.CliqueID,
+		clique: watchByName(wctx, deps.Client, &cdv1beta1.ComputeDomainCliqueList{}, &cdv1beta1.ComputeDomainClique{},
+			cfg.PodNamespace, cfg.CliqueObjectName(), signal),
+		domain: watchByName(wctx, deps.Client, &cdv1beta1.ComputeDomainList{}, &cdv1beta1.ComputeDomain{},
+			cfg.CDNamespace, cfg.CDName, signal),
+	}
+	s := &supervisor{cfg: cfg, deps: deps, view: view, log: log}
+	return s.loop(ctx, notify)
+}
+
+// labelPod sets the clique label on the daemon's own pod: its only write to the API.
+func labelPod(ctx context.Context, c client.Client, cfg Config) error {
+	pod := &metav1.PartialObjectMetadata{}
+	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	pod.Namespace, pod.Name = cfg.PodNamespace, cfg.PodName
+	patch := client.RawPatch("application/merge-patch+json",
+		fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, cdv1beta1.CliqueIDLabel, cfg.CliqueID))
+	var lastErr error
+	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 10, Cap: 10 * time.Second},
+		func(ctx context.Context) (bool, error) {
+			lastErr = c.Patch(ctx, pod, patch)
+			return lastErr == nil, nil
+		})
+	if err != nil {
+		return fmt.Errorf("labelling pod %s/%s with its clique: %w", cfg.PodNamespace, cfg.PodName, errors.Join(err, lastErr))
+	}
+	return nil
+}
+
+// supervisor runs IMEX as membership says.
+type supervisor struct {
+	cfg     Config
+	deps    Deps
+	view    *membershipView
+	log     logr.Logger
+	running bool
+	exited  <-chan error
+	backoff time.Duration
+	restart <-chan time.Time
+}
+
+func (s *supervisor) settings() imex.Settings {
+	return imex.Settings{
+		DNSNames: s.cfg.DNSNames, MaxNodes: s.cfg.MaxNodes, BindIP: s.cfg.PodIP,
+		IMEXConfigPath: s.cfg.IMEXConfigPath(), NodesConfigPath: s.cfg.NodesConfigPath(), HostsPath: s.cfg.HostsPath,
+	}
+}
+
+func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return s.stop()
+		case <-notify:
+		case err := <-s.exited:
+			s.running, s.exited = false, nil
+			s.log.Error(err, "IMEX exited; restarting it", "after", s.nextBackoff())
+			s.restart = time.After(s.backoff)
+			continue
+		case <-s.restart:
+			s.restart = nil
+		}
+		if !s.view.hasSynced() {
+			continue
+		}
+		if err := s.sync(ctx); err != nil {
+			s.log.Error(err, "Applying membership")
+		}
+	}
+}
+
+// sync writes the config for the current membership and starts or reloads IMEX. It waits for
+// this node's entry and index; a first start sends no reload.
+func (s *supervisor) sync(ctx context.Context) error {
+	peers, self := s.view.peers(s.cfg.NodeName)
+	if self == nil {
+		if !s.running {
+			s.log.V(1).Info("Waiting for this node's entry and index")
+		}
+		return nil
+	}
+	changes, err := imex.WriteConfig(s.settings(), peers)
+	if err != nil {
+		return fmt.Errorf("writing IMEX config: %w", err)
+	}
+	if !s.running {
+		if s.restart != nil {
+			return nil // a restart is scheduled
+		}
+		exited, err := s.deps.IMEX.Start(ctx)
+		if err != nil {
+			s.restart = time.After(s.nextBackoff())
+			return fmt.Errorf("starting IMEX: %w", err)
+		}
+		s.running, s.exited = true, exited
+		s.log.Info("Started IMEX", "index", self.Index, "peers", len(peers))
+		return nil
+	}
+	switch changes.Action() {
+	case imex.ActionReload:
+		s.log.Info("Membership changed; reloading IMEX", "peers", len(peers))
+		return s.deps.IMEX.Reload()
+	case imex.ActionRestart:
+		s.log.Info("IMEX configuration changed; restarting IMEX", "peers", len(peers))
+		if err := s.deps.IMEX.Stop(ctx); err != nil {
+			return err
+		}
+		s.running, s.exited = false, nil
+		return s.sync(ctx)
+	}
+	s.backoff = 0 // a stable run resets the backoff
+	return nil
+}
+
+func (s *supervisor) nextBackoff() time.Duration {
+	first := s.deps.RestartBackoff
+	if first <= 0 {
+		first = time.Second
+	}
+	switch {
+	case s.backoff == 0:
+		s.backoff = first
+	case s.backoff < 30*time.Second:
+		s.backoff *= 2
+	}
+	return s.backoff
+}
+
+func (s *supervisor) stop() error {
+	if !s.running {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	s.log.Info("Stopping IMEX")
+	if err := s.deps.IMEX.Stop(ctx); err != nil {
+		return fmt.Errorf("stopping IMEX: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,314 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/controller"
+	"cdplane/internal/controller/computedomain"
+	"cdplane/internal/daemon"
+	"cdplane/internal/features"
+	"cdplane/internal/imex"
+	"cdplane/internal/testutil"
+)
+
+const testClique = "7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11.1"
+
+// env is one test's world: a namespace for its domains, a driver namespace, and a controller
+// manager reconciling only this test's domains.
+type env struct {
+	t        *testing.T
+	ns       string
+	driverNS string
+	selector string
+	c        client.Client
+	stopMgr  func()
+}
+
+func newEnv(t *testing.T, cliques bool) *env {
+	t.Helper()
+	e := &env{t: t, c: testCluster.Client}
+	e.ns = testCluster.Namespace(t, nil)
+	e.driverNS = testCluster.Namespace(t, nil)
+	e.selector = e.ns
+	e.startManager(cliques)
+	return e
+}
+
+func (e *env) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+// startManager starts a controller manager with the ComputeDomainCliques gate set as given.
+func (e *env) startManager(cliques bool) {
+	e.t.Helper()
+	gates := features.NewGates()
+	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): cliques}); err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	o := controller.Options{
+		Options: computedomain.Options{
+			DriverNamespace: e.driverNS, DaemonImage: "cdplane:test", Gates: gates,
+			DaemonFeatureGates: features.DaemonGates(gates),
+		},
+		SkipNameValidation: true,
+		DomainSelector:     labels.SelectorFromSet(labels.Set{"cdplane.test/env": e.selector}),
+	}
+	mgr, err := controller.NewManager(ctx, testCluster.Config, o)
+	if err != nil {
+		cancel()
+		e.t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	e.stopMgr = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("controller manager: %v", err)
+			}
+		})
+	}
+	e.t.Cleanup(e.stopMgr)
+}
+
+// createCD creates a domain of this test and returns it as created.
+func (e *env) createCD(name string, numNodes int) *cdv1beta1.ComputeDomain {
+	e.t.Helper()
+	cd := testutil.MakeComputeDomain(name).Namespace(e.ns).NumNodes(numNodes).Label("cdplane.test/env", e.selector).Obj()
+	if err := e.c.Create(e.ctx(), cd); err != nil {
+		e.t.Fatal(err)
+	}
+	return cd
+}
+
+func (e *env) getCD(cd *cdv1beta1.ComputeDomain) *cdv1beta1.ComputeDomain {
+	e.t.Helper()
+	got := &cdv1beta1.ComputeDomain{}
+	if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(cd), got); err != nil {
+		e.t.Fatal(err)
+	}
+	return got
+}
+
+// eventually polls cond every 50ms until it holds, failing the test after timeout.
+func (e *env) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
+	e.t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		ok, err := cond()
+		last = err
+		return ok, nil
+	})
+	if err != nil {
+		e.t.Fatalf("%s: not true after %s (last error: %v)", what, timeout, last)
+	}
+}
+
+// waitStatus waits until the domain's status.status is want.
+func (e *env) waitStatus(cd *cdv1beta1.ComputeDomain, want string, timeout time.Duration) *cdv1beta1.ComputeDomain {
+	e.t.Helper()
+	var got *cdv1beta1.ComputeDomain
+	e.eventually(timeout, "ComputeDomain "+cd.Name+" "+want, func() (bool, error) {
+		got = &cdv1beta1.ComputeDomain{}
+		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(cd), got); err != nil {
+			return false, err
+		}
+		return got.Status.Status == want, nil
+	})
+	return got
+}
+
+var nextIP atomic.Int32
+
+// loopbackIP returns a fresh loopback address for a simulated pod.
+func loopbackIP() string {
+	n := nextIP.Add(1)
+	return fmt.Sprintf("127.1.%d.%d", n/250, n%250+1)
+}
+
+// node is a simulated node with its daemon pod, daemon and kubelet loop.
+type node struct {
+	e      *env
+	name   string
+	cd     *cdv1beta1.ComputeDomain
+	clique string
+	pod    *corev1.Pod
+	ip     string
+	dir    string
+	imex   imex.Interface
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// addNode creates a Node labelled for the domain.
+func (e *env) addNode(cd *cdv1beta1.ComputeDomain, name string) string {
+	e.t.Helper()
+	name = e.ns + "-" + name
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cdv1beta1.ComputeDomainLabel: string(cd.UID)}}}
+	if err := e.c.Create(e.ctx(), n); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), n) })
+	return name
+}
+
+// unlabelNode removes the domain label from a node, as unprepare does.
+func (e *env) unlabelNode(nodeName string) {
+	e.t.Helper()
+	n := &corev1.Node{}
+	if err := e.c.Get(e.ctx(), client.ObjectKey{Name: nodeName}, n); err != nil {
+		e.t.Fatal(err)
+	}
+	orig := n.DeepCopy()
+	delete(n.Labels, cdv1beta1.ComputeDomainLabel)
+	if err := e.c.Patch(e.ctx(), n, client.MergeFrom(orig)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// startDaemon creates the daemon pod for the node (as the DaemonSet controller and scheduler
+// would), starts the daemon on it and plays the kubelet: pod IP, then readiness from check.
+func (e *env) startDaemon(cd *cdv1beta1.ComputeDomain, nodeName, clique string) *node {
+	e.t.Helper()
+	n := &node{e: e, name: nodeName, cd: cd, clique: clique, ip: loopbackIP(), dir: e.t.TempDir()}
+	n.createPod()
+	n.start()
+	return n
+}
+
+func (n *node) createPod() {
+	e := n.e
+	e.t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: computedomain.DaemonSetName(string(n.cd.UID))[:30] + "-",
+			Namespace:    e.driverNS,
+			Labels:       map[string]string{cdv1beta1.ComputeDomainLabel: string(n.cd.UID), "app.kubernetes.io/managed-by": "cdplane"},
+		},
+		Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "daemon", Image: "cdplane:test"}}},
+	}
+	if err := e.c.Create(e.ctx(), pod); err != nil {
+		e.t.Fatal(err)
+	}
+	pod.Status.PodIP = n.ip
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	if err := e.c.Status().Update(e.ctx(), pod); err != nil {
+		e.t.Fatal(err)
+	}
+	n.pod = pod
+}
+
+func (n *node) config() daemon.Config {
+	return daemon.Config{
+		NodeName: n.name, PodIP: n.ip, PodName: n.pod.Name, PodNamespace: n.pod.Namespace, PodUID: string(n.pod.UID),
+		CliqueID: n.clique, CDUID: string(n.cd.UID), CDName: n.cd.Name, CDNamespace: n.cd.Namespace,
+		MaxNodes: 18, DNSNames: true, ConfigDir: n.dir, HostsPath: filepath.Join(n.dir, "hosts"),
+	}
+}
+
+func (n *node) start() {
+	e := n.e
+	cfg := n.config()
+	if err := os.WriteFile(cfg.HostsPath, []byte("127.0.0.1\tlocalhost\n"), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	c, err := client.NewWithWatch(testCluster.Config, client.Options{Scheme: testCluster.Scheme})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n.imex = imex.NewSim(imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath})
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel, n.done = cancel, make(chan error, 1)
+	go func() {
+		n.done <- daemon.Run(ctx, cfg, daemon.Deps{Client: c, IMEX: n.imex, Log: testr.New(e.t).WithValues("node", n.name), RestartBackoff: 100 * time.Millisecond})
+	}()
+	go n.kubelet(ctx, cfg)
+	e.t.Cleanup(n.stop)
+}
+
+// kubelet sets the pod's Ready condition from the daemon's check, like a readiness probe.
+func (n *node) kubelet(ctx context.Context, cfg daemon.Config) {
+	ready := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		now := daemon.Check(ctx, cfg, n.imex) == nil
+		if now == ready {
+			continue
+		}
+		pod := &corev1.Pod{}
+		if err := n.e.c.Get(ctx, client.ObjectKeyFromObject(n.pod), pod); err != nil {
+			continue
+		}
+		status := corev1.ConditionFalse
+		if now {
+			status = corev1.ConditionTrue
+		}
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+		if err := n.e.c.Status().Update(ctx, pod); err == nil {
+			ready = now
+		}
+	}
+}
+
+// stop ends the daemon (SIGTERM) and waits for it.
+func (n *node) stop() {
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	if err := <-n.done; err != nil {
+		n.e.t.Errorf("daemon on %s: %v", n.name, err)
+	}
+	n.cancel = nil
+}
+
+// forceDeletePod deletes the daemon pod with grace period 0, as `kubectl delete --force` does.
+func (n *node) forceDeletePod() {
+	n.e.t.Helper()
+	n.stop()
+	if err := n.e.c.Delete(n.e.ctx(), n.pod, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+		n.e.t.Fatal(err)
+	}
+}
+
+// status asks the node's simulated IMEX for its state.
+func (n *node) status() (imex.SimStatus, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return imex.QuerySim(ctx, n.config().IMEXConfigPath())
+}
+
+// entry returns the node's entry in the domain's status.
+func entryOf(cd *cdv1beta1.ComputeDomain, node string) (cdv1beta1.ComputeDomainNode, bool) {
+	for _, n := range cd.Status.Nodes {
+		if n.Name == node {
+			return n, true
+		}
+	}
+	return cdv1beta1.ComputeDomainNode{}, false
+}

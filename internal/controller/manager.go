@@ -116,7 +116,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
-	r := computedomain.New(mgr.GetClient(), o.Options)
+	r := computedomain.New(mgr.GetClient(), mgr.GetAPIReader(), o.Options)
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.Workers, SkipNameValidation: &o.SkipNameValidation}); err != nil {
 		return nil, fmt.Errorf("setting up the ComputeDomain controller: %w", err)
 	}

@@ -63,16 +63,19 @@ func (r *Reconciler) ensure(ctx context.Context, cd *cdv1beta1.ComputeDomain, de
 	key := client.ObjectKeyFromObject(desired)
 	err := r.client.Get(ctx, key, current)
 	if apierrors.IsNotFound(err) {
-		// AlreadyExists means it appeared since the cache was filled: the retry reads it.
-		if err := r.client.Create(ctx, desired); err != nil {
-			return "", fmt.Errorf("creating %s %s: %w", kind, key, err)
+		err = r.client.Create(ctx, desired)
+		if apierrors.IsAlreadyExists(err) {
+			// The cache holds only objects labelled for a domain: an unlabelled object of the
+			// same name is not in it. Read it from the apiserver to see whose it is.
+			err = r.reader.Get(ctx, key, current)
+		} else if err == nil {
+			ctrl.LoggerFrom(ctx).V(1).Info("Created object", "kind", kind, "object", klog.KObj(desired))
+			copyInto(desired, current)
+			return "", nil
 		}
-		ctrl.LoggerFrom(ctx).V(1).Info("Created object", "kind", kind, "object", klog.KObj(desired))
-		copyInto(desired, current)
-		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading %s %s: %w", kind, key, err)
+		return "", fmt.Errorf("ensuring %s %s: %w", kind, key, err)
 	}
 	if !createdFor(current.GetLabels(), string(cd.UID)) {
 		return fmt.Sprintf("%s %s exists and was not created for this ComputeDomain; it is left untouched (delete or rename it)", kind, key), nil

@@ -83,13 +83,16 @@ func (o *Options) Validate() error {
 // Reconciler reconciles ComputeDomains.
 type Reconciler struct {
 	client client.Client
+	// reader reads from the apiserver, bypassing the cache, for objects the cache does not hold.
+	reader client.Reader
 	opts   Options
 }
 
-// New returns a reconciler reading from and writing through c.
-func New(c client.Client, opts Options) *Reconciler {
+// New returns a reconciler reading from the cache through c, from the apiserver through reader,
+// and writing through c.
+func New(c client.Client, reader client.Reader, opts Options) *Reconciler {
 	opts.Defaults()
-	return &Reconciler{client: c, opts: opts}
+	return &Reconciler{client: c, reader: reader, opts: opts}
 }
 
 // Reconcile brings one ComputeDomain's objects, membership and status up to date.

@@ -1,0 +1,277 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/imex"
+)
+
+func TestFabriclessNodes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	cd := e.createCD("fabricless", 2)
+	n1, n2 := e.addNode(cd, "f1"), e.addNode(cd, "c1")
+	e.startDaemon(cd, n1, "")
+	e.startDaemon(cd, n2, testClique)
+	got := e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
+	f, ok := entryOf(got, n1)
+	if !ok || f.Index != -1 || f.CliqueID != "" || f.Status != cdv1beta1.StatusReady {
+		t.Errorf("fabric-less entry %+v (listed=%v), want index -1, empty clique, Ready", f, ok)
+	}
+	cliques := &cdv1beta1.ComputeDomainCliqueList{}
+	if err := e.c.List(e.ctx(), cliques, client.InNamespace(e.driverNS)); err != nil {
+		t.Fatal(err)
+	}
+	if len(cliques.Items) != 1 || len(cliques.Items[0].Daemons) != 1 || cliques.Items[0].Daemons[0].NodeName != n2 {
+		t.Errorf("cliques: %+v, want one holding only %s", cliques.Items, n2)
+	}
+}
+
+// TestIndexSurvivesPodReplacementAndIPChange: a force-deleted daemon pod replaced on the same
+// node, with a new IP, keeps the node's index; peers learn the new address.
+func TestIndexSurvivesPodReplacementAndIPChange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	cd := e.createCD("replace", 3)
+	var daemons []*node
+	for i := range 3 {
+		daemons = append(daemons, e.startDaemon(cd, e.addNode(cd, fmt.Sprintf("n%d", i)), testClique))
+	}
+	before := e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
+	victim := daemons[1]
+	old, _ := entryOf(before, victim.name)
+
+	victim.forceDeletePod()
+	e.eventually(10*time.Second, "entry NotReady after force deletion", func() (bool, error) {
+		cur := e.getCD(cd)
+		en, ok := entryOf(cur, victim.name)
+		return ok && en.Status == cdv1beta1.StatusNotReady && en.Index == old.Index, nil
+	})
+	replacement := e.startDaemon(cd, victim.name, testClique) // new pod, new loopback IP
+	after := e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
+	now, _ := entryOf(after, victim.name)
+	if now.Index != old.Index || now.IPAddress != replacement.ip || now.IPAddress == old.IPAddress {
+		t.Errorf("after replacement: entry %+v, want index %d and the new IP %s (old %s)", now, old.Index, replacement.ip, old.IPAddress)
+	}
+	for _, d := range []*node{daemons[0], daemons[2]} {
+		e.eventually(10*time.Second, "peers reconnect to the new address", func() (bool, error) {
+			st, err := d.status()
+			return err == nil && sets.New(st.Connected...).Has(replacement.ip), err
+		})
+	}
+	// Nobody else's index moved.
+	for _, d := range []*node{daemons[0], daemons[2]} {
+		b, _ := entryOf(before, d.name)
+		a, _ := entryOf(after, d.name)
+		if a.Index != b.Index {
+			t.Errorf("index of %s moved from %d to %d", d.name, b.Index, a.Index)
+		}
+	}
+}
+
+// TestEighteenJoinAtOnce: a full clique joins at once and gets 18 distinct indexes, with no
+// write conflict anywhere (read from the apiserver's own metrics).
+func TestEighteenJoinAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	cd := e.createCD("eighteen", 18)
+	var nodes []string
+	for i := range 18 {
+		nodes = append(nodes, e.addNode(cd, fmt.Sprintf("n%02d", i)))
+	}
+	conflictsBefore := apiserverConflicts(t, cdv1beta1.GroupName)
+	for _, n := range nodes {
+		go e.startDaemon(cd, n, testClique)
+	}
+	got := e.waitStatus(cd, cdv1beta1.StatusReady, 60*time.Second)
+	idx := sets.New[int]()
+	for _, n := range got.Status.Nodes {
+		idx.Insert(n.Index)
+	}
+	if len(got.Status.Nodes) != 18 || idx.Len() != 18 || !idx.Has(0) || !idx.Has(17) {
+		t.Errorf("want 18 entries with indexes 0..17, got %d entries, indexes %v", len(got.Status.Nodes), sets.List(idx))
+	}
+	if d := apiserverConflicts(t, cdv1beta1.GroupName) - conflictsBefore; d != 0 {
+		t.Errorf("%v write conflicts (409) on %s objects while 18 daemons joined, want 0", d, cdv1beta1.GroupName)
+	}
+}
+
+// TestIMEXCrashRestartsAndReloadsOnlyOnChange: IMEX restarts after a crash; SIGUSR1 (a reload)
+// follows membership changes only.
+func TestIMEXCrashRestartsAndReloadsOnlyOnChange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	cd := e.createCD("crash", 0)
+	d1 := e.startDaemon(cd, e.addNode(cd, "n1"), testClique)
+	e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
+	st, err := d1.status()
+	if err != nil || st.Reloads != 0 {
+		t.Fatalf("after the first start: reloads=%d (err=%v), want 0", st.Reloads, err)
+	}
+	d2 := e.startDaemon(cd, e.addNode(cd, "n2"), testClique)
+	e.eventually(20*time.Second, "a reload after a peer joined", func() (bool, error) {
+		st, err := d1.status()
+		return err == nil && st.Reloads == 1 && sets.New(st.Connected...).Has(d2.ip), err
+	})
+	e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
+	// A change that leaves the peers as they are (a CD label change triggers a reconcile and
+	// the daemon's watch) sends no reload.
+	cur := e.getCD(cd)
+	cur.Labels["touch"] = "1"
+	if err := e.c.Update(e.ctx(), cur); err != nil {
+		t.Fatal(err)
+	}
+	// A third node joins after that change: exactly one more reload means the touch sent none
+	// (the daemon handles its events in order, and the touch came first).
+	d3 := e.startDaemon(cd, e.addNode(cd, "n3"), testClique)
+	e.eventually(20*time.Second, "n3 connected", func() (bool, error) {
+		st, err := d1.status()
+		return err == nil && sets.New(st.Connected...).Has(d3.ip), err
+	})
+	if st, _ := d1.status(); st.Reloads != 2 {
+		t.Errorf("reloads=%d after one no-op change and one peer joining, want 2", st.Reloads)
+	}
+
+	// Crash IMEX on n2: the domain goes NotReady, the daemon restarts IMEX, Ready again.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := imex.CrashSim(ctx, d2.config().IMEXConfigPath()); err != nil {
+		t.Fatal(err)
+	}
+	e.waitStatus(cd, cdv1beta1.StatusNotReady, 10*time.Second)
+	e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
+	e.eventually(10*time.Second, "restarted IMEX reconnected", func() (bool, error) {
+		st, err := d2.status()
+		return err == nil && sets.New(st.Connected...).Has(d1.ip), err
+	})
+}
+
+// TestForeignClaimTemplateIsLeftAlone: a pre-existing template of the same name, not created for
+// the domain, is never changed or deleted, and the clash is reported on the domain.
+func TestForeignClaimTemplateIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	foreign := &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "clash-channel", Namespace: e.ns, Labels: map[string]string{"team": "other"}},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.example.com"}}},
+		}}},
+	}
+	if err := e.c.Create(e.ctx(), foreign); err != nil {
+		t.Fatal(err)
+	}
+	cd := e.createCD("clash", 0)
+	e.eventually(10*time.Second, "the clash is reported", func() (bool, error) {
+		for _, c := range e.getCD(cd).Status.Conditions {
+			if c.Type == cdv1beta1.ConditionResourcesCreated && c.Status == metav1.ConditionFalse && c.Reason == cdv1beta1.ReasonNameClash {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err := e.c.Delete(e.ctx(), cd); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(20*time.Second, "domain deleted", func() (bool, error) {
+		err := e.c.Get(context.Background(), client.ObjectKeyFromObject(cd), &cdv1beta1.ComputeDomain{})
+		return client.IgnoreNotFound(err) == nil && err != nil, nil
+	})
+	after := &resourcev1.ResourceClaimTemplate{}
+	if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(foreign), after); err != nil {
+		t.Fatalf("the foreign template is gone: %v", err)
+	}
+	if after.ResourceVersion != foreign.ResourceVersion {
+		t.Errorf("the foreign template was written: resourceVersion %s -> %s", foreign.ResourceVersion, after.ResourceVersion)
+	}
+}
+
+// TestGateFlipKeepsDomainsReady restarts the controller with the ComputeDomainCliques gate
+// flipped, both ways, while a domain is live: it stays Ready, no index moves, the DaemonSet is
+// not rolled and IMEX is not reloaded.
+func TestGateFlipKeepsDomainsReady(t *testing.T) {
+	t.Parallel()
+	for name, startWithCliques := range map[string]bool{"on to off to on": true, "off to on to off": false} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, startWithCliques)
+			cd := e.createCD("flip", 3)
+			var daemons []*node
+			for i := range 3 {
+				daemons = append(daemons, e.startDaemon(cd, e.addNode(cd, fmt.Sprintf("n%d", i)), testClique))
+			}
+			before := e.waitStatus(cd, cdv1beta1.StatusReady, 30*time.Second)
+			ds := daemonSetOf(t, e, cd)
+			// Daemons that started before all peers joined have reloaded already: count from here.
+			reloads := map[string]int{}
+			for _, d := range daemons {
+				e.eventually(10*time.Second, "IMEX connected to both peers", func() (bool, error) {
+					st, err := d.status()
+					reloads[d.name] = st.Reloads
+					return err == nil && len(st.Connected) == 2, err
+				})
+			}
+			gate := startWithCliques
+			for range 2 {
+				gate = !gate
+				e.stopMgr()
+				e.startManager(gate)
+				e.eventually(20*time.Second, fmt.Sprintf("cliques present=%v", gate), func() (bool, error) {
+					list := &cdv1beta1.ComputeDomainCliqueList{}
+					if err := e.c.List(context.Background(), list, client.InNamespace(e.driverNS)); err != nil {
+						return false, err
+					}
+					return (len(list.Items) == 1) == gate, nil
+				})
+				after := e.getCD(cd)
+				if after.Status.Status != cdv1beta1.StatusReady {
+					t.Errorf("gate=%v: status %s, want Ready", gate, after.Status.Status)
+				}
+				for _, b := range before.Status.Nodes {
+					a, ok := entryOf(after, b.Name)
+					if !ok || a.Index != b.Index {
+						t.Errorf("gate=%v: entry of %s is %+v (listed=%v), want index %d", gate, b.Name, a, ok, b.Index)
+					}
+				}
+				if got := daemonSetOf(t, e, cd); got.Generation != ds.Generation {
+					t.Errorf("gate=%v: DaemonSet generation %d -> %d: the flip rolled the daemons", gate, ds.Generation, got.Generation)
+				}
+				for _, d := range daemons {
+					if st, err := d.status(); err != nil || st.Reloads != reloads[d.name] {
+						t.Errorf("gate=%v: IMEX on %s reloaded %d times since the flip (err=%v), want 0", gate, d.name, st.Reloads-reloads[d.name], err)
+					}
+				}
+			}
+		})
+	}
+}
+
+func daemonSetOf(t *testing.T, e *env, cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
+	t.Helper()
+	ds := &appsv1.DaemonSet{}
+	if err := e.c.Get(e.ctx(), client.ObjectKey{Namespace: e.driverNS, Name: "computedomain-daemon-" + string(cd.UID)}, ds); err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+// apiserverConflicts sums the apiserver's 409 responses for a group.
+func apiserverConflicts(t *testing.T, group string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := testCluster.MetricSum(ctx, "apiserver_request_total", map[string]string{"code": "409", "group": group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

@@ -58,6 +58,10 @@ func run(args []string) error {
 	defer logs.FlushLogs()
 	ctrl.SetLogger(klog.Background())
 	o.DaemonFeatureGates = features.DaemonGates(features.Gates)
+	o.Defaults()
+	if err := o.Validate(); err != nil {
+		return err
+	}
 
 	cfg, err := kube.Config()
 	if err != nil {

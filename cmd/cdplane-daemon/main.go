@@ -3,10 +3,11 @@
 package main
 
 import (
-	"context"
+	goflag "flag"
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
@@ -49,13 +50,27 @@ func run(args []string) error {
 			return fmt.Errorf("FEATURE_GATES: %w", err)
 		}
 	}
-	cfg, err := daemon.ConfigFromEnv(os.LookupEnv, func() (string, error) { return discoverClique(*nvmlBackend) })
+	if err := features.Validate(features.Gates); err != nil {
+		return err
+	}
+	ctx := ctrl.SetupSignalHandler()
+	discover := func() (string, error) {
+		d, err := nvml.New(*nvmlBackend, nvml.Options{})
+		if err != nil {
+			return "", err
+		}
+		return daemon.DiscoverClique(ctx, d, features.Enabled(features.CrashOnNVLinkFabricErrors), 5*time.Second, klog.Background())
+	}
+	cfg, err := daemon.ConfigFromEnv(os.LookupEnv, discover)
 	if err != nil {
 		return err
 	}
 	cfg.DNSNames = features.Enabled(features.IMEXDaemonsWithDNSNames)
-	fsV := klog.Level(cfg.LogVerbosity)
-	_ = fsV.Set(strconv.Itoa(cfg.LogVerbosity))
+	var klogFlags goflag.FlagSet
+	klog.InitFlags(&klogFlags)
+	if err := klogFlags.Set("v", strconv.Itoa(cfg.LogVerbosity)); err != nil {
+		return err
+	}
 	log := klog.Background().WithValues("node", cfg.NodeName, "computeDomain", cfg.CDNamespace+"/"+cfg.CDName)
 	ctrl.SetLogger(log)
 
@@ -63,7 +78,6 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx := ctrl.SetupSignalHandler()
 	if cmd == "check" {
 		return daemon.Check(ctx, cfg, x)
 	}
@@ -76,18 +90,6 @@ func run(args []string) error {
 		return fmt.Errorf("creating the API client: %w", err)
 	}
 	return daemon.Run(ctx, cfg, daemon.Deps{Client: c, IMEX: x, Log: log})
-}
-
-func discoverClique(backend string) (string, error) {
-	d, err := nvml.New(backend, nvml.Options{})
-	if err != nil {
-		return "", err
-	}
-	res, err := d.Discover(context.Background())
-	if err != nil {
-		return "", err
-	}
-	return res.CliqueID, nil
 }
 
 func envOr(name, def string) string {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	cdv1beta1 "cdplane/api/v1beta1"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/imex"
 )
 
@@ -52,13 +52,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	view := &membershipView{
-		cliqueID: cfg.CliqueID,
-		clique: watchByName(wctx, deps.Client, &cdv1beta1.ComputeDomainCliqueList{}, &cdv1beta1.ComputeDomainClique{},
-			cfg.PodNamespace, cfg.CliqueObjectName(), signal),
-		domain: watchByName(wctx, deps.Client, &cdv1beta1.ComputeDomainList{}, &cdv1beta1.ComputeDomain{},
-			cfg.CDNamespace, cfg.CDName, signal),
-	}
+	view := newMembershipView(wctx, deps.Client, cfg, signal)
+	defer view.close()
 	s := &supervisor{cfg: cfg, deps: deps, view: view, log: log}
 	return s.loop(ctx, notify)
 }
@@ -92,6 +87,7 @@ type supervisor struct {
 	exited  <-chan error
 	backoff time.Duration
 	restart <-chan time.Time
+	retry   <-chan time.Time
 }
 
 func (s *supervisor) settings() imex.Settings {
@@ -102,6 +98,8 @@ func (s *supervisor) settings() imex.Settings {
 }
 
 func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
+	// An absent clique sends no event: look once the watch had time to sync.
+	s.retry = time.After(50 * time.Millisecond)
 	for {
 		select {
 		case <-ctx.Done():
@@ -114,8 +112,12 @@ func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
 			continue
 		case <-s.restart:
 			s.restart = nil
+		case <-s.retry:
+			s.retry = nil
 		}
-		if !s.view.hasSynced() {
+		if !s.view.update() {
+			// A watch has not synced yet; its events may have come before it had: look again.
+			s.retry = time.After(100 * time.Millisecond)
 			continue
 		}
 		if err := s.sync(ctx); err != nil {

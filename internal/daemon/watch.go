@@ -56,10 +56,52 @@ func (s *source) get() any {
 
 // membershipView reads the daemon's peers from its clique when it exists, otherwise from its
 // domain's status.nodes (the entries of its clique), so the daemon behaves the same whichever
-// way the ComputeDomainCliques gate is set.
+// way the ComputeDomainCliques gate is set. The domain is watched only while the clique does
+// not exist: a domain's status changes with every node of every clique, and thousands of
+// daemons need not receive it when their clique carries what they need.
 type membershipView struct {
-	clique, domain *source
-	cliqueID       string
+	ctx    context.Context
+	c      client.WithWatch
+	cfg    Config
+	notify func()
+
+	clique     *source
+	domain     *source
+	stopDomain context.CancelFunc
+}
+
+func newMembershipView(ctx context.Context, c client.WithWatch, cfg Config, notify func()) *membershipView {
+	return &membershipView{
+		ctx: ctx, c: c, cfg: cfg, notify: notify,
+		clique: watchByName(ctx, c, &cdv1beta1.ComputeDomainCliqueList{}, &cdv1beta1.ComputeDomainClique{},
+			cfg.PodNamespace, cfg.CliqueObjectName(), notify),
+	}
+}
+
+// update starts or stops the domain watch as the clique comes and goes, and reports whether the
+// view is complete (every running watch has synced).
+func (m *membershipView) update() bool {
+	if !m.clique.ctrl.HasSynced() {
+		return false
+	}
+	_, hasClique := m.clique.get().(*cdv1beta1.ComputeDomainClique)
+	switch {
+	case hasClique && m.domain != nil:
+		m.stopDomain()
+		m.domain, m.stopDomain = nil, nil
+	case !hasClique && m.domain == nil:
+		ctx, cancel := context.WithCancel(m.ctx)
+		m.domain = watchByName(ctx, m.c, &cdv1beta1.ComputeDomainList{}, &cdv1beta1.ComputeDomain{},
+			m.cfg.CDNamespace, m.cfg.CDName, m.notify)
+		m.stopDomain = cancel
+	}
+	return m.domain == nil || m.domain.ctrl.HasSynced()
+}
+
+func (m *membershipView) close() {
+	if m.stopDomain != nil {
+		m.stopDomain()
+	}
 }
 
 // peers returns the clique's members with an index, and this node's entry if it has one.
@@ -67,10 +109,12 @@ func (m *membershipView) peers(node string) (peers []imex.Peer, self *imex.Peer)
 	var entries []cdv1beta1.ComputeDomainDaemonInfo
 	if c, ok := m.clique.get().(*cdv1beta1.ComputeDomainClique); ok && c != nil {
 		entries = c.Daemons
-	} else if cd, ok := m.domain.get().(*cdv1beta1.ComputeDomain); ok && cd != nil {
-		for _, n := range cd.Status.Nodes {
-			if n.CliqueID == m.cliqueID {
-				entries = append(entries, cdv1beta1.ComputeDomainDaemonInfo{NodeName: n.Name, IPAddress: n.IPAddress, CliqueID: n.CliqueID, Index: n.Index, Status: n.Status})
+	} else if m.domain != nil {
+		if cd, ok := m.domain.get().(*cdv1beta1.ComputeDomain); ok && cd != nil {
+			for _, n := range cd.Status.Nodes {
+				if n.CliqueID == m.cfg.CliqueID {
+					entries = append(entries, cdv1beta1.ComputeDomainDaemonInfo{NodeName: n.Name, IPAddress: n.IPAddress, CliqueID: n.CliqueID, Index: n.Index, Status: n.Status})
+				}
 			}
 		}
 	}
@@ -86,8 +130,4 @@ func (m *membershipView) peers(node string) (peers []imex.Peer, self *imex.Peer)
 	}
 	sort.Slice(peers, func(i, j int) bool { return peers[i].Index < peers[j].Index })
 	return peers, self
-}
-
-func (m *membershipView) hasSynced() bool {
-	return m.clique.ctrl.HasSynced() && m.domain.ctrl.HasSynced()
 }

@@ -5,7 +5,9 @@
 package controller
 
 import (
+	"github.com/go-logr/logr"
 	"os"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"testing"
 
 	"cdplane/internal/testutil/cluster"
@@ -15,4 +17,8 @@ var testCluster *cluster.Cluster
 
 func TestMain(m *testing.M) {
 	os.Exit(cluster.Main(m, cluster.Options{ControllerManager: true, Controllers: []string{"garbagecollector"}}, &testCluster))
+}
+
+func init() {
+	ctrl.SetLogger(logr.Discard())
 }

@@ -1,0 +1,165 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/daemon"
+	"cdplane/internal/imex"
+)
+
+var (
+	mapperOnce sync.Once
+	mapper     meta.RESTMapper
+	mapperErr  error
+)
+
+// newClient returns a client for cfg sharing one REST mapper, so that thousands of instances do
+// not each run discovery.
+func newClient(cfg *rest.Config) (client.WithWatch, error) {
+	mapperOnce.Do(func() {
+		mapper, mapperErr = newMapper(cfg)
+	})
+	if mapperErr != nil {
+		return nil, mapperErr
+	}
+	return client.NewWithWatch(cfg, client.Options{Scheme: newScheme(), Mapper: mapper})
+}
+
+// runInstance plays one node: the kubelet starts the pod (IP), the daemon registers by the
+// mode's protocol, and the kubelet marks the pod Ready once the daemon's check passes. It
+// returns once the pod is Ready.
+func runInstance(ctx context.Context, w *world, inst instance, mode string, o Options) error {
+	kc, err := newClient(inst.kubelet)
+	if err != nil {
+		return err
+	}
+	dc, err := newClient(inst.daemon)
+	if err != nil {
+		return err
+	}
+	pod := w.pods[inst.i].DeepCopy()
+	ip := w.ip(inst.i)
+	if err := setPodStatus(ctx, kc, pod, ip, false); err != nil {
+		return err
+	}
+	cfg := daemon.Config{
+		NodeName: w.nodes[inst.i], PodIP: ip, PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: string(pod.UID),
+		CliqueID: w.clique(inst.i, o.CliqueSize), CDUID: string(w.cd.UID), CDName: w.cd.Name, CDNamespace: w.cd.Namespace,
+		MaxNodes: o.CliqueSize, DNSNames: true,
+	}
+	x := &instantIMEX{}
+	switch mode {
+	case ModeCdplane, ModeCdplaneGateOff:
+		dir, err := os.MkdirTemp("", "cdplane-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cfg.ConfigDir, cfg.HostsPath = dir, dir+"/hosts"
+		go func() { _ = daemon.Run(ctx, cfg, daemon.Deps{Client: dc, IMEX: x, Log: logr.Discard()}) }()
+	case modeFloor:
+		if err := floorDaemon(ctx, dc, cfg); err != nil {
+			return err
+		}
+		x.started.Store(true)
+	case ModePeerLegacy:
+		go func() { _ = peerDaemon(ctx, dc, cfg, x, legacyStore{c: dc, cd: w.cd}) }()
+	case ModePeerCliques:
+		go func() {
+			_ = peerDaemon(ctx, dc, cfg, x, cliqueStore{c: dc, ns: w.driverNS, name: cfg.CliqueObjectName(), cliqueID: cfg.CliqueID})
+		}()
+	}
+	// The kubelet's readiness probe, every 100ms.
+	for {
+		if x.Ready(ctx) == nil {
+			return setPodStatus(ctx, kc, pod, ip, true)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// setPodStatus patches the pod's status as the kubelet does (a patch, no resourceVersion: the
+// kubelet owns these fields).
+func setPodStatus(ctx context.Context, c client.Client, pod *corev1.Pod, ip string, ready bool) error {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	patch := fmt.Appendf(nil, `{"status":{"phase":"Running","podIP":%q,"podIPs":[{"ip":%q}],"conditions":[{"type":"Ready","status":%q,"lastTransitionTime":%q}]}}`,
+		ip, ip, status, metav1.Now().UTC().Format(time.RFC3339))
+	if err := c.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil {
+		return fmt.Errorf("updating pod status: %w", err)
+	}
+	return nil
+}
+
+// floorDaemon opens the watches a daemon opens and makes its one write (the pod label).
+func floorDaemon(ctx context.Context, c client.WithWatch, cfg daemon.Config) error {
+	for _, l := range []client.ObjectList{&cdv1beta1.ComputeDomainCliqueList{}, &cdv1beta1.ComputeDomainList{}} {
+		ns, name := cfg.PodNamespace, cfg.CliqueObjectName()
+		if _, ok := l.(*cdv1beta1.ComputeDomainList); ok {
+			ns, name = cfg.CDNamespace, cfg.CDName
+		}
+		wi, err := c.Watch(ctx, l, client.InNamespace(ns), client.MatchingFields{"metadata.name": name})
+		if err != nil {
+			return err
+		}
+		go func() {
+			<-ctx.Done()
+			wi.Stop()
+		}()
+		go func() {
+			for range wi.ResultChan() {
+			}
+		}()
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: cfg.PodName, Namespace: cfg.PodNamespace}}
+	patch := client.RawPatch("application/merge-patch+json",
+		fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, cdv1beta1.CliqueIDLabel, cfg.CliqueID))
+	return c.Patch(ctx, pod, patch)
+}
+
+// instantIMEX stands in for IMEX in the benchmark, which measures the registration protocol:
+// it is ready as soon as it was started.
+type instantIMEX struct {
+	started atomic.Bool
+	exited  chan error
+}
+
+func (x *instantIMEX) Start(context.Context) (<-chan error, error) {
+	x.started.Store(true)
+	x.exited = make(chan error, 1)
+	return x.exited, nil
+}
+func (x *instantIMEX) Reload() error { return nil }
+func (x *instantIMEX) Stop(context.Context) error {
+	if x.exited != nil {
+		x.exited <- nil
+	}
+	x.started.Store(false)
+	return nil
+}
+func (x *instantIMEX) Ready(context.Context) error {
+	if !x.started.Load() {
+		return imex.ErrNotReady
+	}
+	return nil
+}

@@ -1,0 +1,222 @@
+// Package bench measures daemon registration: N daemons joining one ComputeDomain against a real
+// apiserver, with this design's single-writer protocol and with reproductions of the original's
+// protocols, each compared to the floor of the writes no protocol can avoid.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/controller"
+)
+
+const (
+	daemonSA      = "cdplane-daemon"
+	benchRoleName = "cdplane-bench-daemon"
+	benchNodeRole = "cdplane-bench-node"
+	benchEnvLabel = "cdplane.bench/run"
+	daemonQPS     = 5
+	daemonBurst   = 10
+	kubeletQPS    = 50
+	kubeletBurst  = 100
+	setupQPS      = 2000
+	setupBurst    = 4000
+	setupWorkers  = 32
+)
+
+// writeCounter counts mutating requests going through a transport.
+type writeCounter struct{ n atomic.Int64 }
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		switch r.Method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			w.n.Add(1)
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// identity returns a config acting as user/groups through impersonation, with its own rate
+// limiter (qps, burst) and its writes counted in counter.
+func identity(base *rest.Config, user string, groups []string, qps float32, burst int, counter *writeCounter) *rest.Config {
+	cfg := rest.CopyConfig(base)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append(groups, "system:authenticated")}
+	cfg.QPS, cfg.Burst = qps, burst
+	if counter != nil {
+		cfg.Wrap(counter.wrap)
+	}
+	return cfg
+}
+
+func daemonUser(ns string) (string, []string) {
+	return "system:serviceaccount:" + ns + ":" + daemonSA, []string{"system:serviceaccounts", "system:serviceaccounts:" + ns}
+}
+
+func nodeUser(node string) (string, []string) {
+	return "system:node:" + node, []string{"system:nodes"}
+}
+
+// ensureRBAC grants the daemon service accounts and the node identities what the protocols need.
+func ensureRBAC(ctx context.Context, c client.Client) error {
+	roles := []*rbacv1.ClusterRole{
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: benchRoleName},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
+				{APIGroups: []string{cdv1beta1.GroupName}, Resources: []string{"computedomains", "computedomaincliques"}, Verbs: []string{"get", "list", "watch"}},
+				// The peer protocols write membership from the daemons; cdplane's daemons never do.
+				{APIGroups: []string{cdv1beta1.GroupName}, Resources: []string{"computedomains/status"}, Verbs: []string{"get", "update"}},
+				{APIGroups: []string{cdv1beta1.GroupName}, Resources: []string{"computedomaincliques"}, Verbs: []string{"create", "update"}},
+			},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: benchNodeRole},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "pods/status"}, Verbs: []string{"get", "update", "patch"}}},
+		},
+	}
+	bindings := []*rbacv1.ClusterRoleBinding{
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: benchRoleName},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: benchRoleName},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts"}},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: benchNodeRole},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: benchNodeRole},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}},
+		},
+	}
+	for _, r := range roles {
+		if err := client.IgnoreAlreadyExists(c.Create(ctx, r)); err != nil {
+			return fmt.Errorf("creating ClusterRole %s: %w", r.Name, err)
+		}
+	}
+	for _, b := range bindings {
+		if err := client.IgnoreAlreadyExists(c.Create(ctx, b)); err != nil {
+			return fmt.Errorf("creating ClusterRoleBinding %s: %w", b.Name, err)
+		}
+	}
+	return nil
+}
+
+// parallel runs fn(i) for i in [0,n) on workers goroutines and returns the first error.
+func parallel(n, workers int, fn func(i int) error) error {
+	var (
+		wg    sync.WaitGroup
+		next  atomic.Int64
+		first atomic.Pointer[error]
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || first.Load() != nil {
+					return
+				}
+				if err := fn(i); err != nil {
+					first.CompareAndSwap(nil, &err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := first.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// world is one mode's namespaces, domain, nodes and pods.
+type world struct {
+	run      string
+	driverNS string
+	cdNS     string
+	cd       *cdv1beta1.ComputeDomain
+	nodes    []string
+	pods     []*corev1.Pod
+	cliques  []string
+}
+
+// newWorld creates the namespaces, the domain, N labelled nodes and N bound daemon pods (what
+// the DaemonSet controller and scheduler would have made) with a fast admin client.
+func newWorld(ctx context.Context, c client.Client, run string, n, cliqueSize int) (*world, error) {
+	w := &world{run: run, driverNS: run + "-driver", cdNS: run + "-ws"}
+	for _, ns := range []string{w.driverNS, w.cdNS} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return nil, fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	w.cd = &cdv1beta1.ComputeDomain{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: w.cdNS, Labels: map[string]string{benchEnvLabel: run}},
+		Spec: cdv1beta1.ComputeDomainSpec{NumNodes: n, Channel: &cdv1beta1.ComputeDomainChannelSpec{
+			ResourceClaimTemplate: cdv1beta1.ComputeDomainResourceClaimTemplate{Name: "bench-channel"},
+		}},
+	}
+	if err := c.Create(ctx, w.cd); err != nil {
+		return nil, fmt.Errorf("creating the ComputeDomain: %w", err)
+	}
+	uid := string(w.cd.UID)
+	w.nodes = make([]string, n)
+	w.pods = make([]*corev1.Pod, n)
+	for i := range n {
+		w.nodes[i] = fmt.Sprintf("%s-node-%05d", run, i)
+		if i%cliqueSize == 0 {
+			w.cliques = append(w.cliques, fmt.Sprintf("00000000-0000-4000-8000-%012d.%d", i/cliqueSize, 1))
+		}
+	}
+	err := parallel(n, setupWorkers, func(i int) error {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name: w.nodes[i], Labels: map[string]string{cdv1beta1.ComputeDomainLabel: uid, benchEnvLabel: run},
+		}}
+		if err := c.Create(ctx, node); err != nil {
+			return fmt.Errorf("creating node %s: %w", node.Name, err)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("daemon-%05d", i), Namespace: w.driverNS,
+				Labels: map[string]string{cdv1beta1.ComputeDomainLabel: uid, "app.kubernetes.io/managed-by": "cdplane"},
+			},
+			Spec: corev1.PodSpec{NodeName: w.nodes[i], ServiceAccountName: daemonSA,
+				Containers: []corev1.Container{{Name: "daemon", Image: "cdplane:bench"}}},
+		}
+		if err := c.Create(ctx, pod); err != nil {
+			return fmt.Errorf("creating pod %s: %w", pod.Name, err)
+		}
+		w.pods[i] = pod
+		return nil
+	})
+	return w, err
+}
+
+func (w *world) clique(i, cliqueSize int) string { return w.cliques[i/cliqueSize] }
+
+func (w *world) ip(i int) string {
+	return fmt.Sprintf("127.%d.%d.%d", 10+i/65025, (i/255)%255, i%255+1)
+}
+
+// cleanup deletes what the world created.
+func (w *world) cleanup(ctx context.Context, c client.Client) {
+	_ = c.DeleteAllOf(ctx, &corev1.Node{}, client.MatchingLabels{benchEnvLabel: w.run})
+	for _, ns := range []string{w.driverNS, w.cdNS} {
+		_ = c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+}
+
+var newScheme = controller.NewScheme

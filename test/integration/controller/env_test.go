@@ -38,11 +38,12 @@ type env struct {
 	selector string
 	c        client.Client
 	stopMgr  func()
+	opts     []func(*controller.Options)
 }
 
-func newEnv(t *testing.T, cliques bool) *env {
+func newEnv(t *testing.T, cliques bool, opts ...func(*controller.Options)) *env {
 	t.Helper()
-	e := &env{t: t, c: testCluster.Client}
+	e := &env{t: t, c: testCluster.Client, opts: opts}
 	e.ns = testCluster.Namespace(t, nil)
 	e.driverNS = testCluster.Namespace(t, nil)
 	e.selector = e.ns
@@ -71,6 +72,9 @@ func (e *env) startManager(cliques bool) {
 		},
 		SkipNameValidation: true,
 		DomainSelector:     labels.SelectorFromSet(labels.Set{"cdplane.test/env": e.selector}),
+	}
+	for _, opt := range e.opts {
+		opt(&o)
 	}
 	mgr, err := controller.NewManager(ctx, testCluster.Config, o)
 	if err != nil {

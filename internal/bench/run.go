@@ -59,6 +59,9 @@ type Result struct {
 	P50Ms            float64 `json:"p50_ms"`
 	P99Ms            float64 `json:"p99_ms"`
 	RatioToFloor     float64 `json:"ratio_to_floor"`
+	// TimedOut is set when the domain was not Ready within the timeout; Seconds is then the
+	// timeout, a lower bound.
+	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 // Report is a whole run.
@@ -220,7 +223,8 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	if mode == ModeCdplane || mode == ModeCdplaneGateOff {
 		<-mgrDone
 	}
-	if err != nil {
+	timedOut := wait.Interrupted(err) && ctx.Err() == nil
+	if err != nil && !timedOut {
 		return Result{}, fmt.Errorf("waiting for the domain to be Ready: %w", err)
 	}
 	after, err := readServerCounters(ctx, cfg)
@@ -233,6 +237,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		ControllerWrites: ctrlWrites.n.Load(),
 		Conflicts:        after.conflicts - before.conflicts,
 		Throttled:        after.throttled - before.throttled,
+		TimedOut:         timedOut,
 	}
 	res.P50Ms, res.P99Ms = percentile(lats, 50), percentile(lats, 99)
 	return res, nil

@@ -34,16 +34,20 @@ const (
 	setupWorkers  = 32
 )
 
-// writeCounter counts mutating requests going through a transport.
+// writeCounter counts the mutating requests going through a transport that the apiserver
+// accepted (requests it refused, 409s and 429s among them, are counted from its own metrics).
 type writeCounter struct{ n atomic.Int64 }
 
 func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(r)
 		switch r.Method {
 		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-			w.n.Add(1)
+			if err == nil && resp.StatusCode < 400 {
+				w.n.Add(1)
+			}
 		}
-		return rt.RoundTrip(r)
+		return resp, err
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +20,9 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/membership"
 )
+
+// cliqueWriters bounds the concurrent clique writes of one reconcile.
+const cliqueWriters = 16
 
 func (r *Reconciler) listCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain) ([]cdv1beta1.ComputeDomainClique, error) {
 	list := &cdv1beta1.ComputeDomainCliqueList{}
@@ -43,16 +47,30 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 		current[existing[i].Name] = &existing[i]
 	}
 	keep := sets.New[string]()
+	var changed []*cdv1beta1.ComputeDomainClique
 	for cliqueID, entries := range res.Cliques {
 		desired := r.clique(cd, ds, cliqueID, entries)
 		keep.Insert(desired.Name)
 		if cur, ok := current[desired.Name]; ok && cliqueUpToDate(cur, desired) {
 			continue
 		}
-		if err := r.applyClique(ctx, desired); err != nil {
-			return err
-		}
-		ctrl.LoggerFrom(ctx).V(1).Info("Wrote clique", "clique", klog.KObj(desired), "daemons", len(entries))
+		changed = append(changed, desired)
+	}
+	// Cliques are independent objects: write the changed ones concurrently, so that a large
+	// domain's pass costs a few round trips rather than one per clique.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(cliqueWriters)
+	for _, c := range changed {
+		g.Go(func() error {
+			if err := r.applyClique(gctx, c); err != nil {
+				return err
+			}
+			ctrl.LoggerFrom(ctx).V(1).Info("Wrote clique", "clique", klog.KObj(c), "daemons", len(c.Daemons))
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	return r.deleteCliques(ctx, cd, keep)
 }

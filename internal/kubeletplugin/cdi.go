@@ -1,0 +1,162 @@
+package kubeletplugin
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"k8s.io/apimachinery/pkg/types"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+// CDI names of this driver's transient, per-claim specs.
+const (
+	CDIVendor = "k8s." + cdv1beta1.DriverName
+	CDIClass  = "claim"
+	CDIKind   = CDIVendor + "/" + CDIClass
+
+	// ContainerChannelDir is where IMEX channels appear in a container.
+	ContainerChannelDir = "/dev/nvidia-caps-imex-channels"
+	// ContainerIMEXConfigDir is where a daemon container finds its domain's IMEX config
+	// directory (the daemon's IMEX_CONFIG_DIR default).
+	ContainerIMEXConfigDir = "/etc/nvidia-imex"
+)
+
+// CDISpecName is the file name (without directory) of a claim's CDI spec.
+func CDISpecName(claimUID types.UID) string {
+	return cdiapi.GenerateTransientSpecName(CDIVendor, CDIClass, string(claimUID)) + ".json"
+}
+
+// cdiDeviceName is the CDI device name of one prepared device of a claim: unique per claim, so
+// that a runtime's cache never mistakes one claim's device for another's.
+func cdiDeviceName(claimUID types.UID, device string) string {
+	return string(claimUID) + "-" + device
+}
+
+// CDIDeviceID is the fully qualified CDI device id the kubelet passes to the runtime.
+func CDIDeviceID(claimUID types.UID, device string) string {
+	return parser.QualifiedName(CDIVendor, CDIClass, cdiDeviceName(claimUID, device))
+}
+
+// channelIDs returns the channels a channel claim injects: every channel for All, else the
+// allocated ones.
+func channelIDs(plan claimPlan) []int {
+	if plan.AllocationMode == cdv1beta1.AllocationModeAll {
+		ids := make([]int, MaxChannels)
+		for i := range ids {
+			ids[i] = i
+		}
+		return ids
+	}
+	ids := make([]int, 0, len(plan.Devices))
+	for _, d := range plan.Devices {
+		ids = append(ids, d.ID)
+	}
+	return ids
+}
+
+// channelCDIDevices says which allocated devices of a channel claim get a CDI device: each one
+// for Single, only the first for All (it carries every channel).
+func channelCDIDevices(plan claimPlan) map[string]bool {
+	out := map[string]bool{}
+	for i, d := range plan.Devices {
+		if plan.AllocationMode != cdv1beta1.AllocationModeAll || i == 0 {
+			out[d.Device] = true
+		}
+	}
+	return out
+}
+
+// channelSpec is the CDI spec of a channel claim; nodes are the device nodes of channelIDs(plan),
+// in order. For Single each allocated channel device carries its own device node, for All the
+// first carries them all.
+func channelSpec(claimUID types.UID, plan claimPlan, nodes []*cdispec.DeviceNode) *cdispec.Spec {
+	spec := &cdispec.Spec{Kind: CDIKind}
+	for i, d := range plan.Devices {
+		var edits cdispec.ContainerEdits
+		switch {
+		case plan.AllocationMode == cdv1beta1.AllocationModeAll && i == 0:
+			edits.DeviceNodes = nodes
+		case plan.AllocationMode != cdv1beta1.AllocationModeAll:
+			edits.DeviceNodes = []*cdispec.DeviceNode{nodes[i]}
+		default:
+			continue
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: cdiDeviceName(claimUID, d.Device), ContainerEdits: edits})
+	}
+	return spec
+}
+
+// daemonEnv is what a daemon container learns about its domain and node.
+type daemonEnv struct {
+	CliqueID    string
+	DomainUID   string
+	DomainName  string
+	DomainNS    string
+	ConfigDir   string // host directory mounted at ContainerIMEXConfigDir
+	IMEXMgmtDev *cdispec.DeviceNode
+}
+
+// daemonSpec is the CDI spec of a daemon claim: the domain's identity and clique in the
+// environment, the domain's config directory, and the IMEX management device when the node has
+// a clique.
+func daemonSpec(claimUID types.UID, device string, env daemonEnv) *cdispec.Spec {
+	edits := cdispec.ContainerEdits{
+		Env: []string{
+			"CLIQUE_ID=" + env.CliqueID,
+			"COMPUTE_DOMAIN_UUID=" + env.DomainUID,
+			"COMPUTE_DOMAIN_NAME=" + env.DomainName,
+			"COMPUTE_DOMAIN_NAMESPACE=" + env.DomainNS,
+		},
+		Mounts: []*cdispec.Mount{{
+			HostPath: env.ConfigDir, ContainerPath: ContainerIMEXConfigDir,
+			Options: []string{"rw", "nosuid", "nodev", "bind"},
+		}},
+	}
+	if env.CliqueID != "" && env.IMEXMgmtDev != nil {
+		edits.DeviceNodes = []*cdispec.DeviceNode{env.IMEXMgmtDev}
+	}
+	return &cdispec.Spec{
+		Kind:    CDIKind,
+		Devices: []cdispec.Device{{Name: cdiDeviceName(claimUID, device), ContainerEdits: edits}},
+	}
+}
+
+// cdiWriter writes and removes claim specs in one CDI directory.
+type cdiWriter struct{ cache *cdiapi.Cache }
+
+func newCDIWriter(dir string) (*cdiWriter, error) {
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		return nil, fmt.Errorf("CDI directory %s: %w", dir, err)
+	}
+	return &cdiWriter{cache: cache}, nil
+}
+
+// write validates spec, sets the lowest CDI version that can express it, and writes it
+// atomically under name.
+func (w *cdiWriter) write(spec *cdispec.Spec, name string) error {
+	version, err := cdiapi.MinimumRequiredVersion(spec)
+	if err != nil {
+		return fmt.Errorf("CDI spec %s: %w", name, err)
+	}
+	spec.Version = version
+	if err := w.cache.WriteSpec(spec, name); err != nil {
+		return fmt.Errorf("writing CDI spec %s: %w", name, err)
+	}
+	return nil
+}
+
+// remove deletes a spec; a missing one is not an error.
+func (w *cdiWriter) remove(name string) error {
+	if name == "" {
+		return nil
+	}
+	if err := w.cache.RemoveSpec(filepath.Base(name)); err != nil {
+		return fmt.Errorf("removing CDI spec %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+package kubeletplugin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ClaimState is where a claim's preparation stands.
+type ClaimState string
+
+const (
+	// PrepareStarted is written before the first change a prepare makes (node label, files).
+	PrepareStarted ClaimState = "PrepareStarted"
+	// PrepareCompleted is written once the claim's CDI devices are in place.
+	PrepareCompleted ClaimState = "PrepareCompleted"
+	// PrepareAborted marks a claim that was PrepareStarted when the plugin stopped and whose
+	// ResourceClaim was gone when it started again: its changes were undone.
+	PrepareAborted ClaimState = "PrepareAborted"
+)
+
+// CheckpointVersion is the version of the checkpoint file format.
+const CheckpointVersion = 1
+
+// CheckpointFile is the checkpoint's file name in the state directory.
+const CheckpointFile = "checkpoint.json"
+
+// Checkpoint is the state of every claim the plugin knows, as stored on disk.
+type Checkpoint struct {
+	Version int                      `json:"version"`
+	Claims  map[types.UID]ClaimEntry `json:"claims"`
+}
+
+// ClaimEntry is one claim's state.
+type ClaimEntry struct {
+	State     ClaimState `json:"state"`
+	Namespace string     `json:"namespace"`
+	Name      string     `json:"name"`
+	// Kind is "channel" or "daemon".
+	Kind string `json:"kind"`
+	// DomainID is the UID of the claim's ComputeDomain.
+	DomainID string `json:"domainID"`
+	// CDISpec is the name of the claim's CDI spec file, empty when none was written.
+	CDISpec string `json:"cdiSpec,omitempty"`
+	// Devices are what prepare returned, given back as they were when the kubelet asks again.
+	Devices []PreparedDevice `json:"devices,omitempty"`
+}
+
+// PreparedDevice is one prepared device as returned to the kubelet.
+type PreparedDevice struct {
+	Requests     []string `json:"requests"`
+	Pool         string   `json:"pool"`
+	Device       string   `json:"device"`
+	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+}
+
+// checkpointStore keeps the checkpoint in memory and on disk; every change is written through,
+// atomically, before it is acted on.
+type checkpointStore struct {
+	path string
+	mu   sync.Mutex
+	cp   Checkpoint
+}
+
+// openCheckpoint reads the checkpoint in dir, or starts an empty one when there is none. A
+// file that cannot be read or has another version is an error: the plugin must not guess
+// which claims it prepared.
+func openCheckpoint(dir string) (*checkpointStore, error) {
+	s := &checkpointStore{path: filepath.Join(dir, CheckpointFile)}
+	cp, err := ReadCheckpoint(s.path)
+	if err != nil {
+		return nil, err
+	}
+	s.cp = cp
+	return s, nil
+}
+
+// ReadCheckpoint reads a checkpoint file; a missing file is an empty checkpoint.
+func ReadCheckpoint(path string) (Checkpoint, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Checkpoint{Version: CheckpointVersion, Claims: map[types.UID]ClaimEntry{}}, nil
+	}
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("reading checkpoint: %w", err)
+	}
+	var cp Checkpoint
+	if err := json.Unmarshal(data, &cp); err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint %s is corrupt: %w", path, err)
+	}
+	if cp.Version != CheckpointVersion {
+		return Checkpoint{}, fmt.Errorf("checkpoint %s has version %d, this plugin reads version %d", path, cp.Version, CheckpointVersion)
+	}
+	if cp.Claims == nil {
+		cp.Claims = map[types.UID]ClaimEntry{}
+	}
+	return cp, nil
+}
+
+// get returns a claim's entry.
+func (s *checkpointStore) get(uid types.UID) (ClaimEntry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.cp.Claims[uid]
+	return e, ok
+}
+
+// snapshot returns a copy of all entries.
+func (s *checkpointStore) snapshot() map[types.UID]ClaimEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[types.UID]ClaimEntry, len(s.cp.Claims))
+	for k, v := range s.cp.Claims {
+		out[k] = v
+	}
+	return out
+}
+
+// put stores a claim's entry and writes the checkpoint; on a write error the memory copy is left
+// as it was.
+func (s *checkpointStore) put(uid types.UID, e ClaimEntry) error {
+	return s.update(func(claims map[types.UID]ClaimEntry) { claims[uid] = e })
+}
+
+// remove drops a claim's entry and writes the checkpoint.
+func (s *checkpointStore) remove(uid types.UID) error {
+	return s.update(func(claims map[types.UID]ClaimEntry) { delete(claims, uid) })
+}
+
+func (s *checkpointStore) update(change func(map[types.UID]ClaimEntry)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := Checkpoint{Version: CheckpointVersion, Claims: make(map[types.UID]ClaimEntry, len(s.cp.Claims)+1)}
+	for k, v := range s.cp.Claims {
+		next.Claims[k] = v
+	}
+	change(next.Claims)
+	data, err := json.MarshalIndent(next, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding checkpoint: %w", err)
+	}
+	if err := WriteFileAtomic(s.path, data, 0o600); err != nil {
+		return fmt.Errorf("writing checkpoint: %w", err)
+	}
+	s.cp = next
+	return nil
+}
+
+// WriteFileAtomic replaces path with data so that a reader, or a restart after a crash at any
+// point, sees either the old content or the new, never a mix: it writes a temporary file in the
+// same directory, syncs it, renames it over path and syncs the directory.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(perm); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,86 @@
+package kubeletplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"cdplane/internal/nvml"
+)
+
+// cliqueTracker keeps the node's clique as last discovered through NVML (real or simulated),
+// the same discovery the daemon uses.
+type cliqueTracker struct {
+	disc nvml.Discoverer
+	// crash makes a fabric failure fatal (feature gate CrashOnNVLinkFabricErrors).
+	crash bool
+
+	mu    sync.RWMutex
+	id    string
+	err   error
+	known bool
+}
+
+// refresh discovers the clique once. It returns an error only when it is fatal: a fabric
+// failure with crash set. Other failures are kept and reported by current.
+func (t *cliqueTracker) refresh(ctx context.Context) (changed bool, fatal error) {
+	res, err := t.disc.Discover(ctx)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		t.err = err
+		if t.crash && errors.Is(err, nvml.ErrFabricFailed) {
+			return false, fmt.Errorf("NVLink fabric error (CrashOnNVLinkFabricErrors is on): %w", err)
+		}
+		return false, nil
+	}
+	changed = !t.known || t.id != res.CliqueID
+	t.id, t.err, t.known = res.CliqueID, nil, true
+	return changed, nil
+}
+
+// current returns the clique id ("" without fabric), or a retryable error while it is not
+// known: registration not finished, NVML unavailable, a fabric error the operator must fix.
+func (t *cliqueTracker) current() (string, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.err != nil {
+		return "", retryablef("the node's NVLink clique is not known: %w", t.err)
+	}
+	if !t.known {
+		return "", retryablef("the node's NVLink clique has not been discovered yet")
+	}
+	return t.id, nil
+}
+
+// run refreshes the clique every period until ctx ends, calling onChange after each change
+// and fatal on a fatal error (after which it stops).
+func (t *cliqueTracker) run(ctx context.Context, period time.Duration, onChange func(string), fatal func(error)) {
+	logger := log.FromContext(ctx)
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		changed, err := t.refresh(ctx)
+		if err != nil {
+			fatal(err)
+			return
+		}
+		id, cur := t.current()
+		switch {
+		case cur != nil:
+			logger.Error(cur, "Clique discovery failed")
+		case changed:
+			logger.Info("Node clique changed", "cliqueID", id)
+			onChange(id)
+		}
+	}
+}

@@ -1,0 +1,27 @@
+// Package kubeletplugin is the kubelet plugin of DRA driver compute-domain.nvidia.com, built on
+// k8s.io/dynamic-resource-allocation/kubeletplugin (registration and DRA gRPC sockets as the
+// kubelet expects them, resource.k8s.io/v1).
+//
+// It publishes the node's devices (channel-0 … channel-N-1 and daemon-0, see [Devices] and
+// [NodeResources]) and prepares claims for them through CDI:
+//
+//   - A channel claim (prepare_channel.go): the claim must be in its ComputeDomain's namespace
+//     (else a [*PermanentError]); the node is labelled for the domain (refused while it serves
+//     another); the node's daemon must be Ready in its clique or in the domain's status.nodes
+//     ([DaemonReady]), waited for on a watch cache for at most Options.ReadyWaitTimeout (else a
+//     [*RetryableError]); then a CDI spec injects channel0 (Single) or all 2048 channels (All),
+//     nothing on a node without NVLink fabric.
+//   - A daemon claim (prepare_daemon.go): the domain's IMEX config directory with its template,
+//     and a CDI spec with the daemon's environment, that directory, and the IMEX management
+//     device when the node has a clique.
+//   - Unprepare (unprepare.go) undoes either, idempotently; the node label goes only when it is
+//     ours and no other claim of the domain needs it.
+//
+// Every claim's state (PrepareStarted, PrepareCompleted, PrepareAborted) is checkpointed in a
+// file written atomically (checkpoint.go). On start, claims left PrepareStarted whose
+// ResourceClaim is gone are undone and marked PrepareAborted before the plugin serves.
+//
+// Opaque configs are decoded strictly ([DecodeConfig]): an unknown field, a wrong kind or
+// apiVersion is a permanent error naming the field. deployments/manifests ships the same rules
+// as a ValidatingAdmissionPolicy.
+package kubeletplugin

@@ -1,0 +1,337 @@
+package kubeletplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/component-base/featuregate"
+	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/features"
+	"cdplane/internal/nvml"
+	"cdplane/internal/plane"
+)
+
+// Defaults of Options.
+const (
+	DefaultRegistrarDir        = draplugin.KubeletRegistryDir
+	DefaultPluginDataDir       = draplugin.KubeletPluginsDir + "/" + cdv1beta1.DriverName
+	DefaultCDIRoot             = "/var/run/cdi"
+	DefaultDeviceRoot          = "/dev"
+	DefaultReadyWaitTimeout    = 15 * time.Second
+	DefaultCliqueRefreshPeriod = time.Minute
+)
+
+// Options configure the plugin.
+type Options struct {
+	// NodeName is the node the plugin serves. Required.
+	NodeName string
+	// DriverNamespace is the plane's driver namespace: cliques and daemon claims live there.
+	// Required.
+	DriverNamespace string
+	// Config reaches the apiserver. Required.
+	Config *rest.Config
+	// Discoverer finds the node's clique (real NVML or simulated). Required.
+	Discoverer nvml.Discoverer
+	// SimulatedDevices makes channel and IMEX management device nodes empty files under
+	// DeviceRoot instead of character devices (no GPU, no NVIDIA driver).
+	SimulatedDevices bool
+
+	// RegistrarDir is the kubelet's plugin registry directory.
+	RegistrarDir string
+	// PluginDataDir holds the DRA gRPC socket.
+	PluginDataDir string
+	// CDIRoot is the directory claim CDI specs are written to.
+	CDIRoot string
+	// DeviceRoot is the host directory that stands for /dev: /dev on a GPU node.
+	DeviceRoot string
+	// StateDir holds the checkpoint and the domains' IMEX config directories.
+	StateDir string
+	// ProcDevices and IMEXMgmtCapability are read on a GPU node for device numbers.
+	ProcDevices        string
+	IMEXMgmtCapability string
+
+	// NumChannels is how many channel devices are published (at most MaxChannels).
+	NumChannels int
+	// ControlPlaneID is published in every device's controlPlane attribute ("" legacy plane);
+	// it must pass plane.ValidateID. It scopes nothing else yet.
+	ControlPlaneID string
+	// Gates are the feature gates; the process-wide set when nil.
+	Gates featuregate.FeatureGate
+	// CliqueNodeLabel keeps the node's nvidia.com/gpu.clique label equal to its clique.
+	CliqueNodeLabel bool
+	// CliqueRefreshPeriod is how often the clique is discovered again.
+	CliqueRefreshPeriod time.Duration
+	// ReadyWaitTimeout bounds how long one prepare call waits for the node's daemon to be Ready
+	// before it returns a retryable error.
+	ReadyWaitTimeout time.Duration
+}
+
+func (o *Options) defaults() error {
+	if o.NodeName == "" || o.DriverNamespace == "" || o.Config == nil || o.Discoverer == nil {
+		return errors.New("node name, driver namespace, API config and clique discoverer are required")
+	}
+	if o.StateDir == "" {
+		return errors.New("a state directory is required")
+	}
+	if err := plane.ValidateID(o.ControlPlaneID); err != nil {
+		return err
+	}
+	if o.NumChannels < 1 || o.NumChannels > MaxChannels {
+		return fmt.Errorf("number of channels %d: want 1 to %d", o.NumChannels, MaxChannels)
+	}
+	set := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	set(&o.RegistrarDir, DefaultRegistrarDir)
+	set(&o.PluginDataDir, DefaultPluginDataDir)
+	set(&o.CDIRoot, DefaultCDIRoot)
+	set(&o.DeviceRoot, DefaultDeviceRoot)
+	set(&o.ProcDevices, DefaultProcDevices)
+	set(&o.IMEXMgmtCapability, DefaultIMEXMgmtCapability)
+	if o.Gates == nil {
+		o.Gates = features.Gates
+	}
+	if o.CliqueRefreshPeriod <= 0 {
+		o.CliqueRefreshPeriod = DefaultCliqueRefreshPeriod
+	}
+	if o.ReadyWaitTimeout <= 0 {
+		o.ReadyWaitTimeout = DefaultReadyWaitTimeout
+	}
+	return nil
+}
+
+// Driver is the compute-domain.nvidia.com kubelet plugin of one node.
+type Driver struct {
+	opts   Options
+	api    client.Client // uncached: writes and fresh reads
+	view   *domainView
+	cp     *checkpointStore
+	cdi    *cdiWriter
+	nodes  deviceNodes
+	clique *cliqueTracker
+	label  nodeLabeler
+	helper *draplugin.Helper
+
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	wg     sync.WaitGroup
+	errMu  sync.Mutex
+	err    error
+}
+
+var _ draplugin.DRAPlugin = (*Driver)(nil)
+
+// errStopped is the cause of a plugin stopped by Stop.
+var errStopped = errors.New("kubelet plugin stopped")
+
+// NewScheme returns the scheme the plugin's clients use.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := cdv1beta1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Start discovers the clique, syncs the watch cache, recovers claims left PrepareStarted by a
+// previous run, then serves the kubelet (registration and DRA sockets) and publishes the node's
+// devices. It returns once the plugin serves; Stop ends it, as does ctx.
+func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	logger := klog.FromContext(ctx).WithValues("node", opts.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+	for _, dir := range []string{opts.StateDir, opts.CDIRoot, opts.PluginDataDir, opts.RegistrarDir, opts.DeviceRoot} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", dir, err)
+		}
+	}
+	d := &Driver{opts: opts, done: make(chan struct{})}
+	ctx, d.cancel = context.WithCancelCause(ctx)
+	defer func() {
+		if err != nil {
+			d.Stop()
+		}
+	}()
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		<-ctx.Done()
+		d.setErr(context.Cause(ctx))
+		close(d.done)
+	}()
+
+	scheme := NewScheme()
+	if d.api, err = client.New(opts.Config, client.Options{Scheme: scheme}); err != nil {
+		return nil, fmt.Errorf("creating the API client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("creating the API clientset: %w", err)
+	}
+	if d.cp, err = openCheckpoint(opts.StateDir); err != nil {
+		return nil, err
+	}
+	if d.cdi, err = newCDIWriter(opts.CDIRoot); err != nil {
+		return nil, err
+	}
+	d.nodes = deviceNodes{
+		root: opts.DeviceRoot, simulated: opts.SimulatedDevices, procDevices: opts.ProcDevices,
+		mgmtCapFile: opts.IMEXMgmtCapability, readFile: os.ReadFile, makeCharDevice: mknodChar,
+	}
+	d.label = nodeLabeler{api: d.api, node: opts.NodeName}
+	d.clique = &cliqueTracker{disc: opts.Discoverer, crash: opts.Gates.Enabled(features.CrashOnNVLinkFabricErrors)}
+	if _, err := d.clique.refresh(ctx); err != nil {
+		return nil, err
+	}
+	id, cliqueErr := d.clique.current()
+	logger.Info("Discovered the node's clique", "cliqueID", id, "err", cliqueErr)
+	if cliqueErr == nil && opts.CliqueNodeLabel {
+		if err := d.label.setClique(ctx, id); err != nil {
+			return nil, fmt.Errorf("labelling the node with its clique: %w", err)
+		}
+	}
+
+	if err := d.startCache(ctx, scheme); err != nil {
+		return nil, err
+	}
+	if err := d.recover(ctx); err != nil {
+		return nil, err
+	}
+
+	d.helper, err = draplugin.Start(ctx, d,
+		draplugin.DriverName(cdv1beta1.DriverName),
+		draplugin.NodeName(opts.NodeName),
+		draplugin.KubeClient(kube),
+		draplugin.RegistrarDirectoryPath(opts.RegistrarDir),
+		draplugin.PluginDataDirectoryPath(opts.PluginDataDir),
+		draplugin.HealthService(false),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
+	}
+	if err := d.helper.PublishResources(ctx, NodeResources(opts.NodeName, opts.NumChannels, opts.ControlPlaneID)); err != nil {
+		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.clique.run(ctx, opts.CliqueRefreshPeriod, d.cliqueChanged(ctx), func(err error) { d.cancel(err) })
+	}()
+	logger.Info("Kubelet plugin started", "driver", cdv1beta1.DriverName, "channels", opts.NumChannels,
+		"controlPlane", opts.ControlPlaneID, "registrarDir", opts.RegistrarDir, "pluginDataDir", opts.PluginDataDir)
+	return d, nil
+}
+
+// startCache starts the watch cache the readiness check reads: every ComputeDomain (indexed by
+// UID) and the cliques of the driver namespace.
+func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
+	c, err := cache.New(d.opts.Config, cache.Options{
+		Scheme: scheme,
+		ByObject: map[client.Object]cache.ByObject{
+			&cdv1beta1.ComputeDomainClique{}: {Namespaces: map[string]cache.Config{d.opts.DriverNamespace: {}}},
+			&cdv1beta1.ComputeDomain{}:       {},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the watch cache: %w", err)
+	}
+	d.view = &domainView{cache: c, driverNS: d.opts.DriverNamespace, recheck: 5 * time.Second}
+	if err := d.view.setup(ctx); err != nil {
+		return err
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := c.Start(ctx); err != nil {
+			d.cancel(fmt.Errorf("watch cache: %w", err))
+		}
+	}()
+	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if !c.WaitForCacheSync(syncCtx) {
+		return errors.New("the watch cache of ComputeDomains and cliques did not sync")
+	}
+	return nil
+}
+
+func (d *Driver) cliqueChanged(ctx context.Context) func(string) {
+	return func(id string) {
+		if !d.opts.CliqueNodeLabel {
+			return
+		}
+		if err := d.label.setClique(ctx, id); err != nil {
+			klog.FromContext(ctx).Error(err, "Labelling the node with its clique failed", "cliqueID", id)
+		}
+	}
+}
+
+// Stop stops serving and waits for the background work to end.
+func (d *Driver) Stop() {
+	if d == nil {
+		return
+	}
+	d.helper.Stop()
+	d.cancel(errStopped)
+	d.wg.Wait()
+}
+
+// Done is closed when the plugin stops, by Stop, its context, or a fatal error.
+func (d *Driver) Done() <-chan struct{} { return d.done }
+
+// Err is the fatal error that stopped the plugin, nil when it was stopped on purpose.
+func (d *Driver) Err() error {
+	d.errMu.Lock()
+	defer d.errMu.Unlock()
+	return d.err
+}
+
+func (d *Driver) setErr(cause error) {
+	d.errMu.Lock()
+	defer d.errMu.Unlock()
+	if cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, errStopped) {
+		d.err = cause
+	}
+}
+
+// Checkpoint returns a copy of the claims the plugin knows.
+func (d *Driver) Checkpoint() map[types.UID]ClaimEntry { return d.cp.snapshot() }
+
+// HandleError is called for background errors of the DRA helper (ResourceSlice publishing,
+// gRPC servers). Recoverable ones are logged; others stop the plugin.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	klog.FromContext(ctx).Error(err, msg)
+	if !errors.Is(err, draplugin.ErrRecoverable) {
+		d.cancel(fmt.Errorf("%s: %w", msg, err))
+	}
+}
+
+// WatchHealthStatus is not supported: the driver reports no device health.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- draplugin.DeviceHealthReport) error {
+	return draplugin.ErrHealthNotSupported
+}
+
+func (d *Driver) domainConfigDir(cdUID string) string {
+	return filepath.Join(d.opts.StateDir, "domains", cdUID)
+}

@@ -1,0 +1,140 @@
+package kubeletplugin
+
+import (
+	"fmt"
+	"slices"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+// allocatedDevice is one of this driver's devices allocated to a claim.
+type allocatedDevice struct {
+	Request string
+	Pool    string
+	Device  string
+	Kind    DeviceKind
+	// ID is the channel number (0 for the daemon device).
+	ID int
+}
+
+// claimPlan is what preparing one claim means, read from its allocation alone.
+type claimPlan struct {
+	Kind DeviceKind
+	// DomainID is the UID of the ComputeDomain named by the claim's opaque config.
+	DomainID string
+	// AllocationMode is Single or All (channel claims only).
+	AllocationMode string
+	Devices        []allocatedDevice
+}
+
+// planClaim reads a claim's allocation: this driver's devices, and for each the opaque config
+// for this driver that applies to its request (the last one listed wins, so a claim's config
+// overrides its class's). Every opaque config of this driver is decoded strictly, whether or not
+// it applies. A claim holds either channels or the daemon device, all of one domain; anything
+// else is a *PermanentError naming what is wrong.
+func planClaim(claim *resourcev1.ResourceClaim) (claimPlan, error) {
+	if claim.Status.Allocation == nil {
+		return claimPlan{}, retryablef("claim is not allocated")
+	}
+	alloc := claim.Status.Allocation.Devices
+	decoded := make([]runtime.Object, len(alloc.Config))
+	for i, c := range alloc.Config {
+		if c.Opaque == nil || c.Opaque.Driver != cdv1beta1.DriverName {
+			continue
+		}
+		obj, err := DecodeConfig(c.Opaque.Parameters.Raw)
+		if err != nil {
+			return claimPlan{}, &PermanentError{Err: fmt.Errorf("status.allocation.devices.config[%d].opaque.parameters: %w", i, unwrapPermanent(err))}
+		}
+		decoded[i] = obj
+	}
+
+	var plan claimPlan
+	for _, r := range alloc.Results {
+		if r.Driver != cdv1beta1.DriverName {
+			continue
+		}
+		kind, id, err := ParseDeviceName(r.Device)
+		if err != nil {
+			return claimPlan{}, &PermanentError{Err: err}
+		}
+		if plan.Kind != "" && plan.Kind != kind {
+			return claimPlan{}, permanentf("claim holds both channel and daemon devices; a claim must hold one kind")
+		}
+		plan.Kind = kind
+		cfg := applyingConfig(alloc.Config, decoded, r.Request)
+		domainID, mode, err := configFor(kind, cfg, r.Request)
+		if err != nil {
+			return claimPlan{}, err
+		}
+		if plan.DomainID != "" && plan.DomainID != domainID {
+			return claimPlan{}, permanentf("requests of one claim name different ComputeDomains (%s and %s)", plan.DomainID, domainID)
+		}
+		if plan.AllocationMode != "" && plan.AllocationMode != mode {
+			return claimPlan{}, permanentf("requests of one claim ask for different allocation modes (%s and %s)", plan.AllocationMode, mode)
+		}
+		plan.DomainID, plan.AllocationMode = domainID, mode
+		plan.Devices = append(plan.Devices, allocatedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, Kind: kind, ID: id})
+	}
+	if len(plan.Devices) == 0 {
+		return claimPlan{}, permanentf("no device of driver %s is allocated to the claim", cdv1beta1.DriverName)
+	}
+	if plan.Kind == KindDaemon && len(plan.Devices) > 1 {
+		return claimPlan{}, permanentf("claim holds %d daemon devices; a node has one", len(plan.Devices))
+	}
+	return plan, nil
+}
+
+// applyingConfig returns the last decoded config of this driver that applies to request (a
+// config without requests applies to all), or nil.
+func applyingConfig(configs []resourcev1.DeviceAllocationConfiguration, decoded []runtime.Object, request string) runtime.Object {
+	var found runtime.Object
+	base := resourceclaim.BaseRequestRef(request)
+	for i, c := range configs {
+		if decoded[i] == nil {
+			continue
+		}
+		if len(c.Requests) == 0 || slices.Contains(c.Requests, request) || slices.Contains(c.Requests, base) {
+			found = decoded[i]
+		}
+	}
+	return found
+}
+
+// configFor checks that the config suits a device of the given kind and returns its domain and
+// allocation mode.
+func configFor(kind DeviceKind, cfg runtime.Object, request string) (string, string, error) {
+	switch c := cfg.(type) {
+	case *cdv1beta1.ComputeDomainChannelConfig:
+		if kind == KindChannel {
+			return c.DomainID, c.AllocationMode, nil
+		}
+	case *cdv1beta1.ComputeDomainDaemonConfig:
+		if kind == KindDaemon {
+			return c.DomainID, "", nil
+		}
+	case nil:
+		return "", "", permanentf("request %q: no opaque config of driver %s applies; a %s device needs a %s",
+			request, cdv1beta1.DriverName, kind, wantKind(kind))
+	}
+	return "", "", permanentf("request %q: a %s device needs a %s, got a %s",
+		request, kind, wantKind(kind), cfg.GetObjectKind().GroupVersionKind().Kind)
+}
+
+func wantKind(kind DeviceKind) string {
+	if kind == KindDaemon {
+		return cdv1beta1.ComputeDomainDaemonConfigKind
+	}
+	return cdv1beta1.ComputeDomainChannelConfigKind
+}
+
+func unwrapPermanent(err error) error {
+	if p, ok := err.(*PermanentError); ok {
+		return p.Err
+	}
+	return err
+}

@@ -1,0 +1,88 @@
+package kubeletplugin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+)
+
+// PrepareResourceClaims prepares each claim (see prepareClaim). The readiness waits of all
+// claims of one call share one deadline, ReadyWaitTimeout from the start of the call, so that
+// the kubelet gets an answer in bounded time and retries.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1.ResourceClaim) (map[types.UID]draplugin.PrepareResult, error) {
+	deadline := time.Now().Add(d.opts.ReadyWaitTimeout)
+	out := make(map[types.UID]draplugin.PrepareResult, len(claims))
+	for _, claim := range claims {
+		logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
+		devices, err := d.prepareClaim(klog.NewContext(ctx, logger), claim, deadline)
+		if err != nil {
+			logger.Error(err, "Preparing claim failed", "permanent", IsPermanent(err))
+			out[claim.UID] = draplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
+			continue
+		}
+		logger.V(1).Info("Prepared claim", "devices", len(devices))
+		out[claim.UID] = draplugin.PrepareResult{Devices: toDRADevices(devices)}
+	}
+	return out, nil
+}
+
+// prepareClaim prepares one claim, idempotently: a claim already PrepareCompleted gets the
+// devices recorded for it. Otherwise the claim's allocation is read and checked (bad configs are
+// permanent errors, before anything changes), PrepareStarted is checkpointed, the channel or
+// daemon steps run, and PrepareCompleted is checkpointed with the devices.
+func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceClaim, deadline time.Time) ([]PreparedDevice, error) {
+	if e, ok := d.cp.get(claim.UID); ok && e.State == PrepareCompleted {
+		return e.Devices, nil
+	}
+	plan, err := planClaim(claim)
+	if err != nil {
+		return nil, err
+	}
+	entry := ClaimEntry{State: PrepareStarted, Namespace: claim.Namespace, Name: claim.Name, Kind: string(plan.Kind), DomainID: plan.DomainID}
+	if err := d.cp.put(claim.UID, entry); err != nil {
+		return nil, err
+	}
+	var devices []PreparedDevice
+	var spec string
+	switch plan.Kind {
+	case KindChannel:
+		devices, spec, err = d.prepareChannel(ctx, claim, plan, deadline)
+	case KindDaemon:
+		devices, spec, err = d.prepareDaemon(ctx, claim, plan)
+	}
+	if err != nil {
+		return nil, err
+	}
+	entry.State, entry.CDISpec, entry.Devices = PrepareCompleted, spec, devices
+	if err := d.cp.put(claim.UID, entry); err != nil {
+		return nil, err
+	}
+	return devices, nil
+}
+
+// preparedDevices lists the claim's devices with the CDI ids of those that have a CDI device
+// in spec (none when spec is nil).
+func preparedDevices(claimUID types.UID, plan claimPlan, withCDI map[string]bool) []PreparedDevice {
+	out := make([]PreparedDevice, 0, len(plan.Devices))
+	for _, dev := range plan.Devices {
+		p := PreparedDevice{Requests: []string{dev.Request}, Pool: dev.Pool, Device: dev.Device}
+		if withCDI[dev.Device] {
+			p.CDIDeviceIDs = []string{CDIDeviceID(claimUID, dev.Device)}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func toDRADevices(devices []PreparedDevice) []draplugin.Device {
+	out := make([]draplugin.Device, 0, len(devices))
+	for _, p := range devices {
+		out = append(out, draplugin.Device{Requests: p.Requests, PoolName: p.Pool, DeviceName: p.Device, CDIDeviceIDs: p.CDIDeviceIDs})
+	}
+	return out
+}

@@ -1,0 +1,88 @@
+package kubeletplugin
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+
+	"cdplane/internal/imex"
+)
+
+// IMEXConfigTemplateFile is the IMEX config template a daemon claim's config directory holds.
+const IMEXConfigTemplateFile = "config.tmpl.cfg"
+
+// PodIPPlaceholder stands for the daemon pod's address in the IMEX config template.
+const PodIPPlaceholder = "{{POD_IP}}"
+
+// IMEXConfigTemplate is the imexd config of a domain's daemons with the pod address left as
+// PodIPPlaceholder: the same keys and values the daemon renders, with the node list at
+// ContainerIMEXConfigDir/nodes.cfg.
+func IMEXConfigTemplate() ([]byte, error) {
+	const sentinel = "192.0.2.254" // TEST-NET-1: never a pod address
+	data, err := imex.RenderIMEXConfig(imex.Settings{
+		BindIP:          sentinel,
+		NodesConfigPath: ContainerIMEXConfigDir + "/nodes.cfg",
+	})
+	if err != nil {
+		return nil, err
+	}
+	return bytes.ReplaceAll(data, []byte("="+sentinel), []byte("="+PodIPPlaceholder)), nil
+}
+
+// checkDaemonNamespace refuses a daemon claim outside the driver namespace: the IMEX management
+// device is for the plane's own daemons only.
+func checkDaemonNamespace(claimNS, claimName, driverNS string) error {
+	if claimNS != driverNS {
+		return permanentf("daemon claim %s/%s is not in the driver namespace %s", claimNS, claimName, driverNS)
+	}
+	return nil
+}
+
+// prepareDaemon writes the domain's IMEX config template into the domain's directory under the
+// state directory, and a CDI spec that gives the daemon container its identity (CLIQUE_ID,
+// COMPUTE_DOMAIN_UUID/NAME/NAMESPACE), mounts that directory at /etc/nvidia-imex, and adds the
+// IMEX management device when the node has a clique.
+func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan) ([]PreparedDevice, string, error) {
+	if err := checkDaemonNamespace(claim.Namespace, claim.Name, d.opts.DriverNamespace); err != nil {
+		return nil, "", err
+	}
+	cd, err := d.view.domain(ctx, plan.DomainID)
+	if err != nil {
+		return nil, "", err
+	}
+	cliqueID, err := d.clique.current()
+	if err != nil {
+		return nil, "", err
+	}
+	dir := d.domainConfigDir(plan.DomainID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("creating the domain's config directory: %w", err)
+	}
+	tmpl, err := IMEXConfigTemplate()
+	if err != nil {
+		return nil, "", fmt.Errorf("rendering the IMEX config template: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, IMEXConfigTemplateFile), tmpl, 0o644); err != nil {
+		return nil, "", fmt.Errorf("writing the IMEX config template: %w", err)
+	}
+	env := daemonEnv{CliqueID: cliqueID, DomainUID: string(cd.UID), DomainName: cd.Name, DomainNS: cd.Namespace, ConfigDir: dir}
+	if cliqueID != "" {
+		if env.IMEXMgmtDev, err = d.nodes.imexMgmt(); err != nil {
+			return nil, "", retryablef("IMEX management device: %w", err)
+		}
+	}
+	// A node publishes one daemon device, so a daemon claim holds exactly one.
+	device := plan.Devices[0].Device
+	name := CDISpecName(claim.UID)
+	if err := d.cdi.write(daemonSpec(claim.UID, device, env), name); err != nil {
+		return nil, "", err
+	}
+	withCDI := map[string]bool{device: true}
+	klog.FromContext(ctx).V(1).Info("Prepared daemon claim", "computeDomain", klog.KObj(cd), "cliqueID", cliqueID)
+	return preparedDevices(claim.UID, plan, withCDI), name, nil
+}

@@ -1,0 +1,195 @@
+package kubeletplugin
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+// uidIndex indexes ComputeDomains by UID in the plugin's cache.
+const uidIndex = "metadata.uid"
+
+// DaemonReady is the readiness rule of step 2 of a channel prepare: the node's daemon is Ready
+// when the node has an entry with status Ready in its clique (when it has one and the clique
+// object exists) or in the domain's status.nodes (domains kept without cliques, fabric-less
+// nodes, and the aggregate while the ComputeDomainCliques gate flips). Both places are read so
+// that flipping the gate never makes a Ready node look not ready. When not Ready, the reason
+// says what was seen.
+func DaemonReady(node string, clique *cdv1beta1.ComputeDomainClique, cd *cdv1beta1.ComputeDomain) (bool, string) {
+	inClique := ""
+	if clique != nil {
+		for _, d := range clique.Daemons {
+			if d.NodeName == node {
+				if d.Status == cdv1beta1.StatusReady {
+					return true, ""
+				}
+				inClique = fmt.Sprintf("clique %s lists the node as %s", clique.Name, statusOrUnknown(d.Status))
+			}
+		}
+		if inClique == "" {
+			inClique = fmt.Sprintf("clique %s does not list the node yet", clique.Name)
+		}
+	}
+	inStatus := "ComputeDomain status does not list the node yet"
+	if cd != nil {
+		for _, n := range cd.Status.Nodes {
+			if n.Name == node {
+				if n.Status == cdv1beta1.StatusReady {
+					return true, ""
+				}
+				inStatus = "ComputeDomain status lists the node as " + statusOrUnknown(n.Status)
+			}
+		}
+	}
+	if inClique != "" {
+		return false, inClique + "; " + inStatus
+	}
+	return false, inStatus
+}
+
+func statusOrUnknown(s string) string {
+	if s == "" {
+		return "without status"
+	}
+	return s
+}
+
+// notifier wakes waiters whenever the watched objects change.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// changed returns a channel closed at the next change; take it before reading the state so
+// that no change is missed.
+func (n *notifier) changed() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+func (n *notifier) notify() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
+	}
+}
+
+func (n *notifier) handler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { n.notify() },
+		UpdateFunc: func(any, any) { n.notify() },
+		DeleteFunc: func(any) { n.notify() },
+	}
+}
+
+// domainView reads ComputeDomains (cluster-wide, by UID) and the driver namespace's cliques
+// from a watch cache, and wakes readiness waiters on every change.
+type domainView struct {
+	cache    cache.Cache
+	driverNS string
+	changes  notifier
+	// recheck bounds how long a waiter sleeps without a change notification.
+	recheck time.Duration
+}
+
+// setup registers the UID index and the change handlers; call before the cache starts.
+func (v *domainView) setup(ctx context.Context) error {
+	if err := v.cache.IndexField(ctx, &cdv1beta1.ComputeDomain{}, uidIndex, func(o client.Object) []string {
+		return []string{string(o.GetUID())}
+	}); err != nil {
+		return fmt.Errorf("indexing ComputeDomains by UID: %w", err)
+	}
+	for _, obj := range []client.Object{&cdv1beta1.ComputeDomain{}, &cdv1beta1.ComputeDomainClique{}} {
+		inf, err := v.cache.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("informer for %T: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(v.changes.handler()); err != nil {
+			return fmt.Errorf("watching %T: %w", obj, err)
+		}
+	}
+	return nil
+}
+
+// domain returns the ComputeDomain with the given UID; not in the cache is a retryable error.
+func (v *domainView) domain(ctx context.Context, uid string) (*cdv1beta1.ComputeDomain, error) {
+	var list cdv1beta1.ComputeDomainList
+	if err := v.cache.List(ctx, &list, client.MatchingFields{uidIndex: uid}); err != nil {
+		return nil, retryablef("looking up ComputeDomain %s: %w", uid, err)
+	}
+	if len(list.Items) == 0 {
+		return nil, retryablef("ComputeDomain with UID %s not found", uid)
+	}
+	return &list.Items[0], nil
+}
+
+// clique returns the domain's clique object, nil when there is none.
+func (v *domainView) clique(ctx context.Context, cdUID, cliqueID string) (*cdv1beta1.ComputeDomainClique, error) {
+	if cliqueID == "" {
+		return nil, nil
+	}
+	c := &cdv1beta1.ComputeDomainClique{}
+	err := v.cache.Get(ctx, types.NamespacedName{Namespace: v.driverNS, Name: cdUID + "." + cliqueID}, c)
+	if client.IgnoreNotFound(err) != nil {
+		return nil, err
+	}
+	if err != nil {
+		return nil, nil
+	}
+	return c, nil
+}
+
+// waitDaemonReady waits until DaemonReady holds for the node, reading only the cache and
+// waking on its changes, until ctx ends; then it returns a *RetryableError with the last reason.
+func (v *domainView) waitDaemonReady(ctx context.Context, cdUID, cliqueID, node string) error {
+	start := time.Now()
+	for {
+		changed := v.changes.changed()
+		cd, err := v.domain(ctx, cdUID)
+		if err != nil && ctx.Err() != nil {
+			return err
+		}
+		reason := ""
+		if err == nil {
+			clique, err := v.clique(ctx, cdUID, cliqueID)
+			if err != nil {
+				return retryablef("reading clique of ComputeDomain %s: %w", cdUID, err)
+			}
+			var ready bool
+			if ready, reason = DaemonReady(node, clique, cd); ready {
+				return nil
+			}
+		} else {
+			reason = innerMessage(err)
+		}
+		select {
+		case <-changed:
+		case <-time.After(v.recheck):
+		case <-ctx.Done():
+			return retryablef("the ComputeDomain daemon on node %s is not Ready after %s: %s",
+				node, time.Since(start).Round(time.Millisecond), reason)
+		}
+	}
+}
+
+// innerMessage is an error's message without the retryable prefix, for nesting in another.
+func innerMessage(err error) string {
+	if r, ok := err.(*RetryableError); ok {
+		return r.Err.Error()
+	}
+	return err.Error()
+}

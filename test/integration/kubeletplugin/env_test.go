@@ -1,0 +1,468 @@
+package kubeletplugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/features"
+	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/nvml"
+	"cdplane/internal/testutil"
+)
+
+// readyWait is the plugin's per-call bound on waiting for the daemon in these tests.
+const readyWait = 3 * time.Second
+
+// env is one test's world: a workload namespace, a driver namespace, and one simulated node.
+type env struct {
+	t        *testing.T
+	c        client.Client
+	ns       string
+	driverNS string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	return &env{t: t, c: testCluster.Client, ns: testCluster.Namespace(t, nil), driverNS: testCluster.Namespace(t, nil)}
+}
+
+func (e *env) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond every 50ms until it holds, failing the test after timeout.
+func (e *env) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
+	e.t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		ok, err := cond()
+		last = err
+		return ok, nil
+	})
+	if err != nil {
+		e.t.Fatalf("%s: not true after %s (last error: %v)", what, timeout, last)
+	}
+}
+
+var nodeSeq atomic.Int32
+
+// node is a simulated node: its Node object, host directories and, once started, the plugin
+// serving it and a kubelet-side connection to the plugin.
+type node struct {
+	e       *env
+	name    string
+	dir     string
+	clique  string
+	sim     nvml.Sim
+	drv     *kubeletplugin.Driver
+	dra     drapbv1.DRAPluginClient
+	conn    *grpc.ClientConn
+	stopped bool
+}
+
+// nodeOption changes a node before it starts.
+type nodeOption func(*corev1.Node, *nvml.Sim)
+
+// schedulable gives the node what kube-scheduler needs: allocatable pods, CPU and memory, a
+// Ready condition and a hostname label.
+func schedulable() nodeOption {
+	return func(n *corev1.Node, _ *nvml.Sim) {
+		n.Labels[corev1.LabelHostname] = n.Name
+		n.Status.Capacity = corev1.ResourceList{
+			corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("8"),
+			corev1.ResourceMemory: resource.MustParse("32Gi"),
+		}
+		n.Status.Allocatable = n.Status.Capacity
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+	}
+}
+
+// noFabric makes the node's GPUs report no NVLink fabric.
+func noFabric() nodeOption {
+	return func(_ *corev1.Node, s *nvml.Sim) { s.Fabric = nvml.SimFabric{NoFabric: true} }
+}
+
+// addNode creates a Node in rack rack (its clique is the rack's) with its host directories.
+func (e *env) addNode(rack int, opts ...nodeOption) *node {
+	e.t.Helper()
+	name := fmt.Sprintf("kp-%d-%s", nodeSeq.Add(1), e.ns[len(e.ns)-5:])
+	sim := nvml.RackSim(rack, name)
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+	for _, o := range opts {
+		o(n, &sim)
+	}
+	status := n.Status
+	if err := e.c.Create(e.ctx(), n); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), n) })
+	if status.Allocatable != nil {
+		n.Status = status
+		if err := e.c.Status().Update(e.ctx(), n); err != nil {
+			e.t.Fatal(err)
+		}
+		// The apiserver taints new nodes not-ready; kube-controller-manager (not running here)
+		// would lift the taint once the node reports Ready.
+		n.Spec.Taints = nil
+		if err := e.c.Update(e.ctx(), n); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	// Unix socket paths are limited to 108 bytes: a short directory, not t.TempDir().
+	dir, err := os.MkdirTemp("", "kp")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	clique := ""
+	if !sim.Fabric.NoFabric {
+		clique = nvml.RackCliqueID(rack)
+	}
+	return &node{e: e, name: name, dir: dir, clique: clique, sim: sim}
+}
+
+func (n *node) path(elem ...string) string { return filepath.Join(append([]string{n.dir}, elem...)...) }
+
+// options are the plugin options of this node.
+func (n *node) options(numChannels int) kubeletplugin.Options {
+	gates := features.NewGates()
+	return kubeletplugin.Options{
+		NodeName: n.name, DriverNamespace: n.e.driverNS, Config: testCluster.Config,
+		Discoverer: n.sim, SimulatedDevices: true,
+		RegistrarDir: n.path("registry"), PluginDataDir: n.path("plugin"), CDIRoot: n.path("cdi"),
+		DeviceRoot: n.path("dev"), StateDir: n.path("state"),
+		NumChannels: numChannels, Gates: gates, CliqueNodeLabel: true,
+		ReadyWaitTimeout: readyWait,
+	}
+}
+
+// start runs the plugin in this process and registers with it as the kubelet does.
+func (n *node) start(numChannels int) {
+	t := n.e.t
+	t.Helper()
+	logger := testr.NewWithOptions(t, testr.Options{Verbosity: 1}).WithValues("node", n.name)
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	drv, err := kubeletplugin.Start(ctx, n.options(numChannels))
+	if err != nil {
+		cancel()
+		t.Fatalf("starting the plugin: %v", err)
+	}
+	n.drv = drv
+	t.Cleanup(func() {
+		n.stop()
+		cancel()
+	})
+	n.connect()
+}
+
+func (n *node) stop() {
+	if n.drv != nil && !n.stopped {
+		n.stopped = true
+		n.drv.Stop()
+	}
+	if n.conn != nil {
+		_ = n.conn.Close()
+		n.conn = nil
+	}
+}
+
+// connect plays the kubelet's plugin watcher: GetInfo on the registration socket, check what it
+// says, report success, then dial the DRA endpoint it names.
+func (n *node) connect() {
+	t := n.e.t
+	t.Helper()
+	reg := n.path("registry", cdv1beta1.DriverName+"-reg.sock")
+	var info *registerapi.PluginInfo
+	n.e.eventually(30*time.Second, "registration socket answers", func() (bool, error) {
+		conn, err := grpc.NewClient("unix://"+reg, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return false, err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		rc := registerapi.NewRegistrationClient(conn)
+		if info, err = rc.GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
+			return false, err
+		}
+		_, err = rc.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true})
+		return err == nil, err
+	})
+	if info.Type != registerapi.DRAPlugin || info.Name != cdv1beta1.DriverName {
+		t.Fatalf("plugin registers as %s %q, want %s %q", info.Type, info.Name, registerapi.DRAPlugin, cdv1beta1.DriverName)
+	}
+	if !containsString(info.SupportedVersions, drapbv1.DRAPluginService) {
+		t.Fatalf("plugin supports %v, want %s", info.SupportedVersions, drapbv1.DRAPluginService)
+	}
+	conn, err := grpc.NewClient("unix://"+info.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.conn, n.dra = conn, drapbv1.NewDRAPluginClient(conn)
+}
+
+// prepare calls NodePrepareResources for one claim and returns its answer and how long it took.
+func (n *node) prepare(claim *resourcev1.ResourceClaim) (*drapbv1.NodePrepareResourceResponse, time.Duration) {
+	n.e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	resp, err := n.dra.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{
+		{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)},
+	}})
+	took := time.Since(start)
+	if err != nil {
+		n.e.t.Fatalf("NodePrepareResources: %v", err)
+	}
+	got, ok := resp.Claims[string(claim.UID)]
+	if !ok {
+		n.e.t.Fatalf("NodePrepareResources answered %v, nothing for claim %s", resp.Claims, claim.UID)
+	}
+	return got, took
+}
+
+// mustPrepare prepares a claim that must succeed.
+func (n *node) mustPrepare(claim *resourcev1.ResourceClaim) *drapbv1.NodePrepareResourceResponse {
+	n.e.t.Helper()
+	got, _ := n.prepare(claim)
+	if got.Error != "" {
+		n.e.t.Fatalf("preparing claim %s: %s", claim.Name, got.Error)
+	}
+	return got
+}
+
+// unprepare calls NodeUnprepareResources for one claim and returns its error text.
+func (n *node) unprepare(ns, name string, uid types.UID) string {
+	n.e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := n.dra.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{
+		{Namespace: ns, Name: name, Uid: string(uid)},
+	}})
+	if err != nil {
+		n.e.t.Fatalf("NodeUnprepareResources: %v", err)
+	}
+	got, ok := resp.Claims[string(uid)]
+	if !ok {
+		n.e.t.Fatalf("NodeUnprepareResources answered nothing for claim %s", uid)
+	}
+	return got.Error
+}
+
+// cdiSpec reads a claim's CDI spec; ok is false when there is none.
+func (n *node) cdiSpec(uid types.UID) (*cdispec.Spec, bool) {
+	n.e.t.Helper()
+	data, err := os.ReadFile(n.path("cdi", kubeletplugin.CDISpecName(uid)))
+	if os.IsNotExist(err) {
+		return nil, false
+	}
+	if err != nil {
+		n.e.t.Fatal(err)
+	}
+	spec := &cdispec.Spec{}
+	if err := json.Unmarshal(data, spec); err != nil {
+		n.e.t.Fatalf("CDI spec of %s: %v", uid, err)
+	}
+	return spec, true
+}
+
+// checkpoint reads the node's checkpoint file.
+func (n *node) checkpoint() kubeletplugin.Checkpoint {
+	n.e.t.Helper()
+	cp, err := kubeletplugin.ReadCheckpoint(n.path("state", kubeletplugin.CheckpointFile))
+	if err != nil {
+		n.e.t.Fatal(err)
+	}
+	return cp
+}
+
+// label returns the node's ComputeDomain label.
+func (n *node) label() string {
+	n.e.t.Helper()
+	return n.labels()[cdv1beta1.ComputeDomainLabel]
+}
+
+// labels returns the node's labels.
+func (n *node) labels() map[string]string {
+	n.e.t.Helper()
+	got := &corev1.Node{}
+	if err := n.e.c.Get(n.e.ctx(), client.ObjectKey{Name: n.name}, got); err != nil {
+		n.e.t.Fatal(err)
+	}
+	return got.Labels
+}
+
+// setLabel sets (or with "" removes) the node's ComputeDomain label, as another plugin run or an
+// administrator would.
+func (n *node) setLabel(value string) {
+	n.e.t.Helper()
+	got := &corev1.Node{}
+	if err := n.e.c.Get(n.e.ctx(), client.ObjectKey{Name: n.name}, got); err != nil {
+		n.e.t.Fatal(err)
+	}
+	orig := got.DeepCopy()
+	if value == "" {
+		delete(got.Labels, cdv1beta1.ComputeDomainLabel)
+	} else {
+		if got.Labels == nil {
+			got.Labels = map[string]string{}
+		}
+		got.Labels[cdv1beta1.ComputeDomainLabel] = value
+	}
+	if err := n.e.c.Patch(n.e.ctx(), got, client.MergeFrom(orig)); err != nil {
+		n.e.t.Fatal(err)
+	}
+}
+
+// createCD creates a ComputeDomain in namespace ns.
+func (e *env) createCD(ns, name string) *cdv1beta1.ComputeDomain {
+	e.t.Helper()
+	cd := testutil.MakeComputeDomain(name).Namespace(ns).NumNodes(1).Obj()
+	if err := e.c.Create(e.ctx(), cd); err != nil {
+		e.t.Fatal(err)
+	}
+	return cd
+}
+
+// setStatusNode writes the node's entry into the domain's status.nodes, as the controller does
+// for domains kept without cliques and for fabric-less nodes.
+func (e *env) setStatusNode(cd *cdv1beta1.ComputeDomain, n *node, index int, status string) {
+	e.t.Helper()
+	got := &cdv1beta1.ComputeDomain{}
+	if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(cd), got); err != nil {
+		e.t.Fatal(err)
+	}
+	got.Status.Nodes = []cdv1beta1.ComputeDomainNode{{Name: n.name, IPAddress: "127.0.0.1", CliqueID: n.clique, Index: index, Status: status}}
+	got.Status.Status = status
+	if err := e.c.Status().Update(e.ctx(), got); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// setClique writes the domain's clique with one entry for the node, as the controller does.
+func (e *env) setClique(cd *cdv1beta1.ComputeDomain, n *node, status string) {
+	e.t.Helper()
+	name := string(cd.UID) + "." + n.clique
+	want := testutil.MakeClique(name, e.driverNS).Daemon(n.name, "127.0.0.1", n.clique, 0, status).Obj()
+	got := &cdv1beta1.ComputeDomainClique{}
+	err := e.c.Get(e.ctx(), client.ObjectKey{Namespace: e.driverNS, Name: name}, got)
+	if err != nil {
+		if err := e.c.Create(e.ctx(), want); err != nil {
+			e.t.Fatal(err)
+		}
+		return
+	}
+	got.Daemons = want.Daemons
+	if err := e.c.Update(e.ctx(), got); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// rawJSON marshals v for an opaque config.
+func rawJSON(t *testing.T, v any) runtime.RawExtension {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runtime.RawExtension{Raw: data}
+}
+
+// claimSpec is a claim spec with one request of the given class and one opaque config.
+func claimSpec(request, class string, params runtime.RawExtension) resourcev1.ResourceClaimSpec {
+	return resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+		Requests: []resourcev1.DeviceRequest{{Name: request, Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: class}}},
+		Config: []resourcev1.DeviceClaimConfiguration{{
+			Requests: []string{request},
+			DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
+				Driver: cdv1beta1.DriverName, Parameters: params,
+			}},
+		}},
+	}}
+}
+
+// allocatedClaim creates a claim for one device of this node and writes its allocation as the
+// scheduler would: the device, and the claim's opaque config. allocParams, when set, is the
+// config written into the allocation instead of the spec's (the driver must not trust
+// admission).
+func (e *env) allocatedClaim(ns, name string, n *node, device string, params runtime.RawExtension, allocParams *runtime.RawExtension) *resourcev1.ResourceClaim {
+	e.t.Helper()
+	class, request := cdv1beta1.ChannelDeviceClass, "channel"
+	if device == kubeletplugin.DaemonDeviceName {
+		class, request = cdv1beta1.DaemonDeviceClass, "daemon"
+	}
+	claim := &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       claimSpec(request, class, params),
+	}
+	if err := e.c.Create(e.ctx(), claim); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), claim) })
+	alloc := params
+	if allocParams != nil {
+		alloc = *allocParams
+	}
+	claim.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{
+		Results: []resourcev1.DeviceRequestAllocationResult{{Request: request, Driver: cdv1beta1.DriverName, Pool: n.name, Device: device}},
+		Config: []resourcev1.DeviceAllocationConfiguration{{
+			Source: resourcev1.AllocationConfigSourceClaim, Requests: []string{request},
+			DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
+				Driver: cdv1beta1.DriverName, Parameters: alloc,
+			}},
+		}},
+	}}
+	if err := e.c.Status().Update(e.ctx(), claim); err != nil {
+		e.t.Fatalf("allocating claim %s: %v", name, err)
+	}
+	return claim
+}
+
+// channelClaim creates a channel claim of domain cd, allocated on channel-0 of the node.
+func (e *env) channelClaim(ns, name string, n *node, cd *cdv1beta1.ComputeDomain, mode string) *resourcev1.ResourceClaim {
+	e.t.Helper()
+	return e.allocatedClaim(ns, name, n, kubeletplugin.ChannelDeviceName(0), rawJSON(e.t, cdv1beta1.NewChannelConfig(string(cd.UID), mode)), nil)
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// deviceNodePaths lists the container paths of a CDI device's device nodes.
+func deviceNodePaths(d cdispec.Device) []string {
+	var out []string
+	for _, n := range d.ContainerEdits.DeviceNodes {
+		out = append(out, n.Path)
+	}
+	return out
+}

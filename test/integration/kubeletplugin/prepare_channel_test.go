@@ -1,0 +1,238 @@
+package kubeletplugin
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin"
+)
+
+// TestSingleAndAllInjection prepares a Single and an All channel claim of a Ready domain and
+// checks what the kubelet gets back and what the CDI specs inject.
+func TestSingleAndAllInjection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := e.addNode(1)
+	n.start(16)
+	cd := e.createCD(e.ns, "inject")
+	e.setClique(cd, n, cdv1beta1.StatusReady)
+
+	single := e.channelClaim(e.ns, "single", n, cd, cdv1beta1.AllocationModeSingle)
+	got := n.mustPrepare(single)
+	wantID := "k8s.compute-domain.nvidia.com/claim=" + string(single.UID) + "-channel-0"
+	if len(got.Devices) != 1 || got.Devices[0].PoolName != n.name || got.Devices[0].DeviceName != "channel-0" ||
+		!cmp.Equal(got.Devices[0].CdiDeviceIds, []string{wantID}) || !cmp.Equal(got.Devices[0].RequestNames, []string{"channel"}) {
+		t.Errorf("prepare answered %v, want channel-0 of pool %s with CDI device %s", got.Devices, n.name, wantID)
+	}
+	spec, ok := n.cdiSpec(single.UID)
+	if !ok {
+		t.Fatal("no CDI spec for the Single claim")
+	}
+	if spec.Kind != kubeletplugin.CDIKind || len(spec.Devices) != 1 || spec.Devices[0].Name != string(single.UID)+"-channel-0" {
+		t.Fatalf("Single CDI spec: kind %s, devices %+v", spec.Kind, spec.Devices)
+	}
+	nodes := spec.Devices[0].ContainerEdits.DeviceNodes
+	if len(nodes) != 1 || nodes[0].Path != "/dev/nvidia-caps-imex-channels/channel0" ||
+		nodes[0].HostPath != n.path("dev", "nvidia-caps-imex-channels", "channel0") {
+		t.Errorf("Single claim injects %+v, want only channel0 from the node's device root", nodes)
+	}
+	if got := n.label(); got != string(cd.UID) {
+		t.Errorf("node label %q, want the domain's UID %s", got, cd.UID)
+	}
+	if got := n.labels()[cdv1beta1.GPUCliqueNodeLabel]; got != n.clique {
+		t.Errorf("node clique label %q, want %s (--node-clique-label)", got, n.clique)
+	}
+
+	all := e.channelClaim(e.ns, "all", n, cd, cdv1beta1.AllocationModeAll)
+	n.mustPrepare(all)
+	spec, ok = n.cdiSpec(all.UID)
+	if !ok {
+		t.Fatal("no CDI spec for the All claim")
+	}
+	paths := deviceNodePaths(spec.Devices[0])
+	if len(paths) != kubeletplugin.MaxChannels {
+		t.Errorf("All claim injects %d channels, want %d", len(paths), kubeletplugin.MaxChannels)
+	}
+	for _, ch := range []int{0, 222, 2047} {
+		if want := fmt.Sprintf("/dev/nvidia-caps-imex-channels/channel%d", ch); !containsString(paths, want) {
+			t.Errorf("All claim does not inject %s", want)
+		}
+	}
+
+	// Preparing again (a kubelet restart) answers the same without redoing anything.
+	again := n.mustPrepare(single)
+	if !cmp.Equal(again.Devices[0].CdiDeviceIds, []string{wantID}) {
+		t.Errorf("second prepare answered %v", again.Devices)
+	}
+	cp := n.checkpoint()
+	for _, c := range []string{string(single.UID), string(all.UID)} {
+		if st := cp.Claims[types.UID(c)].State; st != kubeletplugin.PrepareCompleted {
+			t.Errorf("checkpoint state of %s is %q, want PrepareCompleted", c, st)
+		}
+	}
+}
+
+// TestWrongNamespaceIsPermanent: a channel claim naming a domain of another namespace fails at
+// once with a permanent error and changes nothing.
+func TestWrongNamespaceIsPermanent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := e.addNode(2)
+	n.start(4)
+	other := testCluster.Namespace(t, nil)
+	cd := e.createCD(other, "elsewhere")
+	e.setClique(cd, n, cdv1beta1.StatusReady)
+	claim := e.channelClaim(e.ns, "wrong-ns", n, cd, "")
+	got, took := n.prepare(claim)
+	if !strings.Contains(got.Error, "permanent error") || !strings.Contains(got.Error, "must be in its ComputeDomain's namespace") {
+		t.Errorf("prepare error %q, want a permanent error about the namespace", got.Error)
+	}
+	if took >= readyWait {
+		t.Errorf("a permanent error took %s: it must not wait for readiness", took)
+	}
+	if l := n.label(); l != "" {
+		t.Errorf("node labelled %q for a refused claim", l)
+	}
+	if _, ok := n.cdiSpec(claim.UID); ok {
+		t.Error("CDI spec written for a refused claim")
+	}
+}
+
+// TestNodeServingAnotherDomainIsRefused: a node labelled for one domain refuses another's claim
+// and keeps its label.
+func TestNodeServingAnotherDomainIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := e.addNode(3)
+	n.start(4)
+	first, second := e.createCD(e.ns, "first"), e.createCD(e.ns, "second")
+	e.setClique(first, n, cdv1beta1.StatusReady)
+	e.setClique(second, n, cdv1beta1.StatusReady)
+	n.mustPrepare(e.channelClaim(e.ns, "first", n, first, ""))
+
+	claim := e.channelClaim(e.ns, "second", n, second, "")
+	got, _ := n.prepare(claim)
+	want := fmt.Sprintf("node %s already serves ComputeDomain %s", n.name, first.UID)
+	if !strings.Contains(got.Error, want) {
+		t.Errorf("prepare error %q, want it to contain %q", got.Error, want)
+	}
+	if l := n.label(); l != string(first.UID) {
+		t.Errorf("node label %q, want the first domain's %s", l, first.UID)
+	}
+	if _, ok := n.cdiSpec(claim.UID); ok {
+		t.Error("CDI spec written for a refused claim")
+	}
+}
+
+// TestNotReadyDaemonIsRetryable: while the node's daemon is not Ready, prepare returns a
+// retryable error within its bound; once Ready, it succeeds. Cliques and status.nodes alike.
+func TestNotReadyDaemonIsRetryable(t *testing.T) {
+	t.Parallel()
+	for name, setReady := range map[string]func(e *env, cd *cdv1beta1.ComputeDomain, n *node, status string){
+		"clique":       func(e *env, cd *cdv1beta1.ComputeDomain, n *node, s string) { e.setClique(cd, n, s) },
+		"status.nodes": func(e *env, cd *cdv1beta1.ComputeDomain, n *node, s string) { e.setStatusNode(cd, n, 0, s) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			n := e.addNode(4)
+			n.start(4)
+			cd := e.createCD(e.ns, "notready")
+			setReady(e, cd, n, cdv1beta1.StatusNotReady)
+			claim := e.channelClaim(e.ns, "wait", n, cd, "")
+
+			got, took := n.prepare(claim)
+			if !strings.Contains(got.Error, "retryable error") || !strings.Contains(got.Error, "not Ready") || strings.Contains(got.Error, "permanent") {
+				t.Errorf("prepare error %q, want a retryable error saying the daemon is not Ready", got.Error)
+			}
+			if took < readyWait || took > readyWait+5*time.Second {
+				t.Errorf("prepare took %s, want about the %s bound", took, readyWait)
+			}
+			if l := n.label(); l != string(cd.UID) {
+				t.Errorf("node label %q while waiting, want %s (the daemon needs it to start)", l, cd.UID)
+			}
+			if _, ok := n.cdiSpec(claim.UID); ok {
+				t.Error("CDI spec written before the daemon is Ready")
+			}
+
+			// The daemon turns Ready while a prepare waits: the watch wakes it, well before its bound.
+			done := make(chan time.Duration, 1)
+			var second string
+			go func() {
+				resp, took := n.prepare(claim)
+				second = resp.Error
+				done <- took
+			}()
+			setReady(e, cd, n, cdv1beta1.StatusReady)
+			took = <-done
+			if second != "" {
+				t.Fatalf("prepare after Ready: %s", second)
+			}
+			if took >= readyWait {
+				t.Errorf("prepare returned %s after the daemon turned Ready, want within its %s bound", took, readyWait)
+			}
+			if _, ok := n.cdiSpec(claim.UID); !ok {
+				t.Error("no CDI spec after the daemon turned Ready")
+			}
+		})
+	}
+}
+
+// TestNoFabricInjectsNothing: on a node without NVLink fabric the claim is prepared once the
+// fabric-less daemon is Ready in status.nodes, with no CDI device.
+func TestNoFabricInjectsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := e.addNode(5, noFabric())
+	n.start(4)
+	cd := e.createCD(e.ns, "nofabric")
+	e.setStatusNode(cd, n, cdv1beta1.FabriclessIndex, cdv1beta1.StatusReady)
+	claim := e.channelClaim(e.ns, "nofabric", n, cd, cdv1beta1.AllocationModeAll)
+	got := n.mustPrepare(claim)
+	if len(got.Devices) != 1 || len(got.Devices[0].CdiDeviceIds) != 0 {
+		t.Errorf("prepare answered %v, want channel-0 without CDI devices", got.Devices)
+	}
+	if _, ok := n.cdiSpec(claim.UID); ok {
+		t.Error("CDI spec written on a node without fabric")
+	}
+}
+
+// TestUnknownOpaqueFieldIsPermanent: an opaque config with an unknown field (here only in the
+// allocation, past admission) fails at prepare with a permanent error naming the field.
+func TestUnknownOpaqueFieldIsPermanent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := e.addNode(6)
+	n.start(4)
+	cd := e.createCD(e.ns, "strict")
+	e.setClique(cd, n, cdv1beta1.StatusReady)
+	good := rawJSON(t, cdv1beta1.NewChannelConfig(string(cd.UID), ""))
+	for name, bad := range map[string]struct {
+		raw  string
+		want string
+	}{
+		"unknown field": {fmt.Sprintf(`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomainChannelConfig","domainID":%q,"unexpectedField":1}`, cd.UID), `unknown field "unexpectedField"`},
+		"wrong kind":    {fmt.Sprintf(`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","domainID":%q}`, cd.UID), `field kind is "GpuConfig"`},
+		"wrong version": {fmt.Sprintf(`{"apiVersion":"resource.nvidia.com/v1","kind":"ComputeDomainChannelConfig","domainID":%q}`, cd.UID), `field apiVersion is "resource.nvidia.com/v1"`},
+	} {
+		raw := runtime.RawExtension{Raw: []byte(bad.raw)}
+		claim := e.allocatedClaim(e.ns, strings.ReplaceAll(name, " ", "-"), n, kubeletplugin.ChannelDeviceName(0), good, &raw)
+		got, took := n.prepare(claim)
+		if !strings.Contains(got.Error, "permanent error") || !strings.Contains(got.Error, bad.want) {
+			t.Errorf("%s: prepare error %q, want a permanent error containing %s", name, got.Error, bad.want)
+		}
+		if took >= readyWait {
+			t.Errorf("%s: a permanent error took %s", name, took)
+		}
+	}
+	if l := n.label(); l != "" {
+		t.Errorf("node labelled %q for refused claims", l)
+	}
+}

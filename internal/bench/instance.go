@@ -10,9 +10,11 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -105,8 +107,18 @@ func setPodStatus(ctx context.Context, c client.Client, pod *corev1.Pod, ip stri
 	}
 	patch := fmt.Appendf(nil, `{"status":{"phase":"Running","podIP":%q,"podIPs":[{"ip":%q}],"conditions":[{"type":"Ready","status":%q,"lastTransitionTime":%q}]}}`,
 		ip, ip, status, metav1.Now().UTC().Format(time.RFC3339))
-	if err := c.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil {
-		return fmt.Errorf("updating pod status: %w", err)
+	// Like the kubelet, retry what the apiserver could not take (lost connections, 429, 5xx).
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 12, Cap: 10 * time.Second},
+		func(ctx context.Context) (bool, error) {
+			last = c.Status().Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, patch))
+			if last != nil && (apierrors.IsNotFound(last) || apierrors.IsForbidden(last) || apierrors.IsInvalid(last)) {
+				return false, last
+			}
+			return last == nil, nil
+		})
+	if err != nil {
+		return fmt.Errorf("updating pod status: %w (last error: %v)", err, last)
 	}
 	return nil
 }
@@ -131,10 +143,7 @@ func floorDaemon(ctx context.Context, c client.WithWatch, cfg daemon.Config) err
 			}
 		}()
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: cfg.PodName, Namespace: cfg.PodNamespace}}
-	patch := client.RawPatch("application/merge-patch+json",
-		fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, cdv1beta1.CliqueIDLabel, cfg.CliqueID))
-	return c.Patch(ctx, pod, patch)
+	return daemon.LabelPod(ctx, c, cfg)
 }
 
 // instantIMEX stands in for IMEX in the benchmark, which measures the registration protocol:

@@ -69,10 +69,12 @@ func peerDaemon(ctx context.Context, _ client.WithWatch, cfg daemon.Config, x *i
 	return register(cdv1beta1.StatusReady)
 }
 
+// retryOnConflict retries fn on conflicts, as the original daemons do, and on what the
+// apiserver could not take (lost connections, 429, 5xx).
 func retryOnConflict(ctx context.Context, fn func() error) error {
 	for {
 		err := fn()
-		if err == nil || (!apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err)) {
+		if err == nil || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || ctx.Err() != nil {
 			return err
 		}
 		select {

@@ -33,7 +33,7 @@ type Deps struct {
 // ends, then stops IMEX cleanly. A node without a fabric only labels its pod and idles.
 func Run(ctx context.Context, cfg Config, deps Deps) error {
 	log := deps.Log
-	if err := labelPod(ctx, deps.Client, cfg); err != nil {
+	if err := LabelPod(ctx, deps.Client, cfg); err != nil {
 		return err
 	}
 	log.Info("Labelled pod with its clique", "pod", cfg.PodNamespace+"/"+cfg.PodName, "cliqueID", cfg.CliqueID)
@@ -58,8 +58,8 @@ func Run(ctx context.Context, cfg Config, deps Deps) error {
 	return s.loop(ctx, notify)
 }
 
-// labelPod sets the clique label on the daemon's own pod: its only write to the API.
-func labelPod(ctx context.Context, c client.Client, cfg Config) error {
+// LabelPod sets the clique label on the daemon's own pod: its only write to the API.
+func LabelPod(ctx context.Context, c client.Client, cfg Config) error {
 	pod := &metav1.PartialObjectMetadata{}
 	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
 	pod.Namespace, pod.Name = cfg.PodNamespace, cfg.PodName

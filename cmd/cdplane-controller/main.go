@@ -16,6 +16,7 @@ import (
 	"cdplane/internal/controller"
 	"cdplane/internal/features"
 	"cdplane/internal/flags"
+	"cdplane/internal/plane"
 )
 
 func main() {
@@ -41,12 +42,16 @@ func run(args []string) error {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", `Metrics endpoint address ("0" disables)`)
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", `Health probe address ("0" disables)`)
 	fs.BoolVar(&o.LeaderElection, "leader-elect", true, "Elect a leader among replicas")
-	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "cdplane-controller", "Name of the leader-election lease")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "", `Name of the leader-election lease (default "cdplane-controller", prefixed with the control-plane id)`)
+	plane.AddFlag(fs, &o.ControlPlaneID)
 	fs.DurationVar(&o.CleanupInterval, "cleanup-interval", 0, "How often to look for objects of deleted ComputeDomains (default 10m)")
 	logCfg := logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(logCfg, fs)
 	features.Gates.AddFlag(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := plane.ValidateID(o.ControlPlaneID); err != nil {
 		return err
 	}
 	if err := features.Validate(features.Gates); err != nil {

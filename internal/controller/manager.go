@@ -26,6 +26,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/cleanup"
 	"cdplane/internal/controller/computedomain"
+	"cdplane/internal/plane"
 )
 
 // Options configure the controller manager.
@@ -55,7 +56,7 @@ func (o *Options) Defaults() {
 		o.Workers = 8
 	}
 	if o.LeaderElectionID == "" {
-		o.LeaderElectionID = "cdplane-controller"
+		o.LeaderElectionID = plane.Name(o.ControlPlaneID, "cdplane-controller")
 	}
 	if o.MetricsAddr == "" {
 		o.MetricsAddr = "0"
@@ -84,11 +85,22 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	if err := plane.ValidateID(o.ControlPlaneID); err != nil {
+		return nil, err
+	}
+	// Every watch is scoped at the cache to this plane: objects labelled for a domain and, by
+	// the plane label, this plane's (the legacy plane: objects without the label).
 	req, err := labels.NewRequirement(cdv1beta1.ComputeDomainLabel, selection.Exists, nil)
 	if err != nil {
 		return nil, err
 	}
-	labelled := labels.NewSelector().Add(*req)
+	planeReqs, _ := plane.Selector(o.ControlPlaneID).Requirements()
+	labelled := labels.NewSelector().Add(*req).Add(planeReqs...)
+	domains := plane.Selector(o.ControlPlaneID)
+	if o.DomainSelector != nil {
+		extra, _ := o.DomainSelector.Requirements()
+		domains = domains.Add(extra...)
+	}
 	driverNS := map[string]cache.Config{o.DriverNamespace: {}}
 	nodeMeta := &metav1.PartialObjectMetadata{}
 	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
@@ -109,7 +121,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 				&cdv1beta1.ComputeDomainClique{}:    {Namespaces: driverNS, Label: labelled},
 				&resourcev1.ResourceClaimTemplate{}: {Label: labelled},
 				nodeMeta:                            {Label: labelled},
-				&cdv1beta1.ComputeDomain{}:          {Label: o.DomainSelector},
+				&cdv1beta1.ComputeDomain{}:          {Label: domains},
 			},
 		},
 	})
@@ -122,7 +134,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	}
 	if err := mgr.Add(&cleanup.Cleaner{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Cache: mgr.GetCache(),
-		DriverNamespace: o.DriverNamespace, Interval: o.CleanupInterval,
+		DriverNamespace: o.DriverNamespace, Interval: o.CleanupInterval, ControlPlaneID: o.ControlPlaneID,
 	}); err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/computedomain"
+	"cdplane/internal/plane"
 )
 
 // Cleaner deletes orphans. Cached lists find the candidates; a fresh list of ComputeDomains,
@@ -31,6 +32,8 @@ type Cleaner struct {
 	Cache           cache.Cache
 	DriverNamespace string
 	Interval        time.Duration
+	// ControlPlaneID is the plane whose objects and nodes are cleaned ("" legacy).
+	ControlPlaneID string
 }
 
 // NeedLeaderElection makes the cleaner run on the leader only.
@@ -78,21 +81,21 @@ func (c *Cleaner) RunOnce(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("listing DaemonSets: %w", err)
 	}
 	for i := range dss.Items {
-		cands = appendOwned(cands, &dss.Items[i])
+		cands = c.appendOwned(cands, &dss.Items[i])
 	}
 	rcts := &resourcev1.ResourceClaimTemplateList{}
 	if err := c.Client.List(ctx, rcts, hasLabel); err != nil {
 		return 0, fmt.Errorf("listing ResourceClaimTemplates: %w", err)
 	}
 	for i := range rcts.Items {
-		cands = appendOwned(cands, &rcts.Items[i])
+		cands = c.appendOwned(cands, &rcts.Items[i])
 	}
 	cliques := &cdv1beta1.ComputeDomainCliqueList{}
 	if err := c.Client.List(ctx, cliques, inNS, hasLabel); err != nil {
 		return 0, fmt.Errorf("listing cliques: %w", err)
 	}
 	for i := range cliques.Items {
-		cands = appendOwned(cands, &cliques.Items[i])
+		cands = c.appendOwned(cands, &cliques.Items[i])
 	}
 	nodes := &metav1.PartialObjectMetadataList{}
 	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
@@ -122,13 +125,25 @@ func (c *Cleaner) RunOnce(ctx context.Context) (int, error) {
 			continue
 		}
 		if cand.obj == nil {
-			if err := computedomain.RemoveNodeLabel(ctx, c.Client, cand.node, cand.uid); err != nil {
+			if err := computedomain.RemoveNodeLabel(ctx, c.Client, c.APIReader, c.ControlPlaneID, cand.node, cand.uid); err != nil {
 				return removed, err
 			}
 			removed++
 			continue
 		}
-		uid := cand.obj.GetUID()
+		// Re-check on a fresh read right before deleting: the object must still be one this
+		// plane's controller created.
+		fresh := cand.obj.DeepCopyObject().(client.Object)
+		if err := c.APIReader.Get(ctx, client.ObjectKeyFromObject(cand.obj), fresh); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return removed, fmt.Errorf("re-reading %s: %w", klog.KObj(cand.obj), err)
+		}
+		if !c.owned(fresh) || fresh.GetLabels()[cdv1beta1.ComputeDomainLabel] != cand.uid {
+			continue
+		}
+		uid := fresh.GetUID()
 		err := c.Client.Delete(ctx, cand.obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 		if err != nil && !apierrors.IsNotFound(err) {
 			return removed, fmt.Errorf("deleting %T %s: %w", cand.obj, klog.KObj(cand.obj), err)
@@ -139,8 +154,12 @@ func (c *Cleaner) RunOnce(ctx context.Context) (int, error) {
 	return removed, nil
 }
 
-func appendOwned(cands []candidate, obj client.Object) []candidate {
-	if !computedomain.CreatedByController(obj.GetLabels()) {
+func (c *Cleaner) owned(obj client.Object) bool {
+	return computedomain.CreatedByController(obj.GetLabels()) && plane.Owns(c.ControlPlaneID, obj.GetLabels())
+}
+
+func (c *Cleaner) appendOwned(cands []candidate, obj client.Object) []candidate {
+	if !c.owned(obj) {
 		return cands
 	}
 	return append(cands, candidate{uid: obj.GetLabels()[cdv1beta1.ComputeDomainLabel], obj: obj})

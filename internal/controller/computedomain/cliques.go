@@ -76,7 +76,7 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 }
 
 func (r *Reconciler) clique(cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, cliqueID string, entries []membership.Entry) *cdv1beta1.ComputeDomainClique {
-	labels := ownedLabels(cd)
+	labels := r.ownedLabels(cd)
 	labels[cdv1beta1.CliqueIDLabel] = cliqueID
 	return &cdv1beta1.ComputeDomainClique{
 		TypeMeta: metav1.TypeMeta{APIVersion: cdv1beta1.GroupVersion.String(), Kind: "ComputeDomainClique"},
@@ -102,6 +102,9 @@ func cliqueUpToDate(cur, desired *cdv1beta1.ComputeDomainClique) bool {
 }
 
 func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomainClique) error {
+	if ok, err := r.ownedOnServer(ctx, &cdv1beta1.ComputeDomainClique{}, client.ObjectKeyFromObject(c), c.Labels[cdv1beta1.ComputeDomainLabel], true); !ok || err != nil {
+		return err
+	}
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(c)
 	if err != nil {
 		return fmt.Errorf("converting clique: %w", err)
@@ -124,6 +127,12 @@ func (r *Reconciler) deleteCliques(ctx context.Context, cd *cdv1beta1.ComputeDom
 	for i := range existing {
 		c := &existing[i]
 		if keep.Has(c.Name) {
+			continue
+		}
+		if ok, err := r.ownedOnServer(ctx, &cdv1beta1.ComputeDomainClique{}, client.ObjectKeyFromObject(c), string(cd.UID), false); !ok || err != nil {
+			if err != nil {
+				return err
+			}
 			continue
 		}
 		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {

@@ -26,7 +26,7 @@ func (r *Reconciler) ensureResources(ctx context.Context, cd *cdv1beta1.ComputeD
 	}
 	var clashes []string
 
-	wl := workloadClaimTemplate(cd)
+	wl := r.workloadClaimTemplate(cd)
 	if clash, err := r.ensure(ctx, cd, wl, newRCT()); err != nil {
 		return cond, nil, err
 	} else if clash != "" {
@@ -77,7 +77,7 @@ func (r *Reconciler) ensure(ctx context.Context, cd *cdv1beta1.ComputeDomain, de
 	if err != nil {
 		return "", fmt.Errorf("ensuring %s %s: %w", kind, key, err)
 	}
-	if !createdFor(current.GetLabels(), string(cd.UID)) {
+	if !r.createdFor(current.GetLabels(), string(cd.UID)) {
 		return fmt.Sprintf("%s %s exists and was not created for this ComputeDomain; it is left untouched (delete or rename it)", kind, key), nil
 	}
 	return "", nil

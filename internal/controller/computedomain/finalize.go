@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/plane"
 )
 
 // finalize runs the deletion sequence: claim templates and DaemonSet, cliques, node labels, and
@@ -42,7 +43,10 @@ func (r *Reconciler) finalize(ctx context.Context, cd *cdv1beta1.ComputeDomain) 
 	if err := r.deleteCliques(ctx, cd, nil); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := RemoveNodeLabels(ctx, r.client, uid); err != nil {
+	if err := RemoveNodeLabels(ctx, r.client, r.reader, r.opts.ControlPlaneID, uid); err != nil {
+		return ctrl.Result{}, err
+	}
+	if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
 		return ctrl.Result{}, err
 	}
 	orig := cd.DeepCopy()
@@ -59,8 +63,11 @@ func (r *Reconciler) deleteOwned(ctx context.Context, obj client.Object, uid str
 	if err := r.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if !createdFor(obj.GetLabels(), uid) {
+	if !r.createdFor(obj.GetLabels(), uid) {
 		return nil
+	}
+	if ok, err := r.ownedOnServer(ctx, obj.DeepCopyObject().(client.Object), client.ObjectKeyFromObject(obj), uid, false); !ok || err != nil {
+		return err
 	}
 	objUID := obj.GetUID()
 	err := r.client.Delete(ctx, obj, client.Preconditions{UID: &objUID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
@@ -71,25 +78,35 @@ func (r *Reconciler) deleteOwned(ctx context.Context, obj client.Object, uid str
 	return nil
 }
 
-// RemoveNodeLabels removes the domain's label from every node that carries it with this UID.
-// Each removal is a JSON patch that first tests the value, so a node relabelled for another
-// domain in the meantime is left alone.
-func RemoveNodeLabels(ctx context.Context, c client.Client, uid string) error {
+// RemoveNodeLabels removes the domain's label from every node of the plane that carries it with
+// this UID. Each node's plane is re-checked on a fresh read, and each removal is a JSON patch
+// that first tests the value, so a node relabelled for another domain is left alone.
+func RemoveNodeLabels(ctx context.Context, c client.Client, reader client.Reader, planeID, uid string) error {
 	nodes := &metav1.PartialObjectMetadataList{}
 	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
 	if err := c.List(ctx, nodes, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: uid}); err != nil {
 		return fmt.Errorf("listing labelled nodes: %w", err)
 	}
 	for i := range nodes.Items {
-		if err := RemoveNodeLabel(ctx, c, nodes.Items[i].Name, uid); err != nil {
+		if err := RemoveNodeLabel(ctx, c, reader, planeID, nodes.Items[i].Name, uid); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// RemoveNodeLabel removes the domain label from one node if it still has value uid.
-func RemoveNodeLabel(ctx context.Context, c client.Client, node, uid string) error {
+// RemoveNodeLabel removes the domain label from one node if it still has value uid and, on a
+// fresh read, belongs to the plane.
+func RemoveNodeLabel(ctx context.Context, c client.Client, reader client.Reader, planeID, node, uid string) error {
+	fresh := &metav1.PartialObjectMetadata{}
+	fresh.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := reader.Get(ctx, client.ObjectKey{Name: node}, fresh); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !plane.Owns(planeID, fresh.Labels) {
+		refuse(ctx, "Node", node)
+		return nil
+	}
 	path := "/metadata/labels/" + strings.ReplaceAll(strings.ReplaceAll(cdv1beta1.ComputeDomainLabel, "~", "~0"), "/", "~1")
 	patch, _ := json.Marshal([]map[string]any{
 		{"op": "test", "path": path, "value": uid},

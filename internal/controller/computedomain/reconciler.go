@@ -24,6 +24,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/membership"
 	"cdplane/internal/features"
+	"cdplane/internal/plane"
 )
 
 // Options configure the reconciler.
@@ -48,6 +49,8 @@ type Options struct {
 	FieldManager string
 	// Gates are the feature gates read by the reconciler; default: the process-wide gates.
 	Gates featuregate.FeatureGate
+	// ControlPlaneID is the plane this controller serves ("" for the legacy plane).
+	ControlPlaneID string
 }
 
 // Defaults fills unset options.
@@ -102,10 +105,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, cd); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if !plane.Owns(r.opts.ControlPlaneID, cd.Labels) {
+		refuse(ctx, "ComputeDomain", klog.KObj(cd).String())
+		return ctrl.Result{}, nil
+	}
 	if !cd.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, cd)
 	}
 	if !controllerutil.ContainsFinalizer(cd, cdv1beta1.Finalizer) {
+		if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
+			return ctrl.Result{}, err
+		}
 		orig := cd.DeepCopy()
 		controllerutil.AddFinalizer(cd, cdv1beta1.Finalizer)
 		if err := r.client.Patch(ctx, cd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -205,6 +215,9 @@ func podInfo(p *corev1.Pod) membership.Pod {
 func (r *Reconciler) writeStatus(ctx context.Context, cd *cdv1beta1.ComputeDomain, st cdv1beta1.ComputeDomainStatus) error {
 	if equality.Semantic.DeepEqual(cd.Status, st) {
 		return nil
+	}
+	if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
+		return err
 	}
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
 	if err != nil {

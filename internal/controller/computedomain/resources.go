@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/plane"
 )
 
 // DaemonSetName returns the name of a domain's daemon DaemonSet and daemon ResourceClaimTemplate.
@@ -31,15 +32,17 @@ const (
 	managedByValue      = "cdplane"
 )
 
-// ownedLabels are the labels of every object created for a domain.
-func ownedLabels(cd *cdv1beta1.ComputeDomain) map[string]string {
-	return map[string]string{cdv1beta1.ComputeDomainLabel: string(cd.UID), managedByLabel: managedByValue}
+// ownedLabels are the labels of every object created for a domain: the domain's UID, the
+// manager, and for a plane with an id the plane label.
+func (r *Reconciler) ownedLabels(cd *cdv1beta1.ComputeDomain) map[string]string {
+	return plane.Stamp(r.opts.ControlPlaneID, map[string]string{cdv1beta1.ComputeDomainLabel: string(cd.UID), managedByLabel: managedByValue})
 }
 
-// createdFor reports whether an object carries the labels the controller puts on what it
-// creates for the domain with this UID.
-func createdFor(labels map[string]string, cdUID string) bool {
-	return labels[cdv1beta1.ComputeDomainLabel] == cdUID && labels[managedByLabel] == managedByValue
+// createdFor reports whether an object carries the labels this plane's controller puts on what
+// it creates for the domain with this UID.
+func (r *Reconciler) createdFor(labels map[string]string, cdUID string) bool {
+	return labels[cdv1beta1.ComputeDomainLabel] == cdUID && labels[managedByLabel] == managedByValue &&
+		plane.Owns(r.opts.ControlPlaneID, labels)
 }
 
 func opaqueConfig(requests []string, params runtime.Object) []resourcev1.DeviceClaimConfiguration {
@@ -56,14 +59,14 @@ func opaqueConfig(requests []string, params runtime.Object) []resourcev1.DeviceC
 }
 
 // workloadClaimTemplate is the channel ResourceClaimTemplate in the domain's namespace.
-func workloadClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClaimTemplate {
+func (r *Reconciler) workloadClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClaimTemplate {
 	mode := cd.Spec.Channel.AllocationMode
 	if mode == "" {
 		mode = cdv1beta1.AllocationModeSingle
 	}
 	return &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: cd.Spec.Channel.ResourceClaimTemplate.Name, Namespace: cd.Namespace, Labels: ownedLabels(cd),
+			Name: cd.Spec.Channel.ResourceClaimTemplate.Name, Namespace: cd.Namespace, Labels: r.ownedLabels(cd),
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: cdv1beta1.GroupVersion.String(), Kind: "ComputeDomain", Name: cd.Name, UID: cd.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
@@ -72,7 +75,7 @@ func workloadClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClai
 		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
 			Requests: []resourcev1.DeviceRequest{{
 				Name:    channelRequestName,
-				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.ChannelDeviceClass},
+				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.ChannelDeviceClass, Selectors: r.planeSelectors()},
 			}},
 			Config: opaqueConfig([]string{channelRequestName}, cdv1beta1.NewChannelConfig(string(cd.UID), mode)),
 		}}},
@@ -82,11 +85,11 @@ func workloadClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClai
 // daemonClaimTemplate is the daemon ResourceClaimTemplate in the driver namespace.
 func (r *Reconciler) daemonClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClaimTemplate {
 	return &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: DaemonSetName(string(cd.UID)), Namespace: r.opts.DriverNamespace, Labels: ownedLabels(cd)},
+		ObjectMeta: metav1.ObjectMeta{Name: DaemonSetName(string(cd.UID)), Namespace: r.opts.DriverNamespace, Labels: r.ownedLabels(cd)},
 		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
 			Requests: []resourcev1.DeviceRequest{{
 				Name:    daemonRequestName,
-				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.DaemonDeviceClass},
+				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.DaemonDeviceClass, Selectors: r.planeSelectors()},
 			}},
 			Config: opaqueConfig([]string{daemonRequestName}, cdv1beta1.NewDaemonConfig(string(cd.UID))),
 		}}},
@@ -121,7 +124,7 @@ func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 	if r.opts.DaemonFeatureGates != "" {
 		env = append(env, corev1.EnvVar{Name: "FEATURE_GATES", Value: r.opts.DaemonFeatureGates})
 	}
-	labels := ownedLabels(cd)
+	labels := r.ownedLabels(cd)
 	return &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: DaemonSetName(uid), Namespace: r.opts.DriverNamespace, Labels: labels},
 		Spec: appsv1.DaemonSetSpec{
@@ -160,4 +163,16 @@ func fieldEnv(name, path string) corev1.EnvVar {
 // it creates for a domain (whichever domain).
 func CreatedByController(labels map[string]string) bool {
 	return labels[cdv1beta1.ComputeDomainLabel] != "" && labels[managedByLabel] == managedByValue
+}
+
+// planeSelectors makes a plane's claim templates select only devices its own kubelet plugins
+// publish, so the scheduler never places its workloads on another plane's nodes. The legacy
+// plane's templates carry no selector: its output carries no trace of planes.
+func (r *Reconciler) planeSelectors() []resourcev1.DeviceSelector {
+	if r.opts.ControlPlaneID == "" {
+		return nil
+	}
+	return []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+		Expression: fmt.Sprintf("device.attributes[%q].controlPlane == %q", cdv1beta1.DriverName, r.opts.ControlPlaneID),
+	}}}
 }

@@ -1,0 +1,400 @@
+package secretmirror
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+const (
+	srcNS = "plane-a-driver"
+	pl    = cdv1beta1.ControlPlaneLabel
+)
+
+var mirrorSel = labels.SelectorFromSet(labels.Set{"mirror": "yes"})
+
+func planeOpts() Options {
+	return Options{ControlPlaneID: "plane-a", SourceNamespace: srcNS, SecretSelector: mirrorSel}
+}
+
+func legacyOpts(sel labels.Selector) Options {
+	return Options{SourceNamespace: srcNS, SecretSelector: mirrorSel, LegacyNamespaceSelector: sel}
+}
+
+func makeSource(name string, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: srcNS, UID: k8stypes.UID("uid-" + name), Labels: map[string]string{"mirror": "yes"}},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{},
+	}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+func ns(name string, l map[string]string) metav1.PartialObjectMetadata {
+	return metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}
+}
+
+func TestValidate(t *testing.T) {
+	cases := map[string]struct {
+		opts    Options
+		wantErr string
+	}{
+		"plane":                          {opts: planeOpts()},
+		"legacy without namespaces":      {opts: legacyOpts(nil)},
+		"legacy with a selector":         {opts: legacyOpts(labels.SelectorFromSet(labels.Set{"team": "x"}))},
+		"bad id":                         {opts: Options{ControlPlaneID: "Plane-A", SourceNamespace: srcNS, SecretSelector: mirrorSel}, wantErr: "must be lowercase"},
+		"reserved id":                    {opts: Options{ControlPlaneID: "default", SourceNamespace: srcNS, SecretSelector: mirrorSel}, wantErr: "reserved"},
+		"no source namespace":            {opts: Options{SecretSelector: mirrorSel}, wantErr: "source namespace is required"},
+		"bad source namespace":           {opts: Options{SourceNamespace: "Ns_1", SecretSelector: mirrorSel}, wantErr: "invalid source namespace"},
+		"no selector":                    {opts: Options{SourceNamespace: srcNS}, wantErr: "non-empty Secret selector"},
+		"empty selector":                 {opts: Options{SourceNamespace: srcNS, SecretSelector: labels.Everything()}, wantErr: "non-empty Secret selector"},
+		"nothing selector":               {opts: Options{SourceNamespace: srcNS, SecretSelector: labels.Nothing()}, wantErr: "non-empty Secret selector"},
+		"namespace selector on a plane":  {opts: Options{ControlPlaneID: "plane-a", SourceNamespace: srcNS, SecretSelector: mirrorSel, LegacyNamespaceSelector: labels.Everything()}, wantErr: "legacy plane only"},
+		"negative foreign recheck":       {opts: Options{SourceNamespace: srcNS, SecretSelector: mirrorSel, ForeignRecheckInterval: -time.Second}, wantErr: "must not be negative"},
+		"legacy with everything allowed": {opts: legacyOpts(labels.Everything())},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(tc.opts)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("New() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("New() = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestOwnsCopy(t *testing.T) {
+	cases := map[string]struct {
+		id     string
+		labels map[string]string
+		want   bool
+	}{
+		"plane marker":                       {id: "plane-a", labels: map[string]string{MirroredFromLabel: srcNS, pl: "plane-a"}, want: true},
+		"plane marker and other labels":      {id: "plane-a", labels: map[string]string{MirroredFromLabel: srcNS, pl: "plane-a", "x": "y"}, want: true},
+		"another plane":                      {id: "plane-a", labels: map[string]string{MirroredFromLabel: srcNS, pl: "plane-b"}},
+		"plane label without mirror label":   {id: "plane-a", labels: map[string]string{pl: "plane-a"}},
+		"mirror label without plane label":   {id: "plane-a", labels: map[string]string{MirroredFromLabel: srcNS}},
+		"another source namespace":           {id: "plane-a", labels: map[string]string{MirroredFromLabel: "other", pl: "plane-a"}},
+		"no labels":                          {id: "plane-a"},
+		"legacy marker":                      {id: "", labels: map[string]string{MirroredFromLabel: srcNS}, want: true},
+		"legacy: a plane's copy is not ours": {id: "", labels: map[string]string{MirroredFromLabel: srcNS, pl: "plane-a"}},
+		"legacy: empty plane label counts":   {id: "", labels: map[string]string{MirroredFromLabel: srcNS, pl: ""}},
+		"legacy: another source namespace":   {id: "", labels: map[string]string{MirroredFromLabel: "other"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := OwnsCopy(tc.id, srcNS, tc.labels); got != tc.want {
+				t.Errorf("OwnsCopy(%q, %v) = %v, want %v", tc.id, tc.labels, got, tc.want)
+			}
+			// The cache selector agrees with the ownership rule.
+			o := Options{ControlPlaneID: tc.id, SourceNamespace: srcNS}
+			if got := CopySelector(o).Matches(labels.Set(tc.labels)); got != tc.want {
+				t.Errorf("CopySelector(%q) matches %v = %v, want %v", tc.id, tc.labels, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestOwnsNamespace(t *testing.T) {
+	team := labels.SelectorFromSet(labels.Set{"team": "x"})
+	now := metav1.Now()
+	terminating := ns("t", map[string]string{pl: "plane-a"})
+	terminating.DeletionTimestamp = &now
+	cases := map[string]struct {
+		opts Options
+		ns   metav1.PartialObjectMetadata
+		want bool
+	}{
+		"assigned to the plane":              {opts: planeOpts(), ns: ns("a", map[string]string{pl: "plane-a"}), want: true},
+		"assigned to another plane":          {opts: planeOpts(), ns: ns("a", map[string]string{pl: "plane-b"})},
+		"prefix of another plane's id":       {opts: planeOpts(), ns: ns("a", map[string]string{pl: "plane-a-x"})},
+		"unassigned":                         {opts: planeOpts(), ns: ns("a", nil)},
+		"the source namespace":               {opts: planeOpts(), ns: ns(srcNS, map[string]string{pl: "plane-a"})},
+		"terminating":                        {opts: planeOpts(), ns: terminating},
+		"legacy without selector":            {opts: legacyOpts(nil), ns: ns("a", map[string]string{"team": "x"})},
+		"legacy with nothing selector":       {opts: legacyOpts(labels.Nothing()), ns: ns("a", map[string]string{"team": "x"})},
+		"legacy, matching":                   {opts: legacyOpts(team), ns: ns("a", map[string]string{"team": "x"}), want: true},
+		"legacy, not matching":               {opts: legacyOpts(team), ns: ns("a", map[string]string{"team": "y"})},
+		"legacy, matching but assigned":      {opts: legacyOpts(team), ns: ns("a", map[string]string{"team": "x", pl: "plane-a"})},
+		"legacy, everything but assigned":    {opts: legacyOpts(labels.Everything()), ns: ns("a", map[string]string{pl: "plane-a"})},
+		"legacy, everything and unassigned":  {opts: legacyOpts(labels.Everything()), ns: ns("a", nil), want: true},
+		"legacy, source namespace selected":  {opts: legacyOpts(team), ns: ns(srcNS, map[string]string{"team": "x"})},
+		"legacy, empty plane label assigned": {opts: legacyOpts(team), ns: ns("a", map[string]string{"team": "x", pl: ""})},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := OwnsNamespace(tc.opts, &tc.ns); got != tc.want {
+				t.Errorf("OwnsNamespace(%s) = %v, want %v", tc.ns.Name, got, tc.want)
+			}
+			// The cache selector never admits a namespace the rule refuses for its labels.
+			if tc.ns.Name != srcNS && tc.ns.DeletionTimestamp == nil {
+				if got := NamespaceSelector(tc.opts).Matches(labels.Set(tc.ns.Labels)); got != tc.want {
+					t.Errorf("NamespaceSelector matches %v = %v, want %v", tc.ns.Labels, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestSelectorsSurviveTheWire(t *testing.T) {
+	// Selectors travel to the apiserver as strings: parsing them back must select the same.
+	cases := map[string]struct {
+		sel   labels.Selector
+		match map[string]string
+		miss  map[string]string
+	}{
+		"plane namespaces":  {sel: NamespaceSelector(planeOpts()), match: map[string]string{pl: "plane-a"}, miss: map[string]string{pl: "plane-b"}},
+		"legacy namespaces": {sel: NamespaceSelector(legacyOpts(labels.SelectorFromSet(labels.Set{"team": "x"}))), match: map[string]string{"team": "x"}, miss: map[string]string{"team": "x", pl: "plane-a"}},
+		"legacy, none":      {sel: NamespaceSelector(legacyOpts(nil)), miss: map[string]string{}},
+		"legacy, none (2)":  {sel: NamespaceSelector(legacyOpts(nil)), miss: map[string]string{pl: "plane-a"}},
+		"plane copies":      {sel: CopySelector(planeOpts()), match: map[string]string{MirroredFromLabel: srcNS, pl: "plane-a"}, miss: map[string]string{MirroredFromLabel: srcNS}},
+		"legacy copies":     {sel: CopySelector(legacyOpts(nil)), match: map[string]string{MirroredFromLabel: srcNS}, miss: map[string]string{MirroredFromLabel: srcNS, pl: "plane-a"}},
+		"no sources":        {sel: SourceSelector(Options{SourceNamespace: srcNS}), miss: map[string]string{"mirror": "yes"}},
+		"sources":           {sel: SourceSelector(planeOpts()), match: map[string]string{"mirror": "yes"}, miss: map[string]string{"mirror": "no"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := tc.sel.String()
+			if s == "" {
+				t.Fatal("selector serialises as the empty string, which selects everything")
+			}
+			parsed, err := labels.Parse(s)
+			if err != nil {
+				t.Fatalf("parsing %q: %v", s, err)
+			}
+			for _, sel := range []labels.Selector{tc.sel, parsed} {
+				if tc.match != nil && !sel.Matches(labels.Set(tc.match)) {
+					t.Errorf("%q does not match %v", sel, tc.match)
+				}
+				if sel.Matches(labels.Set(tc.miss)) {
+					t.Errorf("%q matches %v", sel, tc.miss)
+				}
+			}
+		})
+	}
+}
+
+func TestWanted(t *testing.T) {
+	now := metav1.Now()
+	deleting := makeSource("s", nil)
+	deleting.DeletionTimestamp = &now
+	token := makeSource("s", nil)
+	token.Type = corev1.SecretTypeServiceAccountToken
+	unlabelled := makeSource("s", nil)
+	unlabelled.Labels = nil
+	elsewhere := makeSource("s", nil)
+	elsewhere.Namespace = "other"
+	cases := map[string]struct {
+		src  *corev1.Secret
+		want bool
+	}{
+		"matching":               {src: makeSource("s", nil), want: true},
+		"gone":                   {src: nil},
+		"being deleted":          {src: deleting},
+		"service-account token":  {src: token},
+		"not matching":           {src: unlabelled},
+		"not in source namepace": {src: elsewhere},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := Wanted(planeOpts(), tc.src); got != tc.want {
+				t.Errorf("Wanted = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDesiredCopy(t *testing.T) {
+	src := makeSource("creds", map[string]string{"token": "abc"})
+	cases := map[string]struct {
+		opts Options
+		want *corev1.Secret
+	}{
+		"plane copy carries the plane label": {
+			opts: planeOpts(),
+			want: &corev1.Secret{
+				TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+				ObjectMeta: metav1.ObjectMeta{
+					Name: "creds", Namespace: "team-1",
+					Labels:      map[string]string{MirroredFromLabel: srcNS, pl: "plane-a"},
+					Annotations: map[string]string{SourceAnnotation: srcNS + "/creds", SourceUIDAnnotation: "uid-creds"},
+				},
+				Type: corev1.SecretTypeOpaque,
+				Data: map[string][]byte{"token": []byte("abc")},
+			},
+		},
+		"legacy copy carries no plane label": {
+			opts: legacyOpts(nil),
+			want: &corev1.Secret{
+				TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+				ObjectMeta: metav1.ObjectMeta{
+					Name: "creds", Namespace: "team-1",
+					Labels:      map[string]string{MirroredFromLabel: srcNS},
+					Annotations: map[string]string{SourceAnnotation: srcNS + "/creds", SourceUIDAnnotation: "uid-creds"},
+				},
+				Type: corev1.SecretTypeOpaque,
+				Data: map[string][]byte{"token": []byte("abc")},
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := DesiredCopy(tc.opts, src, "team-1")
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("DesiredCopy (-want +got):\n%s", diff)
+			}
+			if !OwnsCopy(tc.opts.ControlPlaneID, srcNS, got.Labels) {
+				t.Error("the plane does not own its own copy")
+			}
+		})
+	}
+	// The copy does not share the source's data.
+	got := DesiredCopy(planeOpts(), src, "team-1")
+	got.Data["token"][0] = 'X'
+	if string(src.Data["token"]) != "abc" {
+		t.Error("DesiredCopy shares the source's data")
+	}
+}
+
+func TestUpToDateAndReplace(t *testing.T) {
+	desired := DesiredCopy(planeOpts(), makeSource("creds", map[string]string{"token": "abc"}), "team-1")
+	with := func(f func(s *corev1.Secret)) *corev1.Secret {
+		s := desired.DeepCopy()
+		s.ResourceVersion = "7"
+		f(s)
+		return s
+	}
+	cases := map[string]struct {
+		cur                   *corev1.Secret
+		upToDate, needReplace bool
+	}{
+		"equal":                        {cur: with(func(*corev1.Secret) {}), upToDate: true},
+		"extra labels and annotations": {cur: with(func(s *corev1.Secret) { s.Labels["x"] = "y"; s.Annotations["a"] = "b" }), upToDate: true},
+		"empty type means Opaque":      {cur: with(func(s *corev1.Secret) { s.Type = "" }), upToDate: true},
+		"data changed":                 {cur: with(func(s *corev1.Secret) { s.Data["token"] = []byte("tampered") })},
+		"key added":                    {cur: with(func(s *corev1.Secret) { s.Data["extra"] = []byte("x") })},
+		"key removed":                  {cur: with(func(s *corev1.Secret) { delete(s.Data, "token") })},
+		"source uid changed":           {cur: with(func(s *corev1.Secret) { s.Annotations[SourceUIDAnnotation] = "old" })},
+		"marker changed":               {cur: with(func(s *corev1.Secret) { s.Labels[pl] = "plane-b" })},
+		"type changed":                 {cur: with(func(s *corev1.Secret) { s.Type = corev1.SecretTypeTLS }), needReplace: true},
+		"immutable, data changed": {cur: with(func(s *corev1.Secret) {
+			s.Immutable = ptr.To(true)
+			s.Data["token"] = []byte("old")
+		}), needReplace: true},
+		"immutable, data equal": {cur: with(func(s *corev1.Secret) { s.Immutable = ptr.To(true) }), upToDate: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := UpToDate(tc.cur, desired); got != tc.upToDate {
+				t.Errorf("UpToDate = %v, want %v", got, tc.upToDate)
+			}
+			if got := NeedsReplace(tc.cur, desired); got != tc.needReplace {
+				t.Errorf("NeedsReplace = %v, want %v", got, tc.needReplace)
+			}
+			if tc.needReplace {
+				return
+			}
+			applied := ApplyTo(tc.cur, desired)
+			if !UpToDate(applied, desired) {
+				t.Errorf("ApplyTo does not bring the copy up to date: %+v", applied)
+			}
+			if applied.ResourceVersion != "7" {
+				t.Errorf("ApplyTo dropped the resourceVersion: %q", applied.ResourceVersion)
+			}
+			for k, v := range tc.cur.Labels {
+				if _, ours := desired.Labels[k]; !ours && applied.Labels[k] != v {
+					t.Errorf("ApplyTo dropped label %s", k)
+				}
+			}
+		})
+	}
+}
+
+func TestMakePlan(t *testing.T) {
+	o := planeOpts()
+	src := makeSource("creds", map[string]string{"token": "abc"})
+	fresh := func(nsName string) *corev1.Secret { return DesiredCopy(o, src, nsName) }
+	stale := func(nsName string) *corev1.Secret {
+		c := DesiredCopy(o, src, nsName)
+		c.Data["token"] = []byte("old")
+		return c
+	}
+	unlabelled := makeSource("creds", nil)
+	unlabelled.Labels = nil
+	cases := map[string]struct {
+		src     *corev1.Secret
+		targets sets.Set[string]
+		copies  []*corev1.Secret
+		want    Plan
+	}{
+		"new source is written everywhere, sorted": {
+			src: src, targets: sets.New("t3", "t1", "t2"),
+			want: Plan{Write: []string{"t1", "t2", "t3"}},
+		},
+		"up-to-date copies need nothing": {
+			src: src, targets: sets.New("t1", "t2"), copies: []*corev1.Secret{fresh("t1"), fresh("t2")},
+			want: Plan{},
+		},
+		"stale copy is rewritten": {
+			src: src, targets: sets.New("t1", "t2"), copies: []*corev1.Secret{fresh("t1"), stale("t2")},
+			want: Plan{Write: []string{"t2"}},
+		},
+		"copy in a namespace that left the plane is deleted": {
+			src: src, targets: sets.New("t1"), copies: []*corev1.Secret{fresh("t1"), fresh("gone")},
+			want: Plan{Delete: []string{"gone"}},
+		},
+		"source deleted: every copy goes": {
+			src: nil, targets: sets.New("t1", "t2"), copies: []*corev1.Secret{fresh("t2"), fresh("t1")},
+			want: Plan{Delete: []string{"t1", "t2"}},
+		},
+		"source no longer selected: every copy goes": {
+			src: unlabelled, targets: sets.New("t1"), copies: []*corev1.Secret{fresh("t1")},
+			want: Plan{Delete: []string{"t1"}},
+		},
+		"no targets, no copies": {
+			src: src, want: Plan{},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := MakePlan(o, tc.src, tc.targets, tc.copies)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("MakePlan (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTargets(t *testing.T) {
+	nss := []metav1.PartialObjectMetadata{
+		ns("t1", map[string]string{pl: "plane-a"}),
+		ns(srcNS, map[string]string{pl: "plane-a"}),
+		ns("t2", map[string]string{pl: "plane-b"}),
+		ns("t3", map[string]string{pl: "plane-a", "team": "x"}),
+	}
+	if diff := cmp.Diff(sets.List(sets.New("t1", "t3")), sets.List(Targets(planeOpts(), nss))); diff != "" {
+		t.Errorf("Targets (-want +got):\n%s", diff)
+	}
+	if got := Targets(legacyOpts(nil), nss); got.Len() != 0 {
+		t.Errorf("the legacy plane without a selector has targets %v", sets.List(got))
+	}
+}

@@ -1,0 +1,283 @@
+package plane
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+// Result says what an Assign or Unassign changed, one line per change; none when the target
+// was already as asked.
+type Result struct {
+	Target  Target
+	ID      string
+	Changes []string
+}
+
+func (r *Result) add(format string, args ...any) {
+	r.Changes = append(r.Changes, fmt.Sprintf(format, args...))
+}
+
+// Assign assigns a namespace or node to plane id: it sets the label
+// resource.nvidia.com/control-plane-id=<id> and, for a namespace, creates the plane's
+// RoleBindings there (RoleBindings). Ownership is checked on a fresh read before the first
+// change, and the label is written with that read's resourceVersion, so a concurrent change
+// makes it read and check again. Refusals (CheckAssign, PlanRoleBinding) are RefusedErrors and
+// change nothing. Assigning what the plane already owns is a no-op.
+func Assign(ctx context.Context, c client.Client, id string, t Target) (*Result, error) {
+	if err := validateAssignID(id); err != nil {
+		return nil, err
+	}
+	res := &Result{Target: t, ID: id}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := getTarget(ctx, c, t)
+		if err != nil {
+			return err
+		}
+		domains, err := domainsOf(ctx, c, t, obj)
+		if err != nil {
+			return err
+		}
+		already, err := CheckAssign(t, id, obj.GetLabels(), domains)
+		if err != nil {
+			return err
+		}
+		if t.Kind == KindNamespace {
+			// Refuse a foreign same-named RoleBinding before anything changes.
+			if _, err := planRoleBindings(ctx, c, id, t); err != nil {
+				return err
+			}
+		}
+		if already {
+			return nil
+		}
+		if err := patchLabel(ctx, c, obj, &id); err != nil {
+			return fmt.Errorf("labelling %s: %w", t, err)
+		}
+		res.add("label %s=%s set on %s", cdv1beta1.ControlPlaneLabel, id, t)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if t.Kind == KindNamespace {
+		if err := ensureRoleBindings(ctx, c, id, t, res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// Unassign removes a namespace or node from plane id: it removes the plane label and, for a
+// namespace, the plane's RoleBindings there. It is refused when another plane owns the target,
+// and, unless force, while the target holds (a namespace) or serves (a node) live
+// ComputeDomains of this plane. Unassigning what carries no label only removes RoleBindings
+// the plane left behind.
+func Unassign(ctx context.Context, c client.Client, id string, t Target, force bool) (*Result, error) {
+	if err := validateAssignID(id); err != nil {
+		return nil, err
+	}
+	res := &Result{Target: t, ID: id}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := getTarget(ctx, c, t)
+		if err != nil {
+			return err
+		}
+		domains, err := domainsOf(ctx, c, t, obj)
+		if err != nil {
+			return err
+		}
+		owned, err := CheckUnassign(t, id, obj.GetLabels(), domains, force)
+		if err != nil || !owned {
+			return err
+		}
+		if err := patchLabel(ctx, c, obj, nil); err != nil {
+			return fmt.Errorf("removing the label of %s: %w", t, err)
+		}
+		res.add("label %s removed from %s", cdv1beta1.ControlPlaneLabel, t)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if t.Kind == KindNamespace {
+		if err := removeRoleBindings(ctx, c, id, t, res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func getTarget(ctx context.Context, c client.Client, t Target) (client.Object, error) {
+	var obj client.Object
+	switch t.Kind {
+	case KindNamespace:
+		obj = &corev1.Namespace{}
+	case KindNode:
+		obj = &corev1.Node{}
+	default:
+		return nil, fmt.Errorf("unknown kind of target %q: want %s or %s", t.Kind, KindNamespace, KindNode)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: t.Name}, obj); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", t, err)
+	}
+	return obj, nil
+}
+
+// domainsOf returns the ComputeDomains a target holds: for a namespace, those in it; for a
+// node, the one named by its resource.nvidia.com/computeDomain label, if it still exists.
+// Without the ComputeDomain API installed there are none.
+func domainsOf(ctx context.Context, c client.Client, t Target, obj client.Object) ([]*cdv1beta1.ComputeDomain, error) {
+	var opts []client.ListOption
+	uid := ""
+	if t.Kind == KindNamespace {
+		opts = append(opts, client.InNamespace(t.Name))
+	} else {
+		if uid = obj.GetLabels()[cdv1beta1.ComputeDomainLabel]; uid == "" {
+			return nil, nil
+		}
+	}
+	var list cdv1beta1.ComputeDomainList
+	if err := c.List(ctx, &list, opts...); err != nil {
+		if meta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing the ComputeDomains of %s: %w", t, err)
+	}
+	var out []*cdv1beta1.ComputeDomain
+	for i := range list.Items {
+		if uid == "" || string(list.Items[i].UID) == uid {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// patchLabel sets the plane label to *value, or removes it when value is nil, with a merge
+// patch carrying the resourceVersion of the read the decision was made on.
+func patchLabel(ctx context.Context, c client.Client, obj client.Object, value *string) error {
+	base, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("copying %T", obj)
+	}
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if value == nil {
+		delete(labels, cdv1beta1.ControlPlaneLabel)
+	} else {
+		labels[cdv1beta1.ControlPlaneLabel] = *value
+	}
+	obj.SetLabels(labels)
+	return c.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+}
+
+type plannedBinding struct {
+	action   BindingAction
+	existing *rbacv1.RoleBinding
+	desired  *rbacv1.RoleBinding
+}
+
+func planRoleBindings(ctx context.Context, c client.Client, id string, t Target) ([]plannedBinding, error) {
+	var plans []plannedBinding
+	for _, desired := range RoleBindings(id, t.Name) {
+		var existing *rbacv1.RoleBinding
+		rb := &rbacv1.RoleBinding{}
+		switch err := c.Get(ctx, client.ObjectKeyFromObject(desired), rb); {
+		case err == nil:
+			existing = rb
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("reading RoleBinding %s/%s: %w", desired.Namespace, desired.Name, err)
+		}
+		action, err := PlanRoleBinding(t, id, existing, desired)
+		if err != nil {
+			return nil, err
+		}
+		plans = append(plans, plannedBinding{action: action, existing: existing, desired: desired})
+	}
+	return plans, nil
+}
+
+// ensureRoleBindings converges the plane's RoleBindings in an assigned namespace, reading and
+// planning again on a conflict.
+func ensureRoleBindings(ctx context.Context, c client.Client, id string, t Target, res *Result) error {
+	return retry.OnError(retry.DefaultRetry, func(err error) bool {
+		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
+	}, func() error {
+		plans, err := planRoleBindings(ctx, c, id, t)
+		if err != nil {
+			return err
+		}
+		for _, p := range plans {
+			key := p.desired.Namespace + "/" + p.desired.Name
+			switch p.action {
+			case BindingCreate:
+				if err := c.Create(ctx, p.desired.DeepCopy()); err != nil {
+					return fmt.Errorf("creating RoleBinding %s: %w", key, err)
+				}
+				res.add("RoleBinding %s created (ClusterRole %s)", key, p.desired.RoleRef.Name)
+			case BindingUpdate:
+				rb := p.existing.DeepCopy()
+				rb.Subjects = p.desired.Subjects
+				for k, v := range p.desired.Labels {
+					rb.Labels[k] = v
+				}
+				if err := c.Update(ctx, rb); err != nil {
+					return fmt.Errorf("updating RoleBinding %s: %w", key, err)
+				}
+				res.add("RoleBinding %s updated", key)
+			case BindingRecreate:
+				if err := deleteExact(ctx, c, p.existing); err != nil {
+					return fmt.Errorf("deleting RoleBinding %s to replace its roleRef: %w", key, err)
+				}
+				if err := c.Create(ctx, p.desired.DeepCopy()); err != nil {
+					return fmt.Errorf("creating RoleBinding %s: %w", key, err)
+				}
+				res.add("RoleBinding %s replaced (ClusterRole %s)", key, p.desired.RoleRef.Name)
+			}
+		}
+		return nil
+	})
+}
+
+// removeRoleBindings deletes the plane's RoleBindings from a namespace: exactly named, carrying
+// the plane's label, and unchanged since they were read.
+func removeRoleBindings(ctx context.Context, c client.Client, id string, t Target, res *Result) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		for _, desired := range RoleBindings(id, t.Name) {
+			key := desired.Namespace + "/" + desired.Name
+			rb := &rbacv1.RoleBinding{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(desired), rb); apierrors.IsNotFound(err) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("reading RoleBinding %s: %w", key, err)
+			}
+			if v, ok := planeLabel(rb.Labels); !ok || v != id {
+				continue // not the plane's: left alone
+			}
+			if err := deleteExact(ctx, c, rb); apierrors.IsNotFound(err) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("deleting RoleBinding %s: %w", key, err)
+			}
+			res.add("RoleBinding %s deleted", key)
+		}
+		return nil
+	})
+}
+
+// deleteExact deletes the object read, not a successor: a changed or replaced object is a
+// conflict.
+func deleteExact(ctx context.Context, c client.Client, obj client.Object) error {
+	uid, rv := obj.GetUID(), obj.GetResourceVersion()
+	return c.Delete(ctx, obj, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+}

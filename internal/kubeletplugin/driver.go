@@ -247,11 +247,15 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 // startCache starts the watch cache the readiness check reads: every ComputeDomain (indexed by
 // UID) and the cliques of the driver namespace.
 func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
+	// Scoped at the cache to this plane: its domains (by the plane label; the legacy plane's
+	// carry none) and cliques in its own driver namespace. A claim for another plane's domain
+	// finds no domain here and fails.
 	c, err := cache.New(d.opts.Config, cache.Options{
-		Scheme: scheme,
+		Scheme:           scheme,
+		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&cdv1beta1.ComputeDomainClique{}: {Namespaces: map[string]cache.Config{d.opts.DriverNamespace: {}}},
-			&cdv1beta1.ComputeDomain{}:       {},
+			&cdv1beta1.ComputeDomain{}:       {Label: plane.Selector(d.opts.ControlPlaneID)},
 		},
 	})
 	if err != nil {

@@ -68,7 +68,7 @@ type Options struct {
 	// NumChannels is how many channel devices are published (at most MaxChannels).
 	NumChannels int
 	// ControlPlaneID is published in every device's controlPlane attribute ("" legacy plane);
-	// it must pass plane.ValidateID. It scopes nothing else yet.
+	// it must pass plane.ValidateID. It also scopes the cache to the plane's ComputeDomains.
 	ControlPlaneID string
 	// Gates are the feature gates; the process-wide set when nil.
 	Gates featuregate.FeatureGate

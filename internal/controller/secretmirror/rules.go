@@ -90,7 +90,7 @@ func DesiredCopy(o Options, src *corev1.Secret, ns string) *corev1.Secret {
 			},
 		},
 		Type: secretType(src.Type),
-		Data: maps.Clone(src.Data),
+		Data: cloneData(src.Data),
 	}
 }
 
@@ -123,7 +123,7 @@ func ApplyTo(cur, desired *corev1.Secret) *corev1.Secret {
 	}
 	maps.Copy(out.Annotations, desired.Annotations)
 	out.Type = desired.Type
-	out.Data = maps.Clone(desired.Data)
+	out.Data = cloneData(desired.Data)
 	out.StringData = nil
 	return out
 }
@@ -212,6 +212,17 @@ func secretType(t corev1.SecretType) corev1.SecretType {
 		return corev1.SecretTypeOpaque
 	}
 	return t
+}
+
+func cloneData(d map[string][]byte) map[string][]byte {
+	if d == nil {
+		return nil
+	}
+	out := make(map[string][]byte, len(d))
+	for k, v := range d {
+		out[k] = bytes.Clone(v)
+	}
+	return out
 }
 
 func dataEqual(a, b map[string][]byte) bool {

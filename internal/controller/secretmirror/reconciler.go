@@ -67,7 +67,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	for _, ns := range p.Write {
 		out, err := r.writeTarget(ctx, src, ns)
 		if err != nil {
-			_ = fmt.Errorf("mirroring Secret %s into namespace %s: %w", klog.KObj(src), ns, err)
+			errs = append(errs, fmt.Errorf("mirroring Secret %s into namespace %s: %w", klog.KObj(src), ns, err))
 			continue
 		}
 		foreign = foreign || out == outcomeForeign

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/plane"
 )
 
 // Marker returns the labels that make a Secret a copy owned by the plane: MirroredFromLabel set
@@ -28,14 +29,7 @@ func Marker(id, sourceNS string) map[string]string {
 // the plane's marker. For the legacy plane that means no plane label at all, so a copy another
 // plane made from a namespace of the same name is never the legacy plane's.
 func OwnsCopy(id, sourceNS string, l map[string]string) bool {
-	if l[MirroredFromLabel] != sourceNS {
-		return false
-	}
-	v, has := l[cdv1beta1.ControlPlaneLabel]
-	if id == "" {
-		return !has
-	}
-	return has && v == id
+	return l[MirroredFromLabel] == sourceNS && plane.Owns(id, l)
 }
 
 // OwnsNamespace reports whether a namespace is a target of the plane: labelled with the plane's
@@ -45,14 +39,13 @@ func OwnsNamespace(o Options, ns metav1.Object) bool {
 	if ns.GetName() == o.SourceNamespace || ns.GetDeletionTimestamp() != nil {
 		return false
 	}
-	v, has := ns.GetLabels()[cdv1beta1.ControlPlaneLabel]
-	if o.ControlPlaneID != "" {
-		return has && v == o.ControlPlaneID
-	}
-	if has || !usable(o.LegacyNamespaceSelector) {
+	if !plane.Owns(o.ControlPlaneID, ns.GetLabels()) {
 		return false
 	}
-	return o.LegacyNamespaceSelector.Matches(labels.Set(ns.GetLabels()))
+	if o.ControlPlaneID != "" {
+		return true
+	}
+	return usable(o.LegacyNamespaceSelector) && o.LegacyNamespaceSelector.Matches(labels.Set(ns.GetLabels()))
 }
 
 // Targets returns the names of the namespaces among nss that are targets of the plane.
@@ -172,11 +165,8 @@ func SourceSelector(o Options) labels.Selector {
 
 // CopySelector selects the plane's copies: its marker, and for the legacy plane no plane label.
 func CopySelector(o Options) labels.Selector {
-	s := labels.SelectorFromSet(labels.Set{MirroredFromLabel: o.SourceNamespace})
-	if o.ControlPlaneID != "" {
-		return s.Add(requirement(selection.Equals, o.ControlPlaneID))
-	}
-	return s.Add(requirement(selection.DoesNotExist))
+	planeReqs, _ := plane.Selector(o.ControlPlaneID).Requirements()
+	return labels.SelectorFromSet(labels.Set{MirroredFromLabel: o.SourceNamespace}).Add(planeReqs...)
 }
 
 // NamespaceSelector selects the plane's target namespaces: labelled with its id; for the legacy
@@ -184,27 +174,25 @@ func CopySelector(o Options) labels.Selector {
 // selector.
 func NamespaceSelector(o Options) labels.Selector {
 	if o.ControlPlaneID != "" {
-		return labels.SelectorFromSet(labels.Set{cdv1beta1.ControlPlaneLabel: o.ControlPlaneID})
+		return plane.Selector(o.ControlPlaneID)
 	}
 	if !usable(o.LegacyNamespaceSelector) {
 		return matchNothing()
 	}
 	reqs, _ := o.LegacyNamespaceSelector.Requirements()
-	return labels.NewSelector().Add(reqs...).Add(requirement(selection.DoesNotExist))
+	unassigned, _ := plane.Selector("").Requirements()
+	return labels.NewSelector().Add(reqs...).Add(unassigned...)
 }
 
 // matchNothing is a selector the apiserver accepts and that no object matches: the plane label
 // both present and absent.
 func matchNothing() labels.Selector {
-	return labels.NewSelector().Add(requirement(selection.Exists), requirement(selection.DoesNotExist))
-}
-
-func requirement(op selection.Operator, values ...string) labels.Requirement {
-	r, err := labels.NewRequirement(cdv1beta1.ControlPlaneLabel, op, values)
+	exists, err := labels.NewRequirement(cdv1beta1.ControlPlaneLabel, selection.Exists, nil)
 	if err != nil {
-		panic(err) // the key is a constant and the values are validated plane ids
+		panic(err) // the key is a constant
 	}
-	return *r
+	absent, _ := plane.Selector("").Requirements()
+	return labels.NewSelector().Add(*exists).Add(absent...)
 }
 
 func secretType(t corev1.SecretType) corev1.SecretType {

@@ -11,6 +11,8 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"cdplane/internal/plane"
 )
 
 // outcome is what one write of a copy did.
@@ -136,9 +138,11 @@ func (r *Reconciler) deleteCopy(ctx context.Context, key types.NamespacedName) e
 	})
 }
 
-// reportForeign logs and counts a refusal to touch a Secret the plane does not own.
+// reportForeign logs a refusal to touch a Secret the plane does not own and counts it, in the
+// mirror's counter and in the plane-wide refusal counter.
 func (r *Reconciler) reportForeign(ctx context.Context, src *corev1.Secret, target types.NamespacedName, action string) {
 	foreignTargets.WithLabelValues(r.opts.ControlPlaneID, r.opts.SourceNamespace).Inc()
+	plane.ForeignRefusals.WithLabelValues("Secret").Inc()
 	kv := []any{"secret", klog.KRef(target.Namespace, target.Name), "refused", action}
 	if src != nil {
 		kv = append(kv, "source", klog.KObj(src))

@@ -1,0 +1,327 @@
+package secretmirror
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/controller/secretmirror"
+)
+
+func init() {
+	ctrl.SetLogger(logr.Discard())
+}
+
+// mirrorLabel selects a test's source Secrets; its value is the test's source namespace.
+const mirrorLabel = "cdplane.test/mirror"
+
+// env is one test's plane: a source namespace, the mirror's options and, once started, a
+// controller manager running only the mirror.
+type env struct {
+	t     *testing.T
+	c     client.Client
+	srcNS string
+	opts  secretmirror.Options
+	stop  func()
+}
+
+// newPlane returns an env for a plane with a fresh id.
+func newPlane(t *testing.T) *env {
+	return newEnv(t, "sm-"+randomHex(4))
+}
+
+// newEnv returns an env for plane id ("" for the legacy plane) with its source namespace.
+func newEnv(t *testing.T, id string) *env {
+	t.Helper()
+	e := &env{t: t, c: testCluster.Client}
+	e.srcNS = testCluster.Namespace(t, nil)
+	e.opts = secretmirror.Options{
+		ControlPlaneID:  id,
+		SourceNamespace: e.srcNS,
+		SecretSelector:  labels.SelectorFromSet(labels.Set{mirrorLabel: e.srcNS}),
+	}
+	return e
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func (e *env) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+// start runs a controller manager with the mirror, its cache scoped by CacheByObject, a 10-hour
+// resync period, and SkipNameValidation so several managers share the process.
+func (e *env) start() {
+	e.t.Helper()
+	r, err := secretmirror.New(e.opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	syncPeriod := 10 * time.Hour
+	mgr, err := ctrl.NewManager(testCluster.Config, ctrl.Options{
+		Scheme:                 testCluster.Scheme,
+		Logger:                 testr.New(e.t),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache: cache.Options{
+			SyncPeriod:       &syncPeriod,
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject:         secretmirror.CacheByObject(e.opts),
+		},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	e.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	e.t.Cleanup(e.stop)
+}
+
+// namespace creates a namespace named prefix plus a random suffix, deleted when the test ends.
+func (e *env) namespace(prefix string, l map[string]string) string {
+	e.t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix, Labels: l}}
+	if err := e.c.Create(e.ctx(), ns); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+// target creates a namespace assigned to the plane (labelled with its id).
+func (e *env) target(prefix string) string {
+	e.t.Helper()
+	if e.opts.ControlPlaneID == "" {
+		e.t.Fatal("target() is for planes with an id; legacy targets match the namespace selector")
+	}
+	return e.namespace(prefix, map[string]string{cdv1beta1.ControlPlaneLabel: e.opts.ControlPlaneID})
+}
+
+// setNamespaceLabel sets (value != nil) or removes a namespace label.
+func (e *env) setNamespaceLabel(name, key string, value *string) {
+	e.t.Helper()
+	ns := &corev1.Namespace{}
+	if err := e.c.Get(e.ctx(), client.ObjectKey{Name: name}, ns); err != nil {
+		e.t.Fatal(err)
+	}
+	orig := ns.DeepCopy()
+	if value == nil {
+		delete(ns.Labels, key)
+	} else {
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		ns.Labels[key] = *value
+	}
+	if err := e.c.Patch(e.ctx(), ns, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func toBytes(data map[string]string) map[string][]byte {
+	out := map[string][]byte{}
+	for k, v := range data {
+		out[k] = []byte(v)
+	}
+	return out
+}
+
+// createSource creates a Secret of the source namespace that the mirror selects.
+func (e *env) createSource(name string, data map[string]string) *corev1.Secret {
+	e.t.Helper()
+	return e.createSecret(e.srcNS, name, map[string]string{mirrorLabel: e.srcNS}, data)
+}
+
+func (e *env) createSecret(ns, name string, l, data map[string]string) *corev1.Secret {
+	e.t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: l}, Data: toBytes(data)}
+	if err := e.c.Create(e.ctx(), s); err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// createCopy creates a Secret carrying the plane's mirror marker, as if the mirror had made it
+// before the test's manager started.
+func (e *env) createCopy(ns, name string, data map[string]string) *corev1.Secret {
+	e.t.Helper()
+	return e.createSecret(ns, name, secretmirror.Marker(e.opts.ControlPlaneID, e.srcNS), data)
+}
+
+// updateSecret changes a Secret's data and labels with a fresh read and optimistic locking.
+func (e *env) updateSecret(ns, name string, mutate func(*corev1.Secret)) *corev1.Secret {
+	e.t.Helper()
+	s := &corev1.Secret{}
+	if err := e.c.Get(e.ctx(), client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
+		e.t.Fatal(err)
+	}
+	mutate(s)
+	if err := e.c.Update(e.ctx(), s); err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+func (e *env) get(ns, name string) (*corev1.Secret, error) {
+	s := &corev1.Secret{}
+	err := e.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, s)
+	return s, err
+}
+
+// eventually polls cond every 50ms until it holds, failing the test after timeout.
+func (e *env) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
+	e.t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		ok, err := cond()
+		last = err
+		return ok, nil
+	})
+	if err != nil {
+		e.t.Fatalf("%s: not true after %s (last error: %v)", what, timeout, last)
+	}
+}
+
+// waitCopy waits until ns holds the plane's copy of the source with exactly data, and returns it.
+func (e *env) waitCopy(ns, name string, data map[string]string) *corev1.Secret {
+	e.t.Helper()
+	var got *corev1.Secret
+	e.eventually(30*time.Second, fmt.Sprintf("copy %s/%s with data %v", ns, name, data), func() (bool, error) {
+		s, err := e.get(ns, name)
+		if err != nil {
+			return false, err
+		}
+		got = s
+		if !secretmirror.OwnsCopy(e.opts.ControlPlaneID, e.srcNS, s.Labels) {
+			return false, fmt.Errorf("labels %v are not the plane's marker", s.Labels)
+		}
+		if want := e.srcNS + "/" + name; s.Annotations[secretmirror.SourceAnnotation] != want {
+			return false, fmt.Errorf("source annotation %q, want %q", s.Annotations[secretmirror.SourceAnnotation], want)
+		}
+		if !maps.EqualFunc(s.Data, toBytes(data), bytes.Equal) {
+			return false, fmt.Errorf("data %v", stringData(s))
+		}
+		return true, nil
+	})
+	return got
+}
+
+// waitGone waits until ns has no Secret named name.
+func (e *env) waitGone(ns, name string) {
+	e.t.Helper()
+	e.eventually(30*time.Second, fmt.Sprintf("Secret %s/%s deleted", ns, name), func() (bool, error) {
+		_, err := e.get(ns, name)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+}
+
+// assertAbsent fails unless ns has no Secret named name now.
+func (e *env) assertAbsent(ns, name string) {
+	e.t.Helper()
+	if s, err := e.get(ns, name); !apierrors.IsNotFound(err) {
+		e.t.Fatalf("Secret %s/%s: want none, got %v (labels %v)", ns, name, err, s.Labels)
+	}
+}
+
+// assertUntouched fails unless the Secret still has resourceVersion rv and data.
+func (e *env) assertUntouched(ns, name, rv string, data map[string]string) {
+	e.t.Helper()
+	s, err := e.get(ns, name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if s.ResourceVersion != rv || !maps.EqualFunc(s.Data, toBytes(data), bytes.Equal) {
+		e.t.Fatalf("Secret %s/%s was written: resourceVersion %s (want %s), data %v (want %v)", ns, name, s.ResourceVersion, rv, stringData(s), data)
+	}
+}
+
+func stringData(s *corev1.Secret) map[string]string {
+	out := map[string]string{}
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out
+}
+
+// metric returns this plane's sample of one of the mirror's counters, read from
+// controller-runtime's registry as the metrics endpoint would serve it.
+func (e *env) metric(name string) float64 {
+	e.t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["control_plane_id"] == e.opts.ControlPlaneID && l["source_namespace"] == e.srcNS {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// apiMetric sums samples of an apiserver metric.
+func (e *env) apiMetric(name string, match map[string]string) float64 {
+	e.t.Helper()
+	v, err := testCluster.MetricSum(e.ctx(), name, match)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return v
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
@@ -44,6 +45,9 @@ func run(args []string) error {
 	fs.BoolVar(&o.LeaderElection, "leader-elect", true, "Elect a leader among replicas")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", "", `Name of the leader-election lease (default "cdplane-controller", prefixed with the control-plane id)`)
 	plane.AddFlag(fs, &o.ControlPlaneID)
+	mirrorSelector := fs.String("secret-mirror-selector", "", "Label selector of the Secrets to mirror from --secret-mirror-source-namespace into the plane's namespaces (empty: no mirroring)")
+	fs.StringVar(&o.SecretMirror.SourceNamespace, "secret-mirror-source-namespace", "", "Namespace holding the Secrets to mirror (default: the driver namespace)")
+	mirrorNamespaces := fs.String("secret-mirror-namespace-selector", "", "Legacy plane only: label selector of the namespaces Secrets are mirrored into (empty: none)")
 	fs.DurationVar(&o.CleanupInterval, "cleanup-interval", 0, "How often to look for objects of deleted ComputeDomains (default 10m)")
 	logCfg := logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(logCfg, fs)
@@ -62,6 +66,23 @@ func run(args []string) error {
 	}
 	defer logs.FlushLogs()
 	ctrl.SetLogger(klog.Background())
+	if *mirrorSelector != "" {
+		sel, err := labels.Parse(*mirrorSelector)
+		if err != nil {
+			return fmt.Errorf("--secret-mirror-selector: %w", err)
+		}
+		o.SecretMirror.SecretSelector = sel
+	}
+	if *mirrorNamespaces != "" {
+		if o.ControlPlaneID != "" {
+			return fmt.Errorf("--secret-mirror-namespace-selector is for the legacy plane only: a plane with an id mirrors into the namespaces assigned to it")
+		}
+		sel, err := labels.Parse(*mirrorNamespaces)
+		if err != nil {
+			return fmt.Errorf("--secret-mirror-namespace-selector: %w", err)
+		}
+		o.SecretMirror.LegacyNamespaceSelector = sel
+	}
 	o.DaemonFeatureGates = features.DaemonGates(features.Gates)
 	o.Defaults()
 	if err := o.Validate(); err != nil {

@@ -5,6 +5,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -19,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -26,6 +28,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/cleanup"
 	"cdplane/internal/controller/computedomain"
+	"cdplane/internal/controller/secretmirror"
 	"cdplane/internal/plane"
 )
 
@@ -45,6 +48,9 @@ type Options struct {
 	CleanupInterval time.Duration
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
+	// SecretMirror configures Secret mirroring; a nil SecretSelector turns it off. Its
+	// ControlPlaneID is the manager's, and its SourceNamespace defaults to the driver namespace.
+	SecretMirror secretmirror.Options
 	// DomainSelector restricts the ComputeDomains this manager caches and reconciles.
 	DomainSelector labels.Selector
 }
@@ -105,6 +111,25 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	nodeMeta := &metav1.PartialObjectMetadata{}
 	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                       {Namespaces: driverNS, Label: labelled},
+		&appsv1.DaemonSet{}:                 {Namespaces: driverNS, Label: labelled},
+		&cdv1beta1.ComputeDomainClique{}:    {Namespaces: driverNS, Label: labelled},
+		&resourcev1.ResourceClaimTemplate{}: {Label: labelled},
+		nodeMeta:                            {Label: labelled},
+		&cdv1beta1.ComputeDomain{}:          {Label: domains},
+	}
+	var mirror *secretmirror.Reconciler
+	if o.SecretMirror.SecretSelector != nil {
+		o.SecretMirror.ControlPlaneID = o.ControlPlaneID
+		if o.SecretMirror.SourceNamespace == "" {
+			o.SecretMirror.SourceNamespace = o.DriverNamespace
+		}
+		if mirror, err = secretmirror.New(o.SecretMirror); err != nil {
+			return nil, err
+		}
+		maps.Copy(byObject, secretmirror.CacheByObject(o.SecretMirror))
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        NewScheme(),
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
@@ -113,16 +138,10 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.DriverNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}:                       {Namespaces: driverNS, Label: labelled},
-				&appsv1.DaemonSet{}:                 {Namespaces: driverNS, Label: labelled},
-				&cdv1beta1.ComputeDomainClique{}:    {Namespaces: driverNS, Label: labelled},
-				&resourcev1.ResourceClaimTemplate{}: {Label: labelled},
-				nodeMeta:                            {Label: labelled},
-				&cdv1beta1.ComputeDomain{}:          {Label: domains},
-			},
+			ByObject:         byObject,
 		},
 	})
 	if err != nil {
@@ -131,6 +150,11 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	r := computedomain.New(mgr.GetClient(), mgr.GetAPIReader(), o.Options)
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.Workers, SkipNameValidation: &o.SkipNameValidation}); err != nil {
 		return nil, fmt.Errorf("setting up the ComputeDomain controller: %w", err)
+	}
+	if mirror != nil {
+		if err := mirror.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the Secret mirror: %w", err)
+		}
 	}
 	if err := mgr.Add(&cleanup.Cleaner{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Cache: mgr.GetCache(),

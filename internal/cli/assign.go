@@ -26,9 +26,11 @@ func newAssignCommand() *cobra.Command {
 		Use:   "assign",
 		Short: "Assign a namespace or node to a control plane (cluster administrators)",
 		Long: `Sets the label ` + cdv1beta1.ControlPlaneLabel + `=<id> on a namespace or node and, for a
-namespace, creates the plane's RoleBindings in it. Refused, with the reason, when another plane
-(the legacy plane included) owns the target or it holds another plane's live ComputeDomains.
-Assigning what the plane already owns changes nothing.`,
+namespace, creates the plane's RoleBindings in it. Refused, with the reason and with nothing
+changed, when the target carries another plane's label, when it holds (a namespace) or serves (a
+node) live ComputeDomains of another plane, the legacy plane included, or when a same-named
+RoleBinding exists that is not the plane's. Assigning what the plane already owns changes
+nothing. Only cluster administrators may change the label (see docs/control-planes.md).`,
 	}
 	cmd.AddCommand(newAssignKindCommand(plane.KindNamespace, false), newAssignKindCommand(plane.KindNode, false))
 	return cmd
@@ -39,7 +41,8 @@ func newUnassignCommand() *cobra.Command {
 		Use:   "unassign",
 		Short: "Remove a namespace or node from a control plane (cluster administrators)",
 		Long: `Removes the label ` + cdv1beta1.ControlPlaneLabel + ` from a namespace or node that the plane owns
-and, for a namespace, the plane's RoleBindings in it; the target then belongs to the legacy plane.
+and, for a namespace, the plane's mirrored Secrets and RoleBindings in it; the target then belongs
+to the legacy plane.
 Refused when another plane owns the target, and while it still holds (namespace) or serves (node)
 live ComputeDomains of the plane, unless --force.`,
 	}

@@ -8,6 +8,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -77,7 +80,7 @@ func Assign(ctx context.Context, c client.Client, id string, t Target) (*Result,
 }
 
 // Unassign removes a namespace or node from plane id: it removes the plane label and, for a
-// namespace, the plane's RoleBindings there. It is refused when another plane owns the target,
+// namespace, the plane's mirrored Secrets and then its RoleBindings there. It is refused when another plane owns the target,
 // and, unless force, while the target holds (a namespace) or serves (a node) live
 // ComputeDomains of this plane. Unassigning what carries no label only removes RoleBindings
 // the plane left behind.
@@ -109,6 +112,11 @@ func Unassign(ctx context.Context, c client.Client, id string, t Target, force b
 		return nil, err
 	}
 	if t.Kind == KindNamespace {
+		// The copies go before the RoleBindings: the plane's controller, which also removes
+		// them when a namespace leaves, needs its rights there to do so.
+		if err := removeMirroredCopies(ctx, c, id, t, res); err != nil {
+			return res, err
+		}
 		if err := removeRoleBindings(ctx, c, id, t, res); err != nil {
 			return res, err
 		}
@@ -244,6 +252,48 @@ func ensureRoleBindings(ctx context.Context, c client.Client, id string, t Targe
 				}
 				res.add("RoleBinding %s replaced (ClusterRole %s)", key, p.desired.RoleRef.Name)
 			}
+		}
+		return nil
+	})
+}
+
+// MirroredFromLabel marks a Secret that a plane's secret mirror copied into a namespace; with
+// the plane label it is the plane's copy (secretmirror.MirroredFromLabel, whose package imports
+// this one; test/integration/planes pins the two together).
+const MirroredFromLabel = "resource.nvidia.com/mirrored-from"
+
+// MirroredCopiesSelector selects the Secrets a plane's secret mirror made: MirroredFromLabel
+// present (any source) and the plane label equal to id.
+func MirroredCopiesSelector(id string) labels.Selector {
+	from, err := labels.NewRequirement(MirroredFromLabel, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant key
+	}
+	owner, err := labels.NewRequirement(cdv1beta1.ControlPlaneLabel, selection.Equals, []string{id})
+	if err != nil {
+		panic(err) // callers pass a validated id
+	}
+	return labels.NewSelector().Add(*from, *owner)
+}
+
+// removeMirroredCopies deletes the plane's mirrored Secrets from a namespace that left it, each
+// unchanged since it was listed; a changed one is listed and checked again.
+func removeMirroredCopies(ctx context.Context, c client.Client, id string, t Target, res *Result) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+		if err := c.List(ctx, list, client.InNamespace(t.Name), client.MatchingLabelsSelector{Selector: MirroredCopiesSelector(id)}); err != nil {
+			return fmt.Errorf("listing control plane %q's mirrored Secrets in %s: %w", id, t, err)
+		}
+		for i := range list.Items {
+			s := &list.Items[i]
+			s.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+			if err := deleteExact(ctx, c, s); apierrors.IsNotFound(err) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("deleting mirrored Secret %s/%s: %w", s.Namespace, s.Name, err)
+			}
+			res.add("mirrored Secret %s/%s deleted", s.Namespace, s.Name)
 		}
 		return nil
 	})

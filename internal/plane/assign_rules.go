@@ -70,7 +70,7 @@ func IsRefused(err error) bool {
 // plane owns what carries no plane label, so it is never assigned anything.
 func validateAssignID(id string) error {
 	if id == "" {
-		return fmt.Errorf("a control-plane id is required (--%s): the legacy plane owns what carries no %s label, so nothing is assigned to it; unassign from the owning plane instead", FlagName, cdv1beta1.ControlPlaneLabel)
+		return fmt.Errorf("a control-plane id is required (--%s): the legacy plane owns whatever carries no %s label, so nothing is assigned to it or unassigned from it; name the plane whose label to set or remove", FlagName, cdv1beta1.ControlPlaneLabel)
 	}
 	return ValidateID(id)
 }
@@ -175,7 +175,7 @@ func CheckUnassign(t Target, id string, targetLabels map[string]string, domains 
 	}
 	if len(own) > 0 {
 		return false, &RefusedError{Target: t, ID: id, Reason: fmt.Sprintf(
-			"still %s live ComputeDomains of control plane %q: %s; delete them first, or force (they are then no longer reconciled until the %s is assigned again)",
+			"still %s live ComputeDomains of control plane %q: %s; delete them first, or unassign with force (they are then no longer reconciled until the %s is assigned again)",
 			holds(t), id, listDomains(own), t.Kind)}
 	}
 	return true, nil
@@ -183,8 +183,9 @@ func CheckUnassign(t Target, id string, targetLabels map[string]string, domains 
 
 // RoleBindings returns the RoleBindings that assigning a namespace to plane id creates there:
 // the plane's controller and daemon service accounts, in its driver namespace, bound to the
-// plane's namespaced ClusterRoles. Each is named after its ClusterRole's legacy service-account
-// name (Name(id, "cdplane-controller"), Name(id, "cdplane-daemon")) and labelled with the plane.
+// plane's namespaced ClusterRoles (Name(id, "cdplane-controller-namespaced"),
+// Name(id, "cdplane-daemon-namespaced")). Each is named like its service account
+// (Name(id, "cdplane-controller"), Name(id, "cdplane-daemon")) and labelled with the plane.
 func RoleBindings(id, namespace string) []*rbacv1.RoleBinding {
 	driverNS := Name(id, DriverNamespaceLegacyName)
 	bind := func(sa, role string) *rbacv1.RoleBinding {

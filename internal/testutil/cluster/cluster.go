@@ -55,6 +55,8 @@ type Cluster struct {
 	env   *envtest.Environment
 	procs []*process
 	mu    sync.Mutex
+	// userMu serialises AddUser: envtest's certificate authority is not safe for concurrent use.
+	userMu sync.Mutex
 }
 
 // NewScheme returns a scheme with the built-in types, apiextensions and the project's API.
@@ -184,6 +186,8 @@ func Tail(path string, n int) string {
 
 // AdminKubeconfig writes a kubeconfig for a user in group system:masters and returns its path.
 func (c *Cluster) AdminKubeconfig(name string) (string, error) {
+	c.userMu.Lock()
+	defer c.userMu.Unlock()
 	user, err := c.env.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return "", fmt.Errorf("adding user %s: %w", name, err)
@@ -201,6 +205,8 @@ func (c *Cluster) AdminKubeconfig(name string) (string, error) {
 
 // UserConfig returns a rest.Config authenticating as the given user and groups.
 func (c *Cluster) UserConfig(name string, groups ...string) (*rest.Config, error) {
+	c.userMu.Lock()
+	defer c.userMu.Unlock()
 	user, err := c.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("adding user %s: %w", name, err)

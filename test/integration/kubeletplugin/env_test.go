@@ -78,6 +78,7 @@ type node struct {
 	name    string
 	dir     string
 	clique  string
+	plane   string // the plugin's control-plane id: the node's plane label ("" legacy)
 	sim     nvml.Sim
 	drv     *kubeletplugin.Driver
 	dra     drapbv1.DRAPluginClient
@@ -105,6 +106,12 @@ func schedulable() nodeOption {
 // noFabric makes the node's GPUs report no NVLink fabric.
 func noFabric() nodeOption {
 	return func(_ *corev1.Node, s *nvml.Sim) { s.Fabric = nvml.SimFabric{NoFabric: true} }
+}
+
+// inPlane assigns the node to control plane id (its plane label), so that its plugin runs
+// for that plane and publishes id in every device's controlPlane attribute.
+func inPlane(id string) nodeOption {
+	return func(n *corev1.Node, _ *nvml.Sim) { n.Labels[cdv1beta1.ControlPlaneLabel] = id }
 }
 
 // addNode creates a Node in rack rack (its clique is the rack's) with its host directories.
@@ -143,7 +150,7 @@ func (e *env) addNode(rack int, opts ...nodeOption) *node {
 	if !sim.Fabric.NoFabric {
 		clique = nvml.RackCliqueID(rack)
 	}
-	return &node{e: e, name: name, dir: dir, clique: clique, sim: sim}
+	return &node{e: e, name: name, dir: dir, clique: clique, plane: n.Labels[cdv1beta1.ControlPlaneLabel], sim: sim}
 }
 
 func (n *node) path(elem ...string) string { return filepath.Join(append([]string{n.dir}, elem...)...) }
@@ -156,7 +163,7 @@ func (n *node) options(numChannels int) kubeletplugin.Options {
 		Discoverer: n.sim, SimulatedDevices: true,
 		RegistrarDir: n.path("registry"), PluginDataDir: n.path("plugin"), CDIRoot: n.path("cdi"),
 		DeviceRoot: n.path("dev"), StateDir: n.path("state"),
-		NumChannels: numChannels, Gates: gates, CliqueNodeLabel: true,
+		NumChannels: numChannels, ControlPlaneID: n.plane, Gates: gates, CliqueNodeLabel: true,
 		ReadyWaitTimeout: readyWait,
 	}
 }

@@ -2,12 +2,14 @@ package kubeletplugin
 
 import (
 	"bytes"
+	"cdplane/internal/testutil"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"strings"
 	"sync"
 	"testing"
@@ -72,7 +74,10 @@ func applyManifests() error {
 			}
 		}
 	}
-	return nil
+	// The policies take effect a few seconds after they are created: wait until a dry-run
+	// ComputeDomain create is admitted.
+	probe := testutil.MakeComputeDomain("admission-probe").Namespace("default").Obj()
+	return createAdmitted(ctx, client.NewDryRunClient(testCluster.Client), probe)
 }
 
 // TestAdmissionRefusesBadOpaqueConfigs: with the shipped ValidatingAdmissionPolicy installed, a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -350,10 +351,28 @@ func (n *node) setLabel(value string) {
 func (e *env) createCD(ns, name string) *cdv1beta1.ComputeDomain {
 	e.t.Helper()
 	cd := testutil.MakeComputeDomain(name).Namespace(ns).NumNodes(1).Obj()
-	if err := e.c.Create(e.ctx(), cd); err != nil {
+	if err := createAdmitted(e.ctx(), e.c, cd); err != nil {
 		e.t.Fatal(err)
 	}
 	return cd
+}
+
+// createAdmitted creates obj, retrying while the apiserver answers 503: a MutatingAdmissionPolicy
+// on ComputeDomains refuses them so until it has loaded the CRD's schema (up to a few seconds
+// after the policy or the CRD was installed, which another test may just have done).
+func createAdmitted(ctx context.Context, c client.Client, obj client.Object) error {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		last = c.Create(ctx, obj)
+		if apierrors.IsServiceUnavailable(last) {
+			return false, nil
+		}
+		return true, last
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("%w (last error: %v)", err, last)
+	}
+	return err
 }
 
 // setStatusNode writes the node's entry into the domain's status.nodes, as the controller does

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -64,7 +62,6 @@ func (e *env) startManager(cliques bool) {
 	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): cliques}); err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	o := controller.Options{
 		Options: computedomain.Options{
 			DriverNamespace: e.driverNS, DaemonImage: "cdplane:test", Gates: gates,
@@ -76,23 +73,11 @@ func (e *env) startManager(cliques bool) {
 	for _, opt := range e.opts {
 		opt(&o)
 	}
-	mgr, err := controller.NewManager(ctx, testCluster.Config, o)
+	mgr, err := controller.NewManager(context.Background(), testCluster.Config, o)
 	if err != nil {
-		cancel()
 		e.t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	e.stopMgr = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				e.t.Errorf("controller manager: %v", err)
-			}
-		})
-	}
-	e.t.Cleanup(e.stopMgr)
+	e.stopMgr = testutil.RunManager(e.t, mgr)
 }
 
 // createCD creates a domain of this test and returns it as created.
@@ -114,18 +99,10 @@ func (e *env) getCD(cd *cdv1beta1.ComputeDomain) *cdv1beta1.ComputeDomain {
 	return got
 }
 
-// eventually polls cond every 50ms until it holds, failing the test after timeout.
+// eventually polls cond until it holds, failing the test after timeout.
 func (e *env) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
 	e.t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, err := cond()
-		last = err
-		return ok, nil
-	})
-	if err != nil {
-		e.t.Fatalf("%s: not true after %s (last error: %v)", what, timeout, last)
-	}
+	testutil.Eventually(e.t, timeout, what, cond)
 }
 
 // waitStatus waits until the domain's status.status is want.

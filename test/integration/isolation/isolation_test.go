@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,28 +51,15 @@ func startPlane(t *testing.T, id string) *planeEnv {
 
 func (p *planeEnv) start(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := controller.NewManager(ctx, testCluster.Config, controller.Options{
+	mgr, err := controller.NewManager(context.Background(), testCluster.Config, controller.Options{
 		Options:            computedomain.Options{DriverNamespace: p.driverNS, DaemonImage: "cdplane:test", ControlPlaneID: p.id},
 		SkipNameValidation: true,
 		CleanupInterval:    200 * time.Millisecond,
 	})
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	p.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("plane %q manager: %v", p.id, err)
-			}
-		})
-	}
-	t.Cleanup(p.stop)
+	p.stop = testutil.RunManager(t, mgr)
 }
 
 func (p *planeEnv) createCD(t *testing.T, name string) *cdv1beta1.ComputeDomain {
@@ -91,10 +77,7 @@ func (p *planeEnv) createCD(t *testing.T, name string) *cdv1beta1.ComputeDomain 
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true,
-		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		t.Fatalf("%s: not true after 30s", what)
-	}
+	testutil.Eventually(t, 30*time.Second, what, func() (bool, error) { return cond(), nil })
 }
 
 func hasDaemonSet(p *planeEnv, cd *cdv1beta1.ComputeDomain) bool {

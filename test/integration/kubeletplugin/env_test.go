@@ -56,18 +56,10 @@ func (e *env) ctx() context.Context {
 	return ctx
 }
 
-// eventually polls cond every 50ms until it holds, failing the test after timeout.
+// eventually polls cond until it holds, failing the test after timeout.
 func (e *env) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
 	e.t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, err := cond()
-		last = err
-		return ok, nil
-	})
-	if err != nil {
-		e.t.Fatalf("%s: not true after %s (last error: %v)", what, timeout, last)
-	}
+	testutil.Eventually(e.t, timeout, what, cond)
 }
 
 var nodeSeq atomic.Int32

@@ -2,12 +2,12 @@ package secretmirror
 
 import (
 	"bytes"
+	"cdplane/internal/testutil"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"maps"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -106,19 +105,7 @@ func (e *env) start() {
 	if err := r.SetupWithManager(mgr); err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var once sync.Once
-	e.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				e.t.Errorf("manager: %v", err)
-			}
-		})
-	}
-	e.t.Cleanup(e.stop)
+	e.stop = testutil.RunManager(e.t, mgr)
 }
 
 // namespace creates a namespace named prefix plus a random suffix, deleted when the test ends.
@@ -212,18 +199,10 @@ func (e *env) get(ns, name string) (*corev1.Secret, error) {
 	return s, err
 }
 
-// eventually polls cond every 50ms until it holds, failing the test after timeout.
+// eventually polls cond until it holds, failing the test after timeout.
 func (e *env) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
 	e.t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, err := cond()
-		last = err
-		return ok, nil
-	})
-	if err != nil {
-		e.t.Fatalf("%s: not true after %s (last error: %v)", what, timeout, last)
-	}
+	testutil.Eventually(e.t, timeout, what, cond)
 }
 
 // waitCopy waits until ns holds the plane's copy of the source with exactly data, and returns it.

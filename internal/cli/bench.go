@@ -75,8 +75,43 @@ Without --kubeconfig it starts its own etcd and kube-apiserver from the cached b
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "Longest wait for one mode's domain to be Ready")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "Use this cluster instead of starting one")
 	f.BoolVar(&asJSON, "json", false, "Print the figures as JSON")
-	cmd.AddCommand(reg)
+	cmd.AddCommand(reg, newMemoryCommand())
 	return cmd
+}
+
+func newMemoryCommand() *cobra.Command {
+	var (
+		o          bench.MemoryOptions
+		kubeconfig string
+	)
+	mem := &cobra.Command{
+		Use:   "memory",
+		Short: "A plane controller's heap on an empty cluster and with another plane's objects present",
+		Long: `Runs plane-a's controller (ComputeDomains, cleanup, Secret mirroring) in this process until its
+caches synced and reads the Go heap after two GCs: first on an empty cluster, then with --objects
+Secrets, daemon pods and cliques of plane-b present. As a control it measures plane-b's controller,
+which does cache those objects. Without --kubeconfig it starts its own etcd and kube-apiserver.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			klog.SetOutput(io.Discard)
+			klog.LogToStderr(false)
+			o.Progress = cmd.ErrOrStderr()
+			cfg, stop, err := benchCluster(cmd, kubeconfig)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			rep, err := bench.Memory(cmd.Context(), cfg, o)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(rep)
+		},
+	}
+	mem.Flags().IntVar(&o.Objects, "objects", 10000, "Secrets, pods and cliques of the other plane (each)")
+	mem.Flags().StringVar(&kubeconfig, "kubeconfig", "", "Use this cluster instead of starting one")
+	return mem
 }
 
 func splitModes(s string) []string {

@@ -8,7 +8,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // Main runs the command line and returns the exit code.
@@ -19,6 +21,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// The CLI runs controllers and clients in-process for benchmarks; their logs are not its output.
+	ctrl.SetLogger(logr.Discard())
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

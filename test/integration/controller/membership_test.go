@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -126,9 +127,8 @@ func TestIMEXCrashRestartsAndReloadsOnlyOnChange(t *testing.T) {
 	e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
 	// A change that leaves the peers as they are (a CD label change triggers a reconcile and
 	// the daemon's watch) sends no reload.
-	cur := e.getCD(cd)
-	cur.Labels["touch"] = "1"
-	if err := e.c.Update(e.ctx(), cur); err != nil {
+	touch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"touch":"1"}}}`))
+	if err := e.c.Patch(e.ctx(), e.getCD(cd), touch); err != nil {
 		t.Fatal(err)
 	}
 	// A third node joins after that change: exactly one more reload means the touch sent none

@@ -112,7 +112,7 @@ func TestEighteenJoinAtOnce(t *testing.T) {
 func TestIMEXCrashRestartsAndReloadsOnlyOnChange(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true)
-	cd := e.createCD("crash", 0)
+	cd := e.createCD("crash", 1)
 	d1 := e.startDaemon(cd, e.addNode(cd, "n1"), testClique)
 	e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
 	st, err := d1.status()

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -141,15 +142,13 @@ func planeHeap(ctx context.Context, cfg *rest.Config, id, driverNS string) (uint
 	defer syncCancel()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
 		cancel()
-		<-done
-		return 0, fmt.Errorf("plane %s: caches did not sync", id)
+		return 0, errors.Join(fmt.Errorf("plane %s: caches did not sync", id), <-done)
 	}
 	// Informers start when first used: give every controller a moment to register and list.
 	time.Sleep(3 * time.Second)
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
 		cancel()
-		<-done
-		return 0, fmt.Errorf("plane %s: caches did not sync", id)
+		return 0, errors.Join(fmt.Errorf("plane %s: caches did not sync", id), <-done)
 	}
 	var ms runtime.MemStats
 	runtime.GC()

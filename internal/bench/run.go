@@ -221,7 +221,9 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	wg.Wait()
 	stopMgr()
 	if mode == ModeCdplane || mode == ModeCdplaneGateOff {
-		<-mgrDone
+		if merr := <-mgrDone; merr != nil {
+			return Result{}, fmt.Errorf("controller manager: %w", merr)
+		}
 	}
 	timedOut := wait.Interrupted(err) && ctx.Err() == nil
 	if err != nil && !timedOut {

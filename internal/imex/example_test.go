@@ -63,7 +63,9 @@ func supervise(ctx context.Context, daemon imex.Interface, s imex.Settings, memb
 				if err := daemon.Stop(ctx); err != nil {
 					return err
 				}
-				<-exited
+				if err := <-exited; err != nil { // nil after a clean Stop
+					return err
+				}
 				_ = start()
 			}
 		case err := <-exited:

@@ -139,7 +139,7 @@ func newCDIWriter(dir string) (*cdiWriter, error) {
 // write validates spec, sets the lowest CDI version that can express it, and writes it
 // atomically under name.
 func (w *cdiWriter) write(spec *cdispec.Spec, name string) error {
-	version, err := cdiapi.MinimumRequiredVersion(spec)
+	version, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
 		return fmt.Errorf("CDI spec %s: %w", name, err)
 	}

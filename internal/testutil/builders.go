@@ -58,7 +58,7 @@ func (w *ComputeDomainWrapper) Label(key, value string) *ComputeDomainWrapper {
 
 // Obj returns the built object.
 func (w *ComputeDomainWrapper) Obj() *cdv1beta1.ComputeDomain {
-	return w.ComputeDomain.DeepCopy()
+	return w.DeepCopy()
 }
 
 // CliqueWrapper builds a ComputeDomainClique.
@@ -88,5 +88,5 @@ func (w *CliqueWrapper) OwnedBy(ref metav1.OwnerReference) *CliqueWrapper {
 
 // Obj returns the built object.
 func (w *CliqueWrapper) Obj() *cdv1beta1.ComputeDomainClique {
-	return w.ComputeDomainClique.DeepCopy()
+	return w.DeepCopy()
 }

@@ -25,7 +25,8 @@ func applyDaemons(t *testing.T, ns, name, manager string, daemons ...cdv1beta1.C
 	t.Helper()
 	c := testutil.MakeClique(name, ns).Obj()
 	c.Daemons = daemons
-	return testCluster.Client.Patch(ctxT(t), c, client.Apply, client.FieldOwner(manager), client.ForceOwnership)
+	// A typed object sent as an apply patch is what older clients of the API do.
+	return testCluster.Client.Patch(ctxT(t), c, client.Apply, client.FieldOwner(manager), client.ForceOwnership) //nolint:staticcheck // deliberately the typed-object apply
 }
 
 func TestCliqueDaemonsMergeByNodeName(t *testing.T) {

@@ -109,12 +109,12 @@ func TestReadinessAndDeletion(t *testing.T) {
 	cd := e.createCD("lifecycle", 2)
 	n1, n2 := e.addNode(cd, "n1"), e.addNode(cd, "n2")
 	d1 := e.startDaemon(cd, n1, testClique)
-	got := e.waitStatus(cd, cdv1beta1.StatusNotReady, 10*time.Second)
+	e.waitStatus(cd, cdv1beta1.StatusNotReady, 10*time.Second)
 	d2 := e.startDaemon(cd, n2, testClique)
 
 	// Ready within 5 s of the last daemon pod turning Ready.
 	lastReady := waitPodReady(t, e, d2)
-	got = e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
+	got := e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
 	if lag := time.Since(lastReady); lag > 5*time.Second {
 		t.Errorf("Ready %s after the last daemon pod turned Ready, want within 5s", lag)
 	}

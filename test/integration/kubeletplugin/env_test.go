@@ -203,7 +203,7 @@ func (n *node) connect() {
 		if err != nil {
 			return false, err
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		rc := registerapi.NewRegistrationClient(conn)

@@ -66,7 +66,7 @@ func pluginBinary(t *testing.T) string {
 // process is the plugin binary running for a node.
 type process struct {
 	cmd  *exec.Cmd
-	done chan error
+	done chan struct{} // closed once the process has exited
 	log  string
 }
 
@@ -97,8 +97,11 @@ func (n *node) startProcess(kubeconfig string) *process {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, done: make(chan error, 1), log: logPath}
-	go func() { p.done <- cmd.Wait() }()
+	p := &process{cmd: cmd, done: make(chan struct{}), log: logPath}
+	go func() {
+		_ = cmd.Wait() // killed on purpose: the exit status says nothing
+		close(p.done)
+	}()
 	t.Cleanup(func() {
 		p.signal(syscall.SIGKILL)
 		if t.Failed() {

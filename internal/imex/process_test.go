@@ -205,7 +205,7 @@ func TestProcessUnexpectedExit(t *testing.T) {
 	t.Parallel()
 	trueBin, err := exec.LookPath("true")
 	if err != nil {
-		t.Skipf("no true binary: %v", err)
+		t.Fatalf("no true binary (coreutils): %v", err)
 	}
 	exited := startProcess(t, NewReal(Options{ConfigPath: "/unused", Binary: trueBin}))
 	var exitErr *ExitError

@@ -55,9 +55,7 @@ func Memory(ctx context.Context, cfg *rest.Config, o MemoryOptions) (*MemoryRepo
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	admin := rest.CopyConfig(cfg)
-	admin.QPS, admin.Burst = setupQPS, setupBurst
-	c, err := client.New(admin, client.Options{Scheme: newScheme()})
+	c, err := setupClient(cfg)
 	if err != nil {
 		return nil, err
 	}

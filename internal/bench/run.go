@@ -101,9 +101,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	admin := rest.CopyConfig(cfg)
-	admin.QPS, admin.Burst = setupQPS, setupBurst
-	c, err := client.New(admin, client.Options{Scheme: newScheme()})
+	c, err := setupClient(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,13 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// setupClient is the fast administrator client that creates and removes the benchmark's objects.
+func setupClient(cfg *rest.Config) (client.Client, error) {
+	admin := rest.CopyConfig(cfg)
+	admin.QPS, admin.Burst = setupQPS, setupBurst
+	return client.New(admin, client.Options{Scheme: newScheme()})
+}
+
 // identity returns a config acting as user/groups through impersonation, with its own rate
 // limiter (qps, burst) and its writes counted in counter.
 func identity(base *rest.Config, user string, groups []string, qps float32, burst int, counter *writeCounter) *rest.Config {

@@ -236,6 +236,7 @@ func withTimeout(t *testing.T) context.Context {
 func runStubborn() {
 	signal.Ignore(syscall.SIGTERM)
 	fmt.Println("ignoring SIGTERM")
-	time.Sleep(time.Minute) // the test kills it long before
+	// Not a wait for state: a bound, so that a child the test failed to kill still goes away.
+	<-time.After(time.Minute)
 	os.Exit(0)
 }

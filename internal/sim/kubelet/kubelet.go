@@ -1,0 +1,270 @@
+package kubelet
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+// Defaults of Config.
+const (
+	DefaultLeaseDuration            = 40 * time.Second
+	DefaultLeaseRenewInterval       = 10 * time.Second
+	DefaultNodeStatusReportInterval = 5 * time.Minute
+	DefaultPluginPollInterval       = time.Second
+	DefaultQPS                      = 200
+	DefaultBurst                    = 400
+	DefaultKubeletVersion           = "v1.37.2-sim"
+)
+
+// Config configures a simulated kubelet.
+type Config struct {
+	// RESTConfig reaches the apiserver as a cluster administrator. Required.
+	RESTConfig *rest.Config
+	// APIServerURL and APIServerCA go into the kubeconfigs generated for pods; default:
+	// RESTConfig's host and CA.
+	APIServerURL string
+	APIServerCA  []byte
+	// StateDir holds the nodes' directories (<StateDir>/nodes/<name>). Required. Unix sockets
+	// are created below it (limit 108 bytes per path): keep it short.
+	StateDir string
+	// Nodes are the simulated nodes. At least one.
+	Nodes []NodeSpec
+	// Runner starts containers; default: NoopRunner for every image.
+	Runner Runner
+	// PodCIDR is the loopback range pod addresses come from (DefaultPodCIDR).
+	PodCIDR string
+	// KubeletPort is the port of every node's log endpoint on its InternalIP; 0 picks a free
+	// port per node.
+	KubeletPort int
+	// LeaseDuration and LeaseRenewInterval of the node Leases (40s, 10s; each renewal jittered
+	// by up to ±10%).
+	LeaseDuration      time.Duration
+	LeaseRenewInterval time.Duration
+	// NodeStatusReportInterval is how often a node's status is written when nothing changed (5m).
+	NodeStatusReportInterval time.Duration
+	// RestartBackoff spaces container restarts (DefaultRestartBackoff).
+	RestartBackoff Backoff
+	// PrepareBackoff spaces retries of a failing DRA prepare (DefaultPrepareBackoff).
+	PrepareBackoff Backoff
+	// PluginPollInterval is how often the plugin registry directories are scanned (1s).
+	PluginPollInterval time.Duration
+	// QPS and Burst of the kubelet's API client (200, 400): all nodes share it.
+	QPS   float32
+	Burst int
+	// KubeletVersion is reported in each Node's nodeInfo.
+	KubeletVersion string
+}
+
+// NodeSpec is one simulated node.
+type NodeSpec struct {
+	// Name of the Node.
+	Name string
+	// Labels are set on the Node, with kubernetes.io/hostname=<name> added.
+	Labels map[string]string
+	// Capacity (cpu, memory, pods, …) is also the allocatable.
+	Capacity corev1.ResourceList
+	// InternalIP is the node's loopback address, unique per node (e.g. 127.10.0.1).
+	InternalIP string
+}
+
+func (c *Config) defaults() error {
+	if c.RESTConfig == nil {
+		return errors.New("a REST config is required")
+	}
+	if c.StateDir == "" {
+		return errors.New("a state directory is required")
+	}
+	if len(c.Nodes) == 0 {
+		return errors.New("at least one node is required")
+	}
+	if c.APIServerURL == "" {
+		c.APIServerURL = c.RESTConfig.Host
+	}
+	if len(c.APIServerCA) == 0 {
+		c.APIServerCA = c.RESTConfig.CAData
+		if len(c.APIServerCA) == 0 && c.RESTConfig.CAFile != "" {
+			data, err := os.ReadFile(c.RESTConfig.CAFile)
+			if err != nil {
+				return fmt.Errorf("reading the apiserver CA: %w", err)
+			}
+			c.APIServerCA = data
+		}
+	}
+	if c.Runner == nil {
+		c.Runner = &Router{Default: NoopRunner{}}
+	}
+	if c.PodCIDR == "" {
+		c.PodCIDR = DefaultPodCIDR
+	}
+	setDuration(&c.LeaseDuration, DefaultLeaseDuration)
+	setDuration(&c.LeaseRenewInterval, DefaultLeaseRenewInterval)
+	setDuration(&c.NodeStatusReportInterval, DefaultNodeStatusReportInterval)
+	setDuration(&c.PluginPollInterval, DefaultPluginPollInterval)
+	c.RestartBackoff = c.RestartBackoff.orDefault(DefaultRestartBackoff)
+	c.PrepareBackoff = c.PrepareBackoff.orDefault(DefaultPrepareBackoff)
+	if c.QPS <= 0 {
+		c.QPS = DefaultQPS
+	}
+	if c.Burst <= 0 {
+		c.Burst = DefaultBurst
+	}
+	if c.KubeletVersion == "" {
+		c.KubeletVersion = DefaultKubeletVersion
+	}
+	return nil
+}
+
+func setDuration(p *time.Duration, def time.Duration) {
+	if *p <= 0 {
+		*p = def
+	}
+}
+
+// Kubelet simulates the kubelets of many nodes.
+type Kubelet struct {
+	cfg      Config
+	client   kubernetes.Interface
+	runner   Runner
+	ips      *IPAllocator
+	nodes    map[string]*node
+	order    []*node
+	cert     tls.Certificate
+	events   record.EventBroadcaster
+	started  chan struct{}
+	mu       sync.Mutex
+	workers  map[types.UID]*podWorker
+	workerWG sync.WaitGroup
+}
+
+// New validates the configuration and prepares the nodes' directories; Run starts them.
+func New(cfg Config) (*Kubelet, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	rc := rest.CopyConfig(cfg.RESTConfig)
+	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	rc.UserAgent = "cdplane-sim-kubelet"
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("creating the API client: %w", err)
+	}
+	k := &Kubelet{
+		cfg: cfg, client: client, runner: cfg.Runner, nodes: map[string]*node{},
+		started: make(chan struct{}), workers: map[types.UID]*podWorker{},
+	}
+	var nodeIPs []netip.Addr
+	var hosts []string
+	for _, spec := range cfg.Nodes {
+		if spec.Name == "" {
+			return nil, errors.New("a node needs a name")
+		}
+		if _, dup := k.nodes[spec.Name]; dup {
+			return nil, fmt.Errorf("node %s given twice", spec.Name)
+		}
+		ip, err := netip.ParseAddr(spec.InternalIP)
+		if err != nil || !loopback.Contains(ip) {
+			return nil, fmt.Errorf("node %s: internal IP %q must be a loopback address", spec.Name, spec.InternalIP)
+		}
+		for _, other := range nodeIPs {
+			if other == ip {
+				return nil, fmt.Errorf("node %s: internal IP %s used twice", spec.Name, ip)
+			}
+		}
+		nodeIPs = append(nodeIPs, ip)
+		hosts = append(hosts, spec.Name)
+		n := newNode(k, spec, ip, filepath.Join(cfg.StateDir, "nodes", spec.Name))
+		if err := os.MkdirAll(n.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("node %s: %w", spec.Name, err)
+		}
+		k.nodes[spec.Name] = n
+		k.order = append(k.order, n)
+	}
+	if k.ips, err = NewIPAllocator(cfg.PodCIDR, nodeIPs...); err != nil {
+		return nil, err
+	}
+	if k.cert, err = selfSignedCert(nodeIPs, hosts); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// NodeDir returns the directory of a node: host paths of its pods are remapped below it.
+func (k *Kubelet) NodeDir(name string) string {
+	return filepath.Join(k.cfg.StateDir, "nodes", name)
+}
+
+// Started is closed once every node is registered, serves logs and its pods are watched.
+func (k *Kubelet) Started() <-chan struct{} { return k.started }
+
+// Run registers the nodes, serves them and runs their pods until ctx ends; then it kills every
+// container it runs (pods stay in the API, as when a kubelet stops) and returns.
+func (k *Kubelet) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("sim-kubelet")
+	ctx = klog.NewContext(ctx, logger)
+	k.events = record.NewBroadcaster(record.WithContext(ctx))
+	k.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: k.client.CoreV1().Events("")})
+	defer k.events.Shutdown()
+	for _, n := range k.order {
+		n.recorder = k.events.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: "kubelet", Host: n.spec.Name})
+	}
+
+	if err := k.registerNodes(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, n := range k.order {
+		if err := n.serveLogs(ctx, &wg); err != nil {
+			return err
+		}
+	}
+	if err := k.updateNodeStatuses(ctx); err != nil {
+		return err
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); k.renewLeases(ctx) }()
+	go func() { defer wg.Done(); k.watchPlugins(ctx) }()
+	if err := k.watchPods(ctx, &wg); err != nil {
+		return err
+	}
+	logger.Info("Simulated kubelet started", "nodes", len(k.order))
+	close(k.started)
+	<-ctx.Done()
+	k.stopWorkers()
+	for _, n := range k.order {
+		n.closePlugins()
+	}
+	return nil
+}
+
+// stopWorkers kills every container and waits for the pod workers to return.
+func (k *Kubelet) stopWorkers() {
+	k.mu.Lock()
+	workers := make([]*podWorker, 0, len(k.workers))
+	for _, w := range k.workers {
+		workers = append(workers, w)
+	}
+	k.mu.Unlock()
+	for _, w := range workers {
+		w.killAll()
+	}
+	k.workerWG.Wait()
+}

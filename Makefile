@@ -17,8 +17,8 @@ generate: ## Generate deepcopy code for the API types
 	$(GO) tool controller-gen object paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate the CRD manifests under config/crd
-	$(GO) tool controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd
+manifests: ## Generate the CRD manifests into the prerequisites chart
+	$(GO) tool controller-gen crd paths=./api/... output:crd:artifacts:config=deployments/helm/cdplane-prerequisites/templates/crds
 
 .PHONY: verify
 verify: ## Fail when generated code, manifests, formatting or go.mod drift

@@ -11,7 +11,7 @@ cd "${scratch}"
 failed=0
 
 make -s generate manifests >/dev/null
-for d in api config; do
+for d in api deployments/helm/cdplane-prerequisites/templates/crds; do
   if ! diff -ruN "${root}/${d}" "${scratch}/${d}"; then
     echo "verify: ${d}/ is out of date; run 'make generate manifests' and commit the result" >&2
     failed=1

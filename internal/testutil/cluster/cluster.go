@@ -116,7 +116,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	c.env = &envtest.Environment{
 		ControlPlane:          cp,
 		BinaryAssetsDirectory: binDir,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd")},
+		CRDDirectoryPaths:     []string{filepath.Join(root, "deployments", "helm", "cdplane-prerequisites", "templates", "crds")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                c.Scheme,
 	}

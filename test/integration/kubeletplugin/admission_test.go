@@ -1,14 +1,9 @@
 package kubeletplugin
 
 import (
-	"bytes"
 	"cdplane/internal/testutil"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"strings"
 	"sync"
@@ -18,12 +13,10 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	cdv1beta1 "cdplane/api/v1beta1"
-	"cdplane/internal/testutil/cluster"
+	"cdplane/internal/testutil/prereqs"
 )
 
 var (
@@ -31,48 +24,21 @@ var (
 	manifestsErr  error
 )
 
-// installManifests creates every object of deployments/manifests once per test binary, as
-// `kubectl apply -f deployments/manifests` would: the DeviceClasses and the opaque config
-// admission policy with its binding. They are cluster-scoped and shared by all tests.
+// installManifests creates the DeviceClasses and the opaque config admission policy with its
+// binding from the prerequisites chart once per test binary, as `helm install` would. They are cluster-scoped and shared by all tests.
 func installManifests(t *testing.T) {
 	t.Helper()
 	manifestsOnce.Do(func() { manifestsErr = applyManifests() })
 	if manifestsErr != nil {
-		t.Fatalf("installing deployments/manifests: %v", manifestsErr)
+		t.Fatalf("installing the prerequisites: %v", manifestsErr)
 	}
 }
 
 func applyManifests() error {
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		return err
-	}
-	files, err := filepath.Glob(filepath.Join(root, "deployments", "manifests", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("no manifests found: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			obj := &unstructured.Unstructured{}
-			if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				return fmt.Errorf("%s: %w", f, err)
-			}
-			if len(obj.Object) == 0 {
-				continue
-			}
-			if err := testCluster.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("%s: creating %s %s: %w", f, obj.GetKind(), obj.GetName(), err)
-			}
-		}
+	if err := prereqs.Create(ctx, testCluster.Client, "deviceclasses.yaml", "opaque-config-policy.yaml"); err != nil {
+		return err
 	}
 	// The policies take effect a few seconds after they are created: wait until a dry-run
 	// ComputeDomain create is admitted.

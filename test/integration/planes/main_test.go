@@ -8,11 +8,8 @@ package planes
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -21,13 +18,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/testutil"
 	"cdplane/internal/testutil/cluster"
+	"cdplane/internal/testutil/prereqs"
 )
 
 var testCluster *cluster.Cluster
@@ -50,8 +46,8 @@ var (
 	manifestsErr  error
 )
 
-// installPolicies creates the objects of deployments/manifests/ownership-policies.yaml once per
-// test binary, as `kubectl create -f` would, and waits until the apiserver enforces all three
+// installPolicies creates the objects of the prerequisites chart's ownership-policies.yaml (and
+// its parameters ConfigMap) once per test binary, as `helm install` would, and waits until the apiserver enforces all three
 // policies.
 func installPolicies(t *testing.T) {
 	t.Helper()
@@ -68,32 +64,9 @@ func installPolicies(t *testing.T) {
 }
 
 func createManifest(name string) error {
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(root, "deployments", "manifests", name)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
-		if err := testCluster.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s: creating %s %s: %w", path, obj.GetKind(), obj.GetName(), err)
-		}
-	}
+	return prereqs.Create(ctx, testCluster.Client, name, "ownership-admin-groups.yaml")
 }
 
 // waitPoliciesEnforced probes each policy until it acts (their type-checking status is written

@@ -11,13 +11,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // ctrSummary is what the pod phase depends on for one regular container.
 type ctrSummary struct {
-	running  bool
-	finished bool // terminated and will not run again
-	exitCode int32
+	running    bool
+	terminated bool // its last instance exited
+	finished   bool // terminated and will not run again
+	exitCode   int32
 }
 
 // podPhase computes the phase: Failed when an init container failed for good; Pending until
@@ -33,7 +35,7 @@ func podPhase(initFailed, initDone bool, ctrs []ctrSummary) corev1.PodPhase {
 	}
 	all, failed, everRan := true, false, false
 	for _, c := range ctrs {
-		if c.running || c.finished {
+		if c.running || c.terminated || c.finished {
 			everRan = true
 		}
 		if !c.finished {
@@ -65,12 +67,9 @@ func (w *podWorker) phase() corev1.PodPhase {
 			continue
 		}
 		c.mu.Lock()
-		s := ctrSummary{running: c.state.Running != nil, finished: c.finished}
-		if t := c.state.Terminated; t != nil {
-			s.exitCode = t.ExitCode
-			s.finished = s.finished || stopped
-		} else if stopped {
-			s.finished = true
+		s := ctrSummary{running: c.state.Running != nil, finished: c.finished || stopped}
+		if t := c.lastState.Terminated; t != nil {
+			s.terminated, s.exitCode = true, t.ExitCode
 		}
 		c.mu.Unlock()
 		sums = append(sums, s)
@@ -84,7 +83,7 @@ func (c *ctr) status() corev1.ContainerStatus {
 	s := corev1.ContainerStatus{
 		Name: c.c.Name, Image: c.c.Image, ImageID: "sim://" + c.c.Image,
 		State: *c.state.DeepCopy(), LastTerminationState: *c.lastState.DeepCopy(),
-		Ready: c.ready, RestartCount: c.restarts, Started: &c.started,
+		Ready: c.ready, RestartCount: c.restarts, Started: ptr.To(c.started),
 	}
 	if c.state.Running != nil || c.state.Terminated != nil {
 		s.ContainerID = c.containerID()

@@ -513,15 +513,17 @@ func (w *podWorker) terminate(ctx context.Context) {
 		w.syncStatus(ctx)
 	}
 	w.release(ctx)
+	// Address and directories go before the object: once it is gone from the API, nothing of
+	// the pod is left on the node.
+	w.cleanup()
 	if !gone {
 		err := w.k.client.CoreV1().Pods(w.key.Namespace).Delete(ctx, w.key.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: ptr.To(int64(0)), Preconditions: &metav1.Preconditions{UID: &w.uid},
 		})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
 			logger.Error(err, "Deleting the pod")
 		}
 	}
-	w.cleanup()
 	logger.V(1).Info("Pod removed")
 }
 

@@ -47,6 +47,7 @@ func run(args []string) error {
 	plane.AddFlag(fs, &o.ControlPlaneID)
 	mirrorSelector := fs.String("secret-mirror-selector", "", "Label selector of the Secrets to mirror from --secret-mirror-source-namespace into the plane's namespaces (empty: no mirroring)")
 	fs.StringVar(&o.SecretMirror.SourceNamespace, "secret-mirror-source-namespace", "", "Namespace holding the Secrets to mirror (default: the driver namespace)")
+	fs.DurationVar(&o.SecretMirror.ResyncInterval, "secret-mirror-resync-interval", 0, "How often every mirrored Secret is checked again, healing copies deleted or changed by others (default 10m)")
 	mirrorNamespaces := fs.String("secret-mirror-namespace-selector", "", "Legacy plane only: label selector of the namespaces Secrets are mirrored into (empty: none)")
 	fs.DurationVar(&o.CleanupInterval, "cleanup-interval", 0, "How often to look for objects of deleted ComputeDomains (default 10m)")
 	logCfg := logsapi.NewLoggingConfiguration()

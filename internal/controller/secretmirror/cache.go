@@ -9,9 +9,9 @@ import (
 
 // CacheByObject returns the cache scoping the mirror needs, to merge into the manager's
 // cache.Options.ByObject:
-//   - Secrets: in the source namespace those matching the Secret selector; in every other
-//     namespace only the plane's copies, selected by its marker (controller-runtime excludes the
-//     source namespace from the all-namespaces informer with a field selector);
+//   - Secrets: only those of the source namespace matching the Secret selector. Copies are not
+//     cached: they are read with namespaced requests, so the controller never needs to list or
+//     watch Secrets cluster-wide;
 //   - namespaces, metadata only: the plane's targets, selected by the plane label (legacy: the
 //     explicit selector and no plane label; without a selector, none).
 //
@@ -19,8 +19,7 @@ import (
 func CacheByObject(o Options) map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
 		&corev1.Secret{}: {Namespaces: map[string]cache.Config{
-			o.SourceNamespace:   {LabelSelector: SourceSelector(o)},
-			cache.AllNamespaces: {LabelSelector: CopySelector(o)},
+			o.SourceNamespace: {LabelSelector: SourceSelector(o)},
 		}},
 		namespaceMeta(): {Label: NamespaceSelector(o)},
 	}
@@ -35,5 +34,12 @@ func namespaceMeta() *metav1.PartialObjectMetadata {
 func namespaceMetaList() *metav1.PartialObjectMetadataList {
 	m := &metav1.PartialObjectMetadataList{}
 	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	return m
+}
+
+// secretMetaList is a list of Secrets' metadata: listing copies never transfers their data.
+func secretMetaList() *metav1.PartialObjectMetadataList {
+	m := &metav1.PartialObjectMetadataList{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
 	return m
 }

@@ -7,9 +7,26 @@
 // without this plane's marker is never written or deleted: it is reported instead. Every write
 // reads the target afresh from the apiserver, re-checks the marker and the namespace's
 // ownership, and carries the target's resourceVersion; conflicts are retried from a fresh read.
-// Copies go when their source is deleted or stops matching the selector, and when their
-// namespace leaves the plane: the copies are found by their marker in a label-scoped cache, so
-// no finalizer is needed on the source.
+//
+// The mirror needs Secret rights only in the source namespace and in its target namespaces
+// (namespaced RBAC), never cluster-wide: its cache holds the selected Secrets of the source
+// namespace and the metadata of its target namespaces, nothing else. Copies are not cached or
+// watched; they are read with namespaced requests to the apiserver. The workqueue carries two
+// request shapes:
+//   - {Namespace: source namespace, Name: source name}: mirror one source. The copy in each
+//     current target is read by name and written or deleted. A source that exists is reconciled
+//     again after ResyncInterval, which heals copies deleted or edited by someone else.
+//   - {Namespace: ns, Name: ""} (a Secret name is never empty): namespace ns left the plane
+//     (gone from the label-scoped namespace cache, or its labels changed). If a fresh read says
+//     it is still not a target, the plane's copies there are listed (namespaced, by marker) and
+//     deleted, each after a fresh read and ownership check. Forbidden is logged at V(1) and not
+//     retried: `cdplane unassign` removes the copies itself before it removes the RoleBindings.
+//
+// On start-up, once the caches have synced, every source is enqueued, and so is the name of
+// every copy a namespaced list finds in a current target, so copies whose source was deleted
+// while the controller was down are removed. Copies left in a namespace that left the plane
+// while the controller was down are out of its reach (it may have no rights there any more).
+// No finalizer is needed on the source.
 package secretmirror
 
 import (
@@ -41,6 +58,9 @@ const (
 	// DefaultForeignRecheckInterval is how often a source with a foreign same-named target is
 	// looked at again, so that the copy is made once the foreign Secret is gone.
 	DefaultForeignRecheckInterval = 5 * time.Minute
+	// DefaultResyncInterval is how often every source is reconciled again: copies are not
+	// watched, so this is what heals a copy deleted or changed by someone else.
+	DefaultResyncInterval = 10 * time.Minute
 
 	// ReasonForeignTarget is the reason of the Warning event on a source whose copy would
 	// overwrite a Secret the plane does not own.
@@ -66,6 +86,9 @@ type Options struct {
 	// ForeignRecheckInterval is how long after reporting a foreign target the source is looked
 	// at again; default DefaultForeignRecheckInterval.
 	ForeignRecheckInterval time.Duration
+	// ResyncInterval is how long after a source is reconciled it is reconciled again; default
+	// DefaultResyncInterval. Must be positive.
+	ResyncInterval time.Duration
 }
 
 // Defaults fills unset options.
@@ -75,6 +98,9 @@ func (o *Options) Defaults() {
 	}
 	if o.ForeignRecheckInterval == 0 {
 		o.ForeignRecheckInterval = DefaultForeignRecheckInterval
+	}
+	if o.ResyncInterval == 0 {
+		o.ResyncInterval = DefaultResyncInterval
 	}
 }
 
@@ -98,6 +124,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ForeignRecheckInterval < 0 {
 		return fmt.Errorf("secret mirror: the foreign recheck interval must not be negative, got %s", o.ForeignRecheckInterval)
+	}
+	if o.ResyncInterval <= 0 {
+		return fmt.Errorf("secret mirror: the resync interval must be positive, got %s", o.ResyncInterval)
 	}
 	return nil
 }

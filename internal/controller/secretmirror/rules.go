@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"maps"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -123,14 +124,15 @@ func ApplyTo(cur, desired *corev1.Secret) *corev1.Secret {
 
 // Plan says which namespaces need a write of one source's copy and which hold a copy to delete.
 type Plan struct {
-	// Write lists the targets whose cached copy is missing or out of date, sorted.
+	// Write lists the targets whose copy is missing or out of date, sorted.
 	Write []string
 	// Delete lists the namespaces holding a copy that is no longer wanted, sorted.
 	Delete []string
 }
 
 // MakePlan compares the wanted copies of src (nil when the source is gone or no longer wanted)
-// in targets with the plane's cached copies of the same name.
+// in targets with the plane's copies of the same name, as read from the apiserver (the
+// reconciler reads them in the targets only).
 func MakePlan(o Options, src *corev1.Secret, targets sets.Set[string], copies []*corev1.Secret) Plan {
 	var p Plan
 	byNS := map[string]*corev1.Secret{}
@@ -155,6 +157,67 @@ func MakePlan(o Options, src *corev1.Secret, targets sets.Set[string], copies []
 	return p
 }
 
+// NextCheck returns how long after a pass without error a source is reconciled again: a source
+// that is mirrored after ResyncInterval (copies are not watched, so this heals a copy deleted or
+// changed by someone else), sooner, after ForeignRecheckInterval, when a foreign Secret blocks
+// one of its copies; a source that is gone or no longer selected never (0): its copies were
+// deleted and nothing is left to heal.
+func NextCheck(o Options, wanted, foreign bool) time.Duration {
+	if !wanted {
+		return 0
+	}
+	if foreign && o.ForeignRecheckInterval > 0 && o.ForeignRecheckInterval < o.ResyncInterval {
+		return o.ForeignRecheckInterval
+	}
+	return o.ResyncInterval
+}
+
+// NamespaceChange is what an event of the label-scoped namespace cache asks the mirror to do.
+type NamespaceChange int
+
+const (
+	// NamespaceUnchanged: nothing that decides whether the namespace is a target changed.
+	NamespaceUnchanged NamespaceChange = iota
+	// NamespaceJoined: the namespace is a target (new, or its labels changed): every source is
+	// mirrored again.
+	NamespaceJoined
+	// NamespaceLeft: the namespace may have left the plane: the plane's copies there are swept.
+	NamespaceLeft
+)
+
+func (c NamespaceChange) String() string {
+	return [...]string{"unchanged", "joined", "left"}[c]
+}
+
+// ClassifyNamespaceEvent says what a namespace event asks for. old is nil for a creation
+// (including the cache's initial list), cur nil for a deletion, which the label-scoped cache
+// also reports when the namespace's labels stop matching its selector. Updates count only when
+// the labels or the deletion timestamp changed.
+func ClassifyNamespaceEvent(o Options, old, cur metav1.Object) NamespaceChange {
+	switch {
+	case cur == nil:
+		return NamespaceLeft
+	case OwnsNamespace(o, cur):
+		if old != nil && !membershipChanged(old, cur) {
+			return NamespaceUnchanged
+		}
+		return NamespaceJoined
+	case old == nil:
+		// Listed but not a target (the source namespace, or terminating): nothing was mirrored
+		// there by this process, and a terminating namespace takes its Secrets with it.
+		return NamespaceUnchanged
+	case membershipChanged(old, cur):
+		return NamespaceLeft
+	default:
+		return NamespaceUnchanged
+	}
+}
+
+func membershipChanged(old, cur metav1.Object) bool {
+	return !maps.Equal(old.GetLabels(), cur.GetLabels()) ||
+		!old.GetDeletionTimestamp().Equal(cur.GetDeletionTimestamp())
+}
+
 // SourceSelector selects the Secrets of the source namespace to cache.
 func SourceSelector(o Options) labels.Selector {
 	if !usable(o.SecretSelector) {
@@ -164,6 +227,7 @@ func SourceSelector(o Options) labels.Selector {
 }
 
 // CopySelector selects the plane's copies: its marker, and for the legacy plane no plane label.
+// It is sent with namespaced lists only: copies are never listed across namespaces.
 func CopySelector(o Options) labels.Selector {
 	planeReqs, _ := plane.Selector(o.ControlPlaneID).Requirements()
 	return labels.SelectorFromSet(labels.Set{MirroredFromLabel: o.SourceNamespace}).Add(planeReqs...)

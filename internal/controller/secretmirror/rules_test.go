@@ -64,6 +64,8 @@ func TestValidate(t *testing.T) {
 		"nothing selector":               {opts: Options{SourceNamespace: srcNS, SecretSelector: labels.Nothing()}, wantErr: "non-empty Secret selector"},
 		"namespace selector on a plane":  {opts: Options{ControlPlaneID: "plane-a", SourceNamespace: srcNS, SecretSelector: mirrorSel, LegacyNamespaceSelector: labels.Everything()}, wantErr: "legacy plane only"},
 		"negative foreign recheck":       {opts: Options{SourceNamespace: srcNS, SecretSelector: mirrorSel, ForeignRecheckInterval: -time.Second}, wantErr: "must not be negative"},
+		"negative resync":                {opts: Options{SourceNamespace: srcNS, SecretSelector: mirrorSel, ResyncInterval: -time.Second}, wantErr: "resync interval must be positive"},
+		"unset resync takes the default": {opts: Options{SourceNamespace: srcNS, SecretSelector: mirrorSel}},
 		"legacy with everything allowed": {opts: legacyOpts(labels.Everything())},
 	}
 	for name, tc := range cases {
@@ -77,6 +79,134 @@ func TestValidate(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("New() = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	o := planeOpts()
+	o.Defaults()
+	want := planeOpts()
+	want.FieldManager, want.ForeignRecheckInterval, want.ResyncInterval = DefaultFieldManager, DefaultForeignRecheckInterval, DefaultResyncInterval
+	if diff := cmp.Diff(want, o, cmp.Comparer(func(a, b labels.Selector) bool {
+		return (a == nil) == (b == nil) && (a == nil || a.String() == b.String())
+	})); diff != "" {
+		t.Errorf("Defaults (-want +got):\n%s", diff)
+	}
+	// Zero is not a valid interval: only Defaults makes it one.
+	zero := planeOpts()
+	if err := zero.Validate(); err == nil || !strings.Contains(err.Error(), "resync interval") {
+		t.Errorf("Validate with a zero resync interval = %v, want an error", err)
+	}
+}
+
+// TestCacheByObject: the only Secrets cached are the selected ones of the source namespace, so
+// the controller needs no cluster-wide list or watch on Secrets.
+func TestCacheByObject(t *testing.T) {
+	for name, o := range map[string]Options{"plane": planeOpts(), "legacy": legacyOpts(labels.Everything())} {
+		t.Run(name, func(t *testing.T) {
+			var secrets, namespaces int
+			for obj, c := range CacheByObject(o) {
+				switch obj.(type) {
+				case *corev1.Secret:
+					secrets++
+					if len(c.Namespaces) != 1 {
+						t.Errorf("Secrets cached in %d namespace configs, want only the source namespace", len(c.Namespaces))
+					}
+					cfg, ok := c.Namespaces[srcNS]
+					if !ok {
+						t.Fatalf("Secrets not cached in the source namespace: %v", c.Namespaces)
+					}
+					if cfg.LabelSelector == nil || cfg.LabelSelector.String() != SourceSelector(o).String() {
+						t.Errorf("source Secrets selected by %v, want %v", cfg.LabelSelector, SourceSelector(o))
+					}
+					if c.Label != nil || c.Field != nil {
+						t.Errorf("Secret cache has a cluster-wide label or field selector: %v %v", c.Label, c.Field)
+					}
+				default:
+					namespaces++
+					if len(c.Namespaces) != 0 || c.Label.String() != NamespaceSelector(o).String() {
+						t.Errorf("namespace cache: namespaces %v, label %v; want all, %v", c.Namespaces, c.Label, NamespaceSelector(o))
+					}
+				}
+			}
+			if secrets != 1 || namespaces != 1 {
+				t.Errorf("CacheByObject has %d Secret and %d namespace entries, want one each", secrets, namespaces)
+			}
+		})
+	}
+}
+
+func TestNextCheck(t *testing.T) {
+	o := planeOpts()
+	o.Defaults()
+	shortForeign := o
+	shortForeign.ForeignRecheckInterval, shortForeign.ResyncInterval = time.Second, time.Minute
+	longForeign := o
+	longForeign.ForeignRecheckInterval, longForeign.ResyncInterval = time.Hour, time.Minute
+	cases := map[string]struct {
+		opts            Options
+		wanted, foreign bool
+		want            time.Duration
+	}{
+		"mirrored source: resync":                  {opts: o, wanted: true, want: DefaultResyncInterval},
+		"foreign target: the recheck, sooner":      {opts: o, wanted: true, foreign: true, want: DefaultForeignRecheckInterval},
+		"short foreign recheck":                    {opts: shortForeign, wanted: true, foreign: true, want: time.Second},
+		"foreign recheck longer than the resync":   {opts: longForeign, wanted: true, foreign: true, want: time.Minute},
+		"source gone: never":                       {opts: o},
+		"source gone, foreign copy refused: never": {opts: o, foreign: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := NextCheck(tc.opts, tc.wanted, tc.foreign); got != tc.want {
+				t.Errorf("NextCheck = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestClassifyNamespaceEvent(t *testing.T) {
+	now := metav1.Now()
+	target := ns("t", map[string]string{pl: "plane-a"})
+	relabelled := ns("t", map[string]string{pl: "plane-a", "team": "x"})
+	terminating := ns("t", map[string]string{pl: "plane-a"})
+	terminating.DeletionTimestamp = &now
+	source := ns(srcNS, map[string]string{pl: "plane-a"})
+	team := labels.SelectorFromSet(labels.Set{"team": "x"})
+	legacyIn := ns("l", map[string]string{"team": "x"})
+	legacyAnnotated := ns("l", map[string]string{"team": "x"})
+	legacyAnnotated.Annotations = map[string]string{"a": "b"}
+	legacyRelabelled := ns("l", map[string]string{"team": "x", "other": "y"})
+	cases := map[string]struct {
+		opts     Options
+		old, cur *metav1.PartialObjectMetadata
+		want     NamespaceChange
+	}{
+		"target listed or created":              {opts: planeOpts(), cur: &target, want: NamespaceJoined},
+		"target relabelled, still a target":     {opts: planeOpts(), old: &target, cur: &relabelled, want: NamespaceJoined},
+		"target resynced unchanged":             {opts: planeOpts(), old: &target, cur: &target, want: NamespaceUnchanged},
+		"gone from the label-scoped cache":      {opts: planeOpts(), old: &target, want: NamespaceLeft},
+		"starts terminating":                    {opts: planeOpts(), old: &target, cur: &terminating, want: NamespaceLeft},
+		"listed terminating":                    {opts: planeOpts(), cur: &terminating, want: NamespaceUnchanged},
+		"source namespace listed":               {opts: planeOpts(), cur: &source, want: NamespaceUnchanged},
+		"source namespace gone from the cache":  {opts: planeOpts(), old: &source, want: NamespaceLeft},
+		"legacy target listed":                  {opts: legacyOpts(team), cur: &legacyIn, want: NamespaceJoined},
+		"legacy target, only annotations moved": {opts: legacyOpts(team), old: &legacyIn, cur: &legacyAnnotated, want: NamespaceUnchanged},
+		"legacy target relabelled":              {opts: legacyOpts(team), old: &legacyIn, cur: &legacyRelabelled, want: NamespaceJoined},
+		"legacy namespace stops matching":       {opts: legacyOpts(team), old: &legacyIn, want: NamespaceLeft},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var old, cur metav1.Object
+			if tc.old != nil {
+				old = tc.old
+			}
+			if tc.cur != nil {
+				cur = tc.cur
+			}
+			if got := ClassifyNamespaceEvent(tc.opts, old, cur); got != tc.want {
+				t.Errorf("ClassifyNamespaceEvent = %s, want %s", got, tc.want)
 			}
 		})
 	}
@@ -358,7 +488,7 @@ func TestMakePlan(t *testing.T) {
 			src: src, targets: sets.New("t1", "t2"), copies: []*corev1.Secret{fresh("t1"), stale("t2")},
 			want: Plan{Write: []string{"t2"}},
 		},
-		"copy in a namespace that left the plane is deleted": {
+		"copy outside the targets is deleted": {
 			src: src, targets: sets.New("t1"), copies: []*corev1.Secret{fresh("t1"), fresh("gone")},
 			want: Plan{Delete: []string{"gone"}},
 		},

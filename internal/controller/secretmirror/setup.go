@@ -3,102 +3,163 @@ package secretmirror
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
+// queue is the controller's workqueue as event handlers and sources see it.
+type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// The start-up replay lists again the namespaces whose copies could not be listed, after a
+// delay that doubles from replayRetryFirst up to replayRetryMax, until the controller stops.
+const (
+	replayRetryFirst = time.Second
+	replayRetryMax   = time.Minute
+)
+
 // SetupWithManager registers the mirror with the manager, whose cache must be scoped with
-// CacheByObject. Watches: Secrets (sources and the plane's copies, both mapped to the source),
-// namespaces (a namespace joining or leaving the plane requeues every source), and a start-up
-// replay of every source and every copy once the caches have synced. Controller options
-// (SkipNameValidation, workers) come from the manager's controller configuration.
+// CacheByObject. Watches: the sources (the cache holds no other Secret), the target namespaces
+// (one joining, or changing labels, requeues every source; one leaving is swept), and a
+// start-up replay once the caches have synced. Copies are not watched: the periodic resync of
+// every source heals them. Controller options (SkipNameValidation, workers) come from the
+// manager's controller configuration.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.client = mgr.GetClient()
 	r.reader = mgr.GetAPIReader()
 	r.cache = mgr.GetCache()
 	r.recorder = mgr.GetEventRecorder(ControllerName)
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Secret{}, copyIndex, r.indexCopy); err != nil {
-		return fmt.Errorf("indexing mirrored Secrets: %w", err)
-	}
+	r.log = mgr.GetLogger().WithValues("controller", ControllerName)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapSecret)).
-		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace),
-			builder.WithPredicates(membershipChanged())).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapSource)).
+		WatchesMetadata(&corev1.Namespace{}, r.namespaceHandler()).
 		WatchesRawSource(source.Func(r.replay)).
 		Complete(r)
 }
 
-// mapSecret maps a source to itself and a copy to its source (same name).
-func (r *Reconciler) mapSecret(_ context.Context, o client.Object) []reconcile.Request {
-	if o.GetNamespace() != r.opts.SourceNamespace && !OwnsCopy(r.opts.ControlPlaneID, r.opts.SourceNamespace, o.GetLabels()) {
+// mapSource maps a source to itself.
+func (r *Reconciler) mapSource(_ context.Context, o client.Object) []reconcile.Request {
+	if o.GetNamespace() != r.opts.SourceNamespace {
 		return nil
 	}
 	return []reconcile.Request{r.request(o.GetName())}
 }
 
-// mapNamespace maps a namespace joining or leaving the plane to every source, and to the
-// sources of the copies it holds (whose sources may be gone).
-func (r *Reconciler) mapNamespace(ctx context.Context, o client.Object) []reconcile.Request {
-	reqs, err := r.requests(ctx, client.InNamespace(o.GetName()))
-	if err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Mapping a namespace to the Secrets to mirror", "namespace", o.GetName())
+// namespaceHandler turns events of the label-scoped namespace cache into requests: every source
+// for a namespace that joined the plane, a sweep for one that may have left it.
+func (r *Reconciler) namespaceHandler() handler.EventHandler {
+	on := func(ctx context.Context, q queue, name string, change NamespaceChange) {
+		switch change {
+		case NamespaceJoined:
+			reqs, err := r.sourceRequests(ctx)
+			if err != nil {
+				r.log.Error(err, "Mapping a namespace to the Secrets to mirror", "namespace", name)
+			}
+			for _, req := range reqs {
+				q.Add(req)
+			}
+		case NamespaceLeft:
+			r.log.V(1).Info("Namespace may have left the control plane; sweeping its copies", "namespace", name)
+			q.Add(sweepRequest(name))
+		}
 	}
-	return reqs
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q queue) {
+			on(ctx, q, e.Object.GetName(), ClassifyNamespaceEvent(r.opts, nil, e.Object))
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) {
+			on(ctx, q, e.ObjectNew.GetName(), ClassifyNamespaceEvent(r.opts, e.ObjectOld, e.ObjectNew))
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
+			on(ctx, q, e.Object.GetName(), ClassifyNamespaceEvent(r.opts, e.Object, nil))
+		},
+	}
 }
 
-// replay enqueues every source and the source of every copy once the caches have synced, so a
-// cold start converges without waiting for a resync, copies whose source was deleted while the
-// controller was down included. It runs when the controller starts (on the leader).
-func (r *Reconciler) replay(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+// replay enqueues, once the caches have synced, every cached source and, for every current
+// target, the name of each of the plane's copies a namespaced list finds there, so a cold start
+// converges without waiting for a resync, copies whose source was deleted while the controller
+// was down included. A target where listing is forbidden is skipped (logged at V(1)); one where
+// listing fails otherwise is listed again with backoff. It runs when the controller starts (on
+// the leader).
+func (r *Reconciler) replay(ctx context.Context, q queue) error {
 	go func() {
 		if !r.cache.WaitForCacheSync(ctx) {
 			return
 		}
 		// Cached lists block until their informers have synced.
-		reqs, err := r.requests(ctx)
+		reqs, err := r.sourceRequests(ctx)
 		if err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Replaying the Secrets to mirror")
+			r.log.Error(err, "Replaying the Secrets to mirror")
 			return
 		}
 		for _, req := range reqs {
 			q.Add(req)
 		}
-		ctrl.LoggerFrom(ctx).WithName(ControllerName).V(1).Info("Replayed sources", "requests", len(reqs))
+		nss := namespaceMetaList()
+		if err := r.client.List(ctx, nss); err != nil {
+			r.log.Error(err, "Listing target namespaces to replay their copies")
+			return
+		}
+		pending := sets.List(Targets(r.opts, nss.Items))
+		r.log.V(1).Info("Replayed sources", "requests", len(reqs), "targets", len(pending))
+		for delay := replayRetryFirst; ; delay = min(2*delay, replayRetryMax) {
+			if pending = r.replayCopies(ctx, q, pending); len(pending) == 0 {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+		}
 	}()
 	return nil
 }
 
-// requests returns a request per cached source and per cached copy, copies limited by opts.
-func (r *Reconciler) requests(ctx context.Context, copyOpts ...client.ListOption) ([]reconcile.Request, error) {
+// replayCopies enqueues the source name of every copy in namespaces nss and returns the
+// namespaces whose copies could not be listed and should be tried again.
+func (r *Reconciler) replayCopies(ctx context.Context, q queue, nss []string) []string {
+	var failed []string
+	for _, ns := range nss {
+		list := secretMetaList()
+		err := r.reader.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: CopySelector(r.opts)})
+		switch {
+		case apierrors.IsForbidden(err):
+			r.log.V(1).Info("Cannot list the copies in a target namespace; not replaying them", "namespace", ns, "err", err.Error())
+		case err != nil:
+			r.log.Error(err, "Listing the copies in a target namespace; will retry", "namespace", ns)
+			failed = append(failed, ns)
+		default:
+			for i := range list.Items {
+				q.Add(r.request(list.Items[i].Name))
+			}
+			r.log.V(2).Info("Replayed copies", "namespace", ns, "copies", len(list.Items))
+		}
+	}
+	return failed
+}
+
+// sourceRequests returns a request per cached source.
+func (r *Reconciler) sourceRequests(ctx context.Context) ([]reconcile.Request, error) {
 	sources := &corev1.SecretList{}
 	if err := r.client.List(ctx, sources, client.InNamespace(r.opts.SourceNamespace)); err != nil {
 		return nil, fmt.Errorf("listing sources: %w", err)
 	}
-	copies := &corev1.SecretList{}
-	if err := r.client.List(ctx, copies, append(copyOpts, client.MatchingLabelsSelector{Selector: CopySelector(r.opts)})...); err != nil {
-		return nil, fmt.Errorf("listing copies: %w", err)
-	}
-	seen := map[string]bool{}
-	var reqs []reconcile.Request
-	for _, list := range [][]corev1.Secret{sources.Items, copies.Items} {
-		for i := range list {
-			if name := list[i].Name; !seen[name] {
-				seen[name] = true
-				reqs = append(reqs, r.request(name))
-			}
-		}
+	reqs := make([]reconcile.Request, 0, len(sources.Items))
+	for i := range sources.Items {
+		reqs = append(reqs, r.request(sources.Items[i].Name))
 	}
 	return reqs, nil
 }
@@ -107,12 +168,8 @@ func (r *Reconciler) request(name string) reconcile.Request {
 	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.opts.SourceNamespace, Name: name}}
 }
 
-// membershipChanged passes namespace updates that can change whether it is a target: its
-// labels or its deletion. Creations and deletions (including leaving the label-scoped cache)
-// always pass.
-func membershipChanged() predicate.Predicate {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return !equality.Semantic.DeepEqual(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
-			!equality.Semantic.DeepEqual(e.ObjectOld.GetDeletionTimestamp(), e.ObjectNew.GetDeletionTimestamp())
-	}}
+// sweepRequest asks for the plane's copies in namespace ns to be removed if it is no longer a
+// target. Its name is empty, which no Secret's is.
+func sweepRequest(ns string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns}}
 }

@@ -113,7 +113,7 @@ func (r *Reconciler) create(ctx context.Context, desired *corev1.Secret) error {
 
 // deleteCopy deletes the plane's copy key after a fresh read shows it still carries the plane's
 // marker, with the version read as a precondition. A Secret without the marker is left alone:
-// whatever the cache said, it is not the plane's.
+// whatever an earlier read or list said, it is not the plane's.
 func (r *Reconciler) deleteCopy(ctx context.Context, key types.NamespacedName) error {
 	return retry.OnError(retry.DefaultRetry, retriable, func() error {
 		cur := &corev1.Secret{}

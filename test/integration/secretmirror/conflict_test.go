@@ -82,10 +82,12 @@ func (w *writer) takeOver(ctx context.Context) string {
 // retried from a fresh read; once the writer stops, the copy equals the source. When the writer
 // instead ends by removing the plane's marker in the middle of the fight, the mirror's next
 // attempt re-reads, sees a Secret it does not own, and leaves it intact (same resourceVersion)
-// and reported, then and after a later source change.
+// and reported, then and after a later source change. Copies are not watched: a short
+// ResyncInterval makes the mirror come back to the copy the writer keeps changing.
 func TestConcurrentWriterConflictsConverge(t *testing.T) {
 	t.Parallel()
 	e := newPlane(t)
+	e.opts.ResyncInterval = 200 * time.Millisecond
 	t1 := e.target("sm-fight-")
 	src := map[string]string{"token": "source"}
 	e.createSource("creds", src)

@@ -2,7 +2,6 @@ package secretmirror
 
 import (
 	"bytes"
-	"cdplane/internal/testutil"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,6 +27,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/secretmirror"
+	"cdplane/internal/testutil"
 )
 
 func init() {
@@ -44,6 +45,8 @@ type env struct {
 	srcNS string
 	opts  secretmirror.Options
 	stop  func()
+	// logs records what the manager logged, once started.
+	logs *logRecorder
 }
 
 // newPlane returns an env for a plane with a fresh id.
@@ -78,18 +81,27 @@ func (e *env) ctx() context.Context {
 	return ctx
 }
 
-// start runs a controller manager with the mirror, its cache scoped by CacheByObject, a 10-hour
-// resync period, and SkipNameValidation so several managers share the process.
+// start runs the mirror as a cluster administrator: see startAs.
 func (e *env) start() {
+	e.t.Helper()
+	e.startAs(testCluster.Config)
+}
+
+// startAs runs a controller manager with the mirror, reaching the apiserver with cfg, its cache
+// scoped by CacheByObject, a 10-hour informer resync period, its log recorded in e.logs, and
+// SkipNameValidation so several managers share the process. The mirror's own ResyncInterval is
+// e.opts's (default 10 minutes, longer than any test).
+func (e *env) startAs(cfg *rest.Config) {
 	e.t.Helper()
 	r, err := secretmirror.New(e.opts)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	syncPeriod := 10 * time.Hour
-	mgr, err := ctrl.NewManager(testCluster.Config, ctrl.Options{
+	e.logs = &logRecorder{}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 testCluster.Scheme,
-		Logger:                 testr.New(e.t),
+		Logger:                 e.logs.logger(testr.New(e.t)),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
@@ -227,6 +239,24 @@ func (e *env) waitCopy(ns, name string, data map[string]string) *corev1.Secret {
 		return true, nil
 	})
 	return got
+}
+
+// waitLog waits until the manager logged a line that matches, and returns the matching lines.
+func (e *env) waitLog(what string, match func(logRecord) bool) []logRecord {
+	e.t.Helper()
+	var got []logRecord
+	e.eventually(30*time.Second, what, func() (bool, error) {
+		got = e.logs.find(match)
+		return len(got) > 0, nil
+	})
+	return got
+}
+
+// mirrored matches the mirror's plan line for source name: a pass of its reconcile.
+func (e *env) mirrored(name string) func(logRecord) bool {
+	return func(l logRecord) bool {
+		return l.msg == "Mirroring" && l.has("namespace", e.srcNS) && l.has("name", name)
+	}
 }
 
 // waitGone waits until ns has no Secret named name.

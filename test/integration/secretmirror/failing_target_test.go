@@ -87,9 +87,9 @@ func (e *env) probeWrite(ns string) error {
 
 // TestFailingTargetIsRetried: one assigned namespace refuses Secret writes (a real admission
 // policy in the apiserver). The other target is written all the same, the refused one is tried
-// again and again (the apiserver counts the policy's denials; the resync period is 10 hours, so
-// only the returned error can bring the retries), and once the policy is removed the copy
-// arrives.
+// again and again (the apiserver counts the policy's denials; the mirror's resync interval is 10
+// minutes, so only the returned error can bring the retries), and once the policy is removed the
+// copy arrives.
 func TestFailingTargetIsRetried(t *testing.T) {
 	t.Parallel()
 	e := newPlane(t)

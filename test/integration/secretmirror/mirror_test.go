@@ -16,10 +16,11 @@ import (
 )
 
 // TestColdStartReplaysPreexistingSecrets: Secrets, stale copies and orphaned copies that exist
-// before the controller starts converge right after start-up, with a 10-hour resync period: every
-// selected source is copied into every assigned namespace, a stale copy is rewritten, a copy
-// whose source was deleted while the controller was down is removed, and nothing goes to a
-// namespace of another plane or from an unselected Secret.
+// before the controller starts converge right after start-up, long before the mirror's 10-minute
+// resync: every selected source is copied into every assigned namespace, a stale copy is
+// rewritten, a copy whose source was deleted while the controller was down is removed (found by
+// the replay's namespaced list of the target), and nothing goes to a namespace of another plane
+// or from an unselected Secret.
 func TestColdStartReplaysPreexistingSecrets(t *testing.T) {
 	t.Parallel()
 	e := newPlane(t)
@@ -177,7 +178,8 @@ func TestUnassignedNamespaceLosesItsCopy(t *testing.T) {
 // TestLegacyPlaneMirrorsOnlyIntoSelectedNamespaces: the legacy plane copies into unassigned
 // namespaces matching its explicit selector only, with no plane label on the copies; a matching
 // namespace assigned to a plane and an unselected namespace get nothing, and legacy copies left
-// there are removed.
+// there are not touched (the mirror reads and writes Secrets in its targets only). A namespace
+// that stops matching the selector loses its copy.
 func TestLegacyPlaneMirrorsOnlyIntoSelectedNamespaces(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "")
@@ -186,8 +188,9 @@ func TestLegacyPlaneMirrorsOnlyIntoSelectedNamespaces(t *testing.T) {
 	match := e.namespace("sm-legacy-match-", selected)
 	unselected := e.namespace("sm-legacy-unselected-", nil)
 	assigned := e.namespace("sm-legacy-assigned-", map[string]string{"cdplane.test/legacy-mirror": e.srcNS, cdv1beta1.ControlPlaneLabel: "sm-some-plane"})
-	e.createCopy(unselected, "creds", map[string]string{"token": "left over"})
-	e.createCopy(assigned, "creds", map[string]string{"token": "left over"})
+	leftOver := map[string]string{"token": "left over"}
+	leftUnselected := e.createCopy(unselected, "creds", leftOver)
+	leftAssigned := e.createCopy(assigned, "creds", leftOver)
 	e.createSource("creds", map[string]string{"token": "legacy"})
 
 	e.start()
@@ -195,25 +198,32 @@ func TestLegacyPlaneMirrorsOnlyIntoSelectedNamespaces(t *testing.T) {
 	if v, has := got.Labels[cdv1beta1.ControlPlaneLabel]; has {
 		t.Errorf("a legacy copy carries the plane label %q", v)
 	}
-	e.waitGone(unselected, "creds")
-	e.waitGone(assigned, "creds")
+	e.waitLog("the source reconciled", e.mirrored("creds"))
+	e.assertUntouched(unselected, "creds", leftUnselected.ResourceVersion, leftOver)
+	e.assertUntouched(assigned, "creds", leftAssigned.ResourceVersion, leftOver)
+
+	e.setNamespaceLabel(match, "cdplane.test/legacy-mirror", ptr.To("something-else"))
+	e.waitGone(match, "creds")
 }
 
 // TestLegacyPlaneWithoutSelectorMirrorsNowhere: with no namespace selector the legacy plane has
-// no targets: a legacy copy left in a namespace is removed and no copy exists anywhere.
+// no targets: once the source has been reconciled, no copy exists anywhere but the one left over
+// before, untouched.
 func TestLegacyPlaneWithoutSelectorMirrorsNowhere(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "")
 	ns := e.namespace("sm-legacy-none-", map[string]string{"cdplane.test/legacy-mirror": e.srcNS})
-	e.createCopy(ns, "creds", map[string]string{"token": "left over"})
+	leftOver := map[string]string{"token": "left over"}
+	left := e.createCopy(ns, "creds", leftOver)
 	e.createSource("creds", map[string]string{"token": "legacy"})
 	e.start()
-	e.waitGone(ns, "creds")
+	e.waitLog("the source reconciled", e.mirrored("creds"))
 	list := &corev1.SecretList{}
 	if err := e.c.List(e.ctx(), list, client.MatchingLabels{secretmirror.MirroredFromLabel: e.srcNS}); err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Items) != 0 {
-		t.Errorf("%d copies exist, want none", len(list.Items))
+	if len(list.Items) != 1 || list.Items[0].Namespace != ns {
+		t.Errorf("%d copies exist, want only the one left over in %s", len(list.Items), ns)
 	}
+	e.assertUntouched(ns, "creds", left.ResourceVersion, leftOver)
 }

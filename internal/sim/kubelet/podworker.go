@@ -176,7 +176,8 @@ func (w *podWorker) run(ctx context.Context) {
 	defer cancel()
 	go w.statusLoop(podCtx)
 
-	if w.start(podCtx) {
+	// A pod that finished before this kubelet saw it (it is being deleted) runs nothing.
+	if !isTerminal(w.currentPod()) && w.start(podCtx) {
 		if w.waitFor(podCtx, w.finished) {
 			// Completed (Succeeded or Failed): resources go back now, the object stays until
 			// it is deleted.

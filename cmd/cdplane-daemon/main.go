@@ -20,6 +20,7 @@ import (
 	"cdplane/internal/flags"
 	"cdplane/internal/imex"
 	"cdplane/internal/nvml"
+	_ "cdplane/internal/nvml/nvmlreal" // the real NVML backend
 )
 
 func main() {

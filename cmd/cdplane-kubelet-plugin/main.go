@@ -19,6 +19,7 @@ import (
 	"cdplane/internal/flags"
 	"cdplane/internal/kubeletplugin"
 	"cdplane/internal/nvml"
+	_ "cdplane/internal/nvml/nvmlreal" // the real NVML backend
 	"cdplane/internal/plane"
 )
 

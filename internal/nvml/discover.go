@@ -168,6 +168,46 @@ func New(backend string, opts Options) (Discoverer, error) {
 	}
 }
 
+// RealBackend is the real NVML backend, registered by package nvmlreal (imported for its side
+// effect by the binaries that run on GPU nodes: the kubelet plugin, the daemon and cdplane-nvml).
+// It lives apart so that binaries which never touch real GPUs (the cdplane CLI, whose Helm
+// template engine's use of reflection would keep every go-nvml binding linked) do not link
+// go-nvml's C symbols at all.
+type RealBackend struct {
+	// New returns the discoverer reading the library at a path (DefaultLibraryPath when empty).
+	New func(libraryPath string) (Discoverer, error)
+	// Probe loads and unloads the library at path to learn whether it is there.
+	Probe func(path string) error
+}
+
+var realBackend *RealBackend
+
+// RegisterRealBackend makes backends BackendNVML and BackendAuto available.
+func RegisterRealBackend(b RealBackend) { realBackend = &b }
+
+func newNVML(libraryPath string) (Discoverer, error) {
+	if realBackend == nil {
+		return nil, errNoRealBackend()
+	}
+	return realBackend.New(libraryPath)
+}
+
+func probeLibrary(path string) error {
+	if realBackend == nil {
+		return errNoRealBackend()
+	}
+	return realBackend.Probe(path)
+}
+
+func errNoRealBackend() error {
+	return fmt.Errorf("%w: this binary has no real NVML backend (cdplane-kubelet-plugin, cdplane-daemon and cdplane-nvml do); choose backend %q to run without GPUs", ErrNVMLUnavailable, BackendSim)
+}
+
+// LibraryPathOrDefault returns path, or DefaultLibraryPath when it is empty.
+func LibraryPathOrDefault(path string) string {
+	return libraryPathOrDefault(path)
+}
+
 func libraryPathOrDefault(path string) string {
 	if path == "" {
 		return DefaultLibraryPath

@@ -1,16 +1,34 @@
-package cli
+// Command cdplane-nvml prints what NVML says about this node's GPUs and the NVLink clique they
+// derive. It is its own binary, apart from the cdplane CLI, because the CLI embeds Helm's
+// template engine, whose use of reflection keeps every go-nvml binding linked, and a binary
+// that references every NVML symbol cannot start against an older driver library (or none).
+package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"cdplane/internal/nvml"
+	_ "cdplane/internal/nvml/nvmlreal" // the real NVML backend
 )
 
-func newNVMLCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "nvml", Short: "NVML fabric discovery"}
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	root := &cobra.Command{Use: "cdplane-nvml", Short: "NVML fabric discovery", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(newDiscoverCommand())
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "cdplane-nvml:", err)
+		os.Exit(1)
+	}
+}
+
+func newDiscoverCommand() *cobra.Command {
 	var backend, simFile string
 	discover := &cobra.Command{
 		Use:   "discover",
@@ -42,6 +60,5 @@ func newNVMLCommand() *cobra.Command {
 	}
 	discover.Flags().StringVar(&backend, "backend", nvml.BackendAuto, "nvml (real), sim, or auto (real when the NVML library loads)")
 	discover.Flags().StringVar(&simFile, "sim", "", "JSON file with a simulated node's GPUs and fabric (backend sim)")
-	cmd.AddCommand(discover)
-	return cmd
+	return discover
 }

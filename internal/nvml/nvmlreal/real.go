@@ -1,8 +1,11 @@
 //go:build cgo
 
-package nvml
+// Package nvmlreal is the real NVML backend of package nvml, read through go-nvml. Import it
+// for its side effect in binaries that run on GPU nodes; see nvml.RealBackend.
+package nvmlreal
 
 import (
+	"cdplane/internal/nvml"
 	"context"
 	"fmt"
 
@@ -18,6 +21,10 @@ const (
 	fabricInfoVSymbol  = "nvmlDeviceGetGpuFabricInfoV"
 	fabricInfoV1Symbol = "nvmlDeviceGetGpuFabricInfo"
 )
+
+func init() {
+	nvml.RegisterRealBackend(nvml.RealBackend{New: newNVML, Probe: probeLibrary})
+}
 
 // nvmlLibrary is the part of go-nvml the real backend calls, so that tests can
 // stand in for the library.
@@ -62,8 +69,8 @@ type nvmlDiscoverer struct {
 	libraryPath string
 }
 
-func newNVML(libraryPath string) (Discoverer, error) {
-	path := libraryPathOrDefault(libraryPath)
+func newNVML(libraryPath string) (nvml.Discoverer, error) {
+	path := nvml.LibraryPathOrDefault(libraryPath)
 	return &nvmlDiscoverer{
 		lib:         goNVML{lib: gonvml.New(gonvml.WithLibraryPath(path))},
 		libraryPath: path,
@@ -72,15 +79,15 @@ func newNVML(libraryPath string) (Discoverer, error) {
 
 // Discover initialises NVML, reads every GPU, shuts NVML down and derives the
 // clique id. A panic inside go-nvml is returned as an error.
-func (d *nvmlDiscoverer) Discover(ctx context.Context) (res Result, err error) {
-	res.Backend = BackendNVML
+func (d *nvmlDiscoverer) Discover(ctx context.Context) (res nvml.Result, err error) {
+	res.Backend = nvml.BackendNVML
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			res.CliqueID = ""
-			err = fmt.Errorf("%w: NVML call panicked: %v", ErrNVMLUnavailable, r)
+			err = fmt.Errorf("%w: NVML call panicked: %v", nvml.ErrNVMLUnavailable, r)
 		}
 	}()
 	if ret := d.lib.Init(); ret != gonvml.SUCCESS {
@@ -95,7 +102,7 @@ func (d *nvmlDiscoverer) Discover(ctx context.Context) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	res.CliqueID, err = DeriveCliqueID(gpus)
+	res.CliqueID, err = nvml.DeriveCliqueID(gpus)
 	return res, err
 }
 
@@ -105,12 +112,12 @@ func (d *nvmlDiscoverer) initError(ret gonvml.Return) error {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: %w", ErrNVMLUnavailable, ret)
+	return fmt.Errorf("%w: %w", nvml.ErrNVMLUnavailable, ret)
 }
 
 // readGPUs reads the UUID and fabric info of every GPU, in index order. On an
 // error it returns the GPUs read so far.
-func readGPUs(lib nvmlLibrary) ([]GPU, error) {
+func readGPUs(lib nvmlLibrary) ([]nvml.GPU, error) {
 	n, ret := lib.DeviceGetCount()
 	if ret != gonvml.SUCCESS {
 		return nil, fmt.Errorf("NVML: counting GPUs: %w", ret)
@@ -119,7 +126,7 @@ func readGPUs(lib nvmlLibrary) ([]GPU, error) {
 		hasV:  lib.LookupSymbol(fabricInfoVSymbol) == nil,
 		hasV1: lib.LookupSymbol(fabricInfoV1Symbol) == nil,
 	}
-	gpus := make([]GPU, 0, n)
+	gpus := make([]nvml.GPU, 0, n)
 	for i := range n {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != gonvml.SUCCESS {
@@ -129,7 +136,7 @@ func readGPUs(lib nvmlLibrary) ([]GPU, error) {
 		if ret != gonvml.SUCCESS {
 			return gpus, fmt.Errorf("NVML: reading the UUID of GPU %d: %w", i, ret)
 		}
-		gpu := GPU{Index: i, UUID: uuid}
+		gpu := nvml.GPU{Index: i, UUID: uuid}
 		info, ret := api.read(dev)
 		switch ret {
 		case gonvml.SUCCESS:
@@ -150,7 +157,7 @@ type fabricAPI struct{ hasV, hasV1 bool }
 // read reads a GPU's fabric info through the newest entry point the driver
 // has, falling back to the first one when the driver refuses the struct
 // version; ERROR_NOT_SUPPORTED when the driver has neither.
-func (a fabricAPI) read(dev nvmlDevice) (FabricInfo, gonvml.Return) {
+func (a fabricAPI) read(dev nvmlDevice) (nvml.FabricInfo, gonvml.Return) {
 	if a.hasV {
 		info, ret := dev.GetGpuFabricInfoV2()
 		if ret != gonvml.ERROR_ARGUMENT_VERSION_MISMATCH || !a.hasV1 {
@@ -161,14 +168,14 @@ func (a fabricAPI) read(dev nvmlDevice) (FabricInfo, gonvml.Return) {
 		info, ret := dev.GetGpuFabricInfo()
 		return fabricInfo(info.ClusterUuid, info.CliqueId, info.State, info.Status), ret
 	}
-	return FabricInfo{}, gonvml.ERROR_NOT_SUPPORTED
+	return nvml.FabricInfo{}, gonvml.ERROR_NOT_SUPPORTED
 }
 
-func fabricInfo(clusterUUID [16]uint8, cliqueID uint32, state uint8, status uint32) FabricInfo {
-	return FabricInfo{
+func fabricInfo(clusterUUID [16]uint8, cliqueID uint32, state uint8, status uint32) nvml.FabricInfo {
+	return nvml.FabricInfo{
 		Supported:   true,
-		State:       FabricState(state),
-		Status:      FabricStatus(status),
+		State:       nvml.FabricState(state),
+		Status:      nvml.FabricStatus(status),
 		ClusterUUID: clusterUUID,
 		CliqueID:    cliqueID,
 	}
@@ -179,7 +186,7 @@ func fabricInfo(clusterUUID [16]uint8, cliqueID uint32, state uint8, status uint
 func probeLibrary(path string) error {
 	lib := dl.New(path, dl.RTLD_LAZY|dl.RTLD_GLOBAL)
 	if err := lib.Open(); err != nil {
-		return fmt.Errorf("%w: %s cannot be loaded (is the NVIDIA driver installed?): %w", ErrNVMLUnavailable, path, err)
+		return fmt.Errorf("%w: %s cannot be loaded (is the NVIDIA driver installed?): %w", nvml.ErrNVMLUnavailable, path, err)
 	}
 	if err := lib.Close(); err != nil {
 		return fmt.Errorf("closing %s after probing it: %w", path, err)

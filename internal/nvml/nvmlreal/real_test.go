@@ -1,8 +1,9 @@
 //go:build cgo
 
-package nvml
+package nvmlreal
 
 import (
+	"cdplane/internal/nvml"
 	"context"
 	"errors"
 	"strings"
@@ -23,6 +24,16 @@ type fakeLibrary struct {
 
 	inits, shutdowns int
 }
+
+// clusterA is a fabric cluster UUID, cliqueA7 the id of its clique 7.
+var clusterA = [16]byte{0x4c, 0x9d, 0x5b, 0x2b, 0x11, 0x22, 0x43, 0x44, 0x85, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc}
+
+var clusterB = [16]byte{0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}
+
+const (
+	cliqueA7 = "4c9d5b2b-1122-4344-8566-778899aabbcc.7"
+	cliqueB7 = "deadbeef-0000-0000-0000-000000000001.7"
+)
 
 func (l *fakeLibrary) Init() gonvml.Return {
 	l.inits++
@@ -84,7 +95,7 @@ func (d *fakeDevice) GetGpuFabricInfoV2() (gonvml.GpuFabricInfo_v2, gonvml.Retur
 	}, d.retV2
 }
 
-func fabricDevice(uuid string, cluster [16]byte, clique uint32, state FabricState, status FabricStatus) *fakeDevice {
+func fabricDevice(uuid string, cluster [16]byte, clique uint32, state nvml.FabricState, status nvml.FabricStatus) *fakeDevice {
 	return &fakeDevice{uuid: uuid, info: gonvml.GpuFabricInfo{
 		ClusterUuid: cluster, CliqueId: clique, State: uint8(state), Status: uint32(status),
 	}}
@@ -93,14 +104,14 @@ func fabricDevice(uuid string, cluster [16]byte, clique uint32, state FabricStat
 func rackDevices(n int) []*fakeDevice {
 	devs := make([]*fakeDevice, n)
 	for i := range devs {
-		devs[i] = fabricDevice("GPU-"+string(rune('a'+i)), clusterA, 7, FabricStateCompleted, FabricStatusSuccess)
+		devs[i] = fabricDevice("GPU-"+string(rune('a'+i)), clusterA, 7, nvml.FabricStateCompleted, nvml.FabricStatusSuccess)
 	}
 	return devs
 }
 
 func TestNVMLDiscover(t *testing.T) {
-	gpusA7 := func(n int) []GPU {
-		gpus := make([]GPU, n)
+	gpusA7 := func(n int) []nvml.GPU {
+		gpus := make([]nvml.GPU, n)
 		for i := range gpus {
 			gpus[i] = gpu(i, completed(clusterA, 7))
 		}
@@ -108,7 +119,7 @@ func TestNVMLDiscover(t *testing.T) {
 	}
 	cases := map[string]struct {
 		lib        *fakeLibrary
-		want       Result
+		want       nvml.Result
 		wantErr    error // compared with cmp when wantErrIs is nil
 		wantErrIs  []error
 		wantErrMsg string // substring
@@ -117,12 +128,12 @@ func TestNVMLDiscover(t *testing.T) {
 	}{
 		"four GPUs in one clique, read through the versioned call": {
 			lib:    &fakeLibrary{devices: rackDevices(4)},
-			want:   Result{Backend: BackendNVML, GPUs: gpusA7(4), CliqueID: cliqueA7},
+			want:   nvml.Result{Backend: nvml.BackendNVML, GPUs: gpusA7(4), CliqueID: cliqueA7},
 			wantV2: 1,
 		},
 		"driver without the versioned call: first call used": {
 			lib:    &fakeLibrary{devices: rackDevices(2), missingSym: map[string]bool{fabricInfoVSymbol: true}},
-			want:   Result{Backend: BackendNVML, GPUs: gpusA7(2), CliqueID: cliqueA7},
+			want:   nvml.Result{Backend: nvml.BackendNVML, GPUs: gpusA7(2), CliqueID: cliqueA7},
 			wantV1: 1,
 		},
 		"versioned call refuses the struct version: first call used": {
@@ -131,12 +142,12 @@ func TestNVMLDiscover(t *testing.T) {
 				d[0].retV2 = gonvml.ERROR_ARGUMENT_VERSION_MISMATCH
 				return d
 			}()},
-			want:   Result{Backend: BackendNVML, GPUs: gpusA7(1), CliqueID: cliqueA7},
+			want:   nvml.Result{Backend: nvml.BackendNVML, GPUs: gpusA7(1), CliqueID: cliqueA7},
 			wantV1: 1, wantV2: 1,
 		},
 		"driver without any fabric call: no fabric": {
 			lib: &fakeLibrary{devices: rackDevices(2), missingSym: map[string]bool{fabricInfoVSymbol: true, fabricInfoV1Symbol: true}},
-			want: Result{Backend: BackendNVML, GPUs: []GPU{
+			want: nvml.Result{Backend: nvml.BackendNVML, GPUs: []nvml.GPU{
 				{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"},
 			}},
 		},
@@ -145,44 +156,44 @@ func TestNVMLDiscover(t *testing.T) {
 				{uuid: "GPU-a", retV2: gonvml.ERROR_NOT_SUPPORTED},
 				{uuid: "GPU-b", retV2: gonvml.ERROR_NOT_SUPPORTED},
 			}},
-			want: Result{Backend: BackendNVML, GPUs: []GPU{
+			want: nvml.Result{Backend: nvml.BackendNVML, GPUs: []nvml.GPU{
 				{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"},
 			}},
 			wantV2: 1,
 		},
 		"no GPUs: empty clique": {
 			lib:  &fakeLibrary{},
-			want: Result{Backend: BackendNVML, GPUs: []GPU{}},
+			want: nvml.Result{Backend: nvml.BackendNVML, GPUs: []nvml.GPU{}},
 		},
 		"registration in progress: not ready, GPUs still reported": {
 			lib: &fakeLibrary{devices: []*fakeDevice{
-				fabricDevice("GPU-a", clusterA, 7, FabricStateCompleted, FabricStatusSuccess),
-				fabricDevice("GPU-b", clusterA, 7, FabricStateInProgress, FabricStatusSuccess),
+				fabricDevice("GPU-a", clusterA, 7, nvml.FabricStateCompleted, nvml.FabricStatusSuccess),
+				fabricDevice("GPU-b", clusterA, 7, nvml.FabricStateInProgress, nvml.FabricStatusSuccess),
 			}},
-			want: Result{Backend: BackendNVML, GPUs: []GPU{
+			want: nvml.Result{Backend: nvml.BackendNVML, GPUs: []nvml.GPU{
 				gpu(0, completed(clusterA, 7)),
-				gpu(1, FabricInfo{Supported: true, State: FabricStateInProgress, ClusterUUID: clusterA, CliqueID: 7}),
+				gpu(1, nvml.FabricInfo{Supported: true, State: nvml.FabricStateInProgress, ClusterUUID: clusterA, CliqueID: 7}),
 			}},
-			wantErr: &NotReadyError{Index: 1, UUID: "GPU-b", State: FabricStateInProgress},
+			wantErr: &nvml.NotReadyError{Index: 1, UUID: "GPU-b", State: nvml.FabricStateInProgress},
 			wantV2:  1,
 		},
 		"registration failed: fabric error": {
 			lib: &fakeLibrary{devices: []*fakeDevice{
-				fabricDevice("GPU-a", clusterA, 7, FabricStateCompleted, 15),
+				fabricDevice("GPU-a", clusterA, 7, nvml.FabricStateCompleted, 15),
 			}},
-			want: Result{Backend: BackendNVML, GPUs: []GPU{
-				gpu(0, FabricInfo{Supported: true, State: FabricStateCompleted, Status: 15, ClusterUUID: clusterA, CliqueID: 7}),
+			want: nvml.Result{Backend: nvml.BackendNVML, GPUs: []nvml.GPU{
+				gpu(0, nvml.FabricInfo{Supported: true, State: nvml.FabricStateCompleted, Status: 15, ClusterUUID: clusterA, CliqueID: 7}),
 			}},
-			wantErr: &FabricError{Index: 0, UUID: "GPU-a", State: FabricStateCompleted, Status: 15},
+			wantErr: &nvml.FabricError{Index: 0, UUID: "GPU-a", State: nvml.FabricStateCompleted, Status: 15},
 			wantV2:  1,
 		},
 		"GPUs disagree: mismatch": {
 			lib: &fakeLibrary{devices: []*fakeDevice{
-				fabricDevice("GPU-a", clusterA, 7, FabricStateCompleted, FabricStatusSuccess),
-				fabricDevice("GPU-b", clusterB, 7, FabricStateCompleted, FabricStatusSuccess),
+				fabricDevice("GPU-a", clusterA, 7, nvml.FabricStateCompleted, nvml.FabricStatusSuccess),
+				fabricDevice("GPU-b", clusterB, 7, nvml.FabricStateCompleted, nvml.FabricStatusSuccess),
 			}},
-			want: Result{Backend: BackendNVML, GPUs: []GPU{gpu(0, completed(clusterA, 7)), gpu(1, completed(clusterB, 7))}},
-			wantErr: &MismatchError{
+			want: nvml.Result{Backend: nvml.BackendNVML, GPUs: []nvml.GPU{gpu(0, completed(clusterA, 7)), gpu(1, completed(clusterB, 7))}},
+			wantErr: &nvml.MismatchError{
 				First: gpu(0, completed(clusterA, 7)), FirstCliqueID: cliqueA7,
 				Second: gpu(1, completed(clusterB, 7)), SecondCliqueID: cliqueB7,
 			},
@@ -190,47 +201,47 @@ func TestNVMLDiscover(t *testing.T) {
 		},
 		"Init fails: NVML unavailable, not a fabric error": {
 			lib:        &fakeLibrary{initRet: gonvml.ERROR_DRIVER_NOT_LOADED, devices: rackDevices(1)},
-			want:       Result{Backend: BackendNVML},
-			wantErrIs:  []error{ErrNVMLUnavailable, gonvml.ERROR_DRIVER_NOT_LOADED},
+			want:       nvml.Result{Backend: nvml.BackendNVML},
+			wantErrIs:  []error{nvml.ErrNVMLUnavailable, gonvml.ERROR_DRIVER_NOT_LOADED},
 			wantErrMsg: "NVML cannot be initialised: ERROR_DRIVER_NOT_LOADED",
 		},
 		"counting GPUs fails": {
 			lib:        &fakeLibrary{countRet: gonvml.ERROR_UNKNOWN, devices: rackDevices(1)},
-			want:       Result{Backend: BackendNVML},
+			want:       nvml.Result{Backend: nvml.BackendNVML},
 			wantErrIs:  []error{gonvml.ERROR_UNKNOWN},
 			wantErrMsg: "NVML: counting GPUs: ERROR_UNKNOWN",
 		},
 		"getting a GPU fails: GPUs before it reported": {
 			lib:        &fakeLibrary{devices: rackDevices(2), handleRet: map[int]gonvml.Return{1: gonvml.ERROR_GPU_IS_LOST}},
-			want:       Result{Backend: BackendNVML, GPUs: gpusA7(1)},
+			want:       nvml.Result{Backend: nvml.BackendNVML, GPUs: gpusA7(1)},
 			wantErrIs:  []error{gonvml.ERROR_GPU_IS_LOST},
 			wantErrMsg: "NVML: getting GPU 1: ERROR_GPU_IS_LOST",
 			wantV2:     1,
 		},
 		"reading a UUID fails": {
 			lib:        &fakeLibrary{devices: []*fakeDevice{{uuid: "GPU-a", uuidRet: gonvml.ERROR_NO_PERMISSION}}},
-			want:       Result{Backend: BackendNVML, GPUs: []GPU{}},
+			want:       nvml.Result{Backend: nvml.BackendNVML, GPUs: []nvml.GPU{}},
 			wantErrIs:  []error{gonvml.ERROR_NO_PERMISSION},
 			wantErrMsg: "NVML: reading the UUID of GPU 0: ERROR_NO_PERMISSION",
 		},
 		"fabric info call fails: an NVML error, not a fabric verdict": {
 			lib:        &fakeLibrary{devices: []*fakeDevice{{uuid: "GPU-a", retV2: gonvml.ERROR_UNKNOWN}}},
-			want:       Result{Backend: BackendNVML, GPUs: []GPU{}},
+			want:       nvml.Result{Backend: nvml.BackendNVML, GPUs: []nvml.GPU{}},
 			wantErrIs:  []error{gonvml.ERROR_UNKNOWN},
 			wantErrMsg: "NVML: reading the fabric info of GPU 0 (GPU-a): ERROR_UNKNOWN",
 			wantV2:     1,
 		},
 		"panic inside the library: returned as an error": {
 			lib:        &fakeLibrary{devices: []*fakeDevice{{uuid: "GPU-a", panicOnFabric: true}}},
-			want:       Result{Backend: BackendNVML},
-			wantErrIs:  []error{ErrNVMLUnavailable},
+			want:       nvml.Result{Backend: nvml.BackendNVML},
+			wantErrIs:  []error{nvml.ErrNVMLUnavailable},
 			wantErrMsg: "NVML call panicked: symbol lookup failed",
 			wantV2:     1,
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			d := &nvmlDiscoverer{lib: tc.lib, libraryPath: DefaultLibraryPath}
+			d := &nvmlDiscoverer{lib: tc.lib, libraryPath: nvml.DefaultLibraryPath}
 			got, err := d.Discover(context.Background())
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("result (-want +got):\n%s", diff)
@@ -245,7 +256,7 @@ func TestNVMLDiscover(t *testing.T) {
 					t.Errorf("errors.Is(%v, %v) = false, want true", err, target)
 				}
 			}
-			if tc.wantErrIs != nil && (errors.Is(err, ErrFabricFailed) || errors.Is(err, ErrFabricNotReady)) {
+			if tc.wantErrIs != nil && (errors.Is(err, nvml.ErrFabricFailed) || errors.Is(err, nvml.ErrFabricNotReady)) {
 				t.Errorf("error %v matches a fabric sentinel; it must not", err)
 			}
 			if tc.wantErrMsg != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErrMsg)) {
@@ -273,7 +284,7 @@ func TestNVMLDiscover(t *testing.T) {
 
 func TestNVMLDiscoverCancelled(t *testing.T) {
 	lib := &fakeLibrary{devices: rackDevices(1)}
-	d := &nvmlDiscoverer{lib: lib, libraryPath: DefaultLibraryPath}
+	d := &nvmlDiscoverer{lib: lib, libraryPath: nvml.DefaultLibraryPath}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := d.Discover(ctx); !errors.Is(err, context.Canceled) {
@@ -296,34 +307,34 @@ func TestNVMLWithoutLibrary(t *testing.T) {
 		wantMsg    []string
 	}{
 		"nvml fails on Discover": {
-			backend: BackendNVML,
+			backend: nvml.BackendNVML,
 			wantMsg: []string{"NVML cannot be initialised", missing, "cannot be loaded", "No such file"},
 		},
 		"auto fails at once and asks for sim": {
-			backend:    BackendAuto,
+			backend:    nvml.BackendAuto,
 			wantNewErr: true,
 			wantMsg:    []string{"NVML cannot be initialised", missing, `choose backend "sim" explicitly`},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			d, err := New(tc.backend, Options{LibraryPath: missing})
+			d, err := nvml.New(tc.backend, nvml.Options{LibraryPath: missing})
 			if !tc.wantNewErr {
 				if err != nil {
 					t.Fatalf("New(%q): %v", tc.backend, err)
 				}
-				var res Result
+				var res nvml.Result
 				res, err = d.Discover(context.Background())
-				if diff := cmp.Diff(Result{Backend: BackendNVML}, res); diff != "" {
+				if diff := cmp.Diff(nvml.Result{Backend: nvml.BackendNVML}, res); diff != "" {
 					t.Errorf("result (-want +got):\n%s", diff)
 				}
 			} else if d != nil {
 				t.Errorf("New(%q) returned a Discoverer along with its error", tc.backend)
 			}
-			if !errors.Is(err, ErrNVMLUnavailable) {
+			if !errors.Is(err, nvml.ErrNVMLUnavailable) {
 				t.Fatalf("error = %v, want ErrNVMLUnavailable", err)
 			}
-			if errors.Is(err, ErrFabricFailed) || errors.Is(err, ErrFabricNotReady) {
+			if errors.Is(err, nvml.ErrFabricFailed) || errors.Is(err, nvml.ErrFabricNotReady) {
 				t.Errorf("error %v matches a fabric sentinel; it must not", err)
 			}
 			for _, want := range tc.wantMsg {
@@ -338,19 +349,27 @@ func TestNVMLWithoutLibrary(t *testing.T) {
 // TestNVMLDefaultLibrary runs the real backend with the default library:
 // on a machine without a driver it must fail cleanly, with one it must read.
 func TestNVMLDefaultLibrary(t *testing.T) {
-	d, err := New(BackendNVML, Options{})
+	d, err := nvml.New(nvml.BackendNVML, nvml.Options{})
 	if err != nil {
-		t.Fatalf("New(%q): %v", BackendNVML, err)
+		t.Fatalf("New(%q): %v", nvml.BackendNVML, err)
 	}
 	res, err := d.Discover(context.Background())
-	if probeLibrary(DefaultLibraryPath) != nil {
-		if !errors.Is(err, ErrNVMLUnavailable) {
-			t.Fatalf("without %s: error = %v, want ErrNVMLUnavailable", DefaultLibraryPath, err)
+	if probeLibrary(nvml.DefaultLibraryPath) != nil {
+		if !errors.Is(err, nvml.ErrNVMLUnavailable) {
+			t.Fatalf("without %s: error = %v, want ErrNVMLUnavailable", nvml.DefaultLibraryPath, err)
 		}
 		return
 	}
-	t.Logf("NVML present:\n%s", Describe(res, err))
-	if errors.Is(err, ErrNVMLUnavailable) {
+	t.Logf("NVML present:\n%s", nvml.Describe(res, err))
+	if errors.Is(err, nvml.ErrNVMLUnavailable) {
 		t.Fatalf("NVML loads but Discover says it is unavailable: %v", err)
 	}
+}
+
+func completed(cluster [16]byte, clique uint32) nvml.FabricInfo {
+	return nvml.FabricInfo{Supported: true, State: nvml.FabricStateCompleted, Status: nvml.FabricStatusSuccess, ClusterUUID: cluster, CliqueID: clique}
+}
+
+func gpu(i int, f nvml.FabricInfo) nvml.GPU {
+	return nvml.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Fabric: f}
 }

@@ -121,6 +121,16 @@ func holds(t Target) string {
 	return "holds"
 }
 
+// checkNotDriverNamespace refuses the plane's own driver namespace: its label and RoleBindings
+// come with the plane's installation, and the assignment's RoleBindings share their names.
+func checkNotDriverNamespace(t Target, id string) error {
+	if t.Kind == KindNamespace && t.Name == Name(id, DriverNamespaceLegacyName) {
+		return &RefusedError{Target: t, ID: id, Reason: fmt.Sprintf(
+			"it is control plane %q's driver namespace, which its installation labels and destroy removes", id)}
+	}
+	return nil
+}
+
 // CheckAssign decides whether a target with these labels, holding (a namespace) or serving (a
 // node, through its resource.nvidia.com/computeDomain label) these ComputeDomains, may be
 // assigned to plane id. It returns whether the target is already the plane's, or a
@@ -128,6 +138,9 @@ func holds(t Target) string {
 // the target holds live ComputeDomains of another plane, the legacy one included.
 func CheckAssign(t Target, id string, targetLabels map[string]string, domains []*cdv1beta1.ComputeDomain) (already bool, err error) {
 	if err := validateAssignID(id); err != nil {
+		return false, err
+	}
+	if err := checkNotDriverNamespace(t, id); err != nil {
 		return false, err
 	}
 	if v, ok := planeLabel(targetLabels); ok && v != id {
@@ -154,6 +167,9 @@ func CheckAssign(t Target, id string, targetLabels map[string]string, domains []
 // serves live ComputeDomains of this plane.
 func CheckUnassign(t Target, id string, targetLabels map[string]string, domains []*cdv1beta1.ComputeDomain, force bool) (owned bool, err error) {
 	if err := validateAssignID(id); err != nil {
+		return false, err
+	}
+	if err := checkNotDriverNamespace(t, id); err != nil {
 		return false, err
 	}
 	v, ok := planeLabel(targetLabels)

@@ -76,6 +76,9 @@ func TestCheckAssign(t *testing.T) {
 			domain("d1", nil, false), domain("d2", nil, false), domain("d3", nil, false),
 			domain("d4", nil, false), domain("d5", nil, false), domain("d6", nil, false), domain("d7", nil, false),
 		}, want: "ns/d5 (the legacy plane (no label)) and 2 more"},
+		"the plane's driver namespace": {target: Target{Kind: KindNamespace, Name: "plane-a-cdplane"}, id: "plane-a", labels: labelled("plane-a"),
+			want: `namespace plane-a-cdplane: it is control plane "plane-a"'s driver namespace`},
+		"another plane's driver namespace is not special": {target: Target{Kind: KindNamespace, Name: "plane-b-cdplane"}, id: "plane-a"},
 		"legacy id":  {target: ns, id: "", want: "a control-plane id is required", plain: true},
 		"invalid id": {target: ns, id: "Plane-A", want: "must be lowercase", plain: true},
 		"reserved":   {target: ns, id: "default", want: `"default" is reserved`, plain: true},
@@ -105,7 +108,9 @@ func TestCheckUnassign(t *testing.T) {
 		plain   bool
 		owned   bool
 	}{
-		"owned, no domains":             {target: ns, id: "plane-a", labels: labelled("plane-a"), owned: true},
+		"owned, no domains": {target: ns, id: "plane-a", labels: labelled("plane-a"), owned: true},
+		"the plane's driver namespace": {target: Target{Kind: KindNamespace, Name: "plane-a-cdplane"}, id: "plane-a", labels: labelled("plane-a"), force: true,
+			want: "driver namespace"},
 		"unlabelled: nothing to do":     {target: ns, id: "plane-a", domains: own},
 		"another plane owns it":         {target: ns, id: "plane-a", labels: labelled("plane-b"), force: true, want: `namespace team: owned by control plane "plane-b", not control plane "plane-a"`},
 		"empty label":                   {target: ns, id: "plane-a", labels: labelled(""), want: "owned by an empty"},

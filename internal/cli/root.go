@@ -26,8 +26,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newBenchCommand(), newNVMLCommand())
+	root.AddCommand(newBenchCommand())
 	root.AddCommand(newAssignCommand(), newUnassignCommand())
+	root.AddCommand(newInstallCommand(), newApplyCommand(), newDestroyCommand())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

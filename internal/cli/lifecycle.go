@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/strvals"
+
+	"cdplane/internal/lifecycle"
+	"cdplane/internal/plane"
+)
+
+// lifecycleFlags are the flags of install, apply and destroy.
+type lifecycleFlags struct {
+	kubeconfig, context string
+	id                  string
+	valueFiles          []string
+	sets                []string
+	wait                bool
+	timeout             time.Duration
+	deleteDomains       bool
+	verbose             bool
+}
+
+func (f *lifecycleFlags) addCommon(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "Path to the kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
+	cmd.Flags().StringVar(&f.context, "context", "", "Kubeconfig context to use")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 5*time.Minute, "How long to wait for each step")
+	cmd.Flags().BoolVar(&f.verbose, "verbose", false, "Print Helm's own log too")
+}
+
+func (f *lifecycleFlags) addValues(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVarP(&f.valueFiles, "values", "f", nil, "Chart values from a YAML file (repeatable; later files win)")
+	cmd.Flags().StringArrayVar(&f.sets, "set", nil, "A chart value, key=value as with helm --set (repeatable; wins over files)")
+}
+
+func (f *lifecycleFlags) manager(cmd *cobra.Command) (*lifecycle.Manager, error) {
+	return lifecycle.New(lifecycle.Options{
+		Kubeconfig: f.kubeconfig, Context: f.context, Out: cmd.OutOrStdout(),
+		Timeout: f.timeout, Wait: f.wait, Verbose: f.verbose,
+	})
+}
+
+// values merges the value files and --set flags as helm does.
+func (f *lifecycleFlags) values() (map[string]any, error) {
+	vals := map[string]any{}
+	for _, file := range f.valueFiles {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--values: %w", err)
+		}
+		v, err := loader.LoadValues(bytesReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("--values %s: %w", file, err)
+		}
+		vals = loader.MergeMaps(vals, v)
+	}
+	for _, s := range f.sets {
+		if err := strvals.ParseInto(s, vals); err != nil {
+			return nil, fmt.Errorf("--set %s: %w", s, err)
+		}
+	}
+	return vals, nil
+}
+
+func newInstallCommand() *cobra.Command {
+	return newDeployCommand("install", "Install the shared prerequisites or one control plane (Helm releases)", false)
+}
+
+func newApplyCommand() *cobra.Command {
+	return newDeployCommand("apply", "Upgrade the shared prerequisites or one control plane to this version and these values", true)
+}
+
+func newDeployCommand(verb, short string, upgrade bool) *cobra.Command {
+	cmd := &cobra.Command{Use: verb, Short: short}
+	var pf lifecycleFlags
+	prereq := &cobra.Command{
+		Use:   "prerequisites",
+		Short: "The CRDs, DeviceClasses and admission policies every plane shares (once per cluster)",
+		Long: `Installs (or upgrades) Helm release ` + lifecycle.PrerequisitesRelease + ` in namespace ` + lifecycle.PrerequisitesNamespace + `,
+then waits until the ComputeDomain API is served and its admission policies admit writes. An
+existing object with one of its names that the release does not own stops it before any change.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			vals, err := pf.values()
+			if err != nil {
+				return err
+			}
+			m, err := pf.manager(cmd)
+			if err != nil {
+				return err
+			}
+			if upgrade {
+				return m.ApplyPrerequisites(cmd.Context(), vals)
+			}
+			return m.InstallPrerequisites(cmd.Context(), vals)
+		},
+	}
+	pf.addCommon(prereq)
+	pf.addValues(prereq)
+
+	var f lifecycleFlags
+	planeCmd := &cobra.Command{
+		Use:   "plane --" + plane.FlagName + " ID",
+		Short: "One control plane: controller, kubelet plugin, service accounts, RBAC",
+		Long: `Installs (or upgrades) control plane ID as Helm release <ID>-cdplane in namespace
+<ID>-cdplane (the legacy plane, with an empty id: release and namespace "cdplane"). Before any
+change it checks that every namespace the plane will use is absent or already labelled for it,
+and that every cluster-scoped object it will write is absent or owned by its release under the
+plane's canonical name; otherwise it stops, naming the object, and changes nothing. It creates
+the namespace labelled for the plane, installs the release and, with --wait (the default),
+waits for the controller and the kubelet plugin to be ready, printing progress.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			vals, err := f.values()
+			if err != nil {
+				return err
+			}
+			m, err := f.manager(cmd)
+			if err != nil {
+				return err
+			}
+			if upgrade {
+				return m.ApplyPlane(cmd.Context(), f.id, vals)
+			}
+			return m.InstallPlane(cmd.Context(), f.id, vals)
+		},
+	}
+	f.addCommon(planeCmd)
+	f.addValues(planeCmd)
+	plane.AddFlag(planeCmd.Flags(), &f.id)
+	planeCmd.Flags().BoolVar(&f.wait, "wait", true, "Wait for the controller and the kubelet plugin to be ready")
+	cmd.AddCommand(prereq, planeCmd)
+	return cmd
+}
+
+func newDestroyCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "destroy", Short: "Remove one control plane, or the shared prerequisites once no plane is left"}
+	var pf lifecycleFlags
+	prereq := &cobra.Command{
+		Use:   "prerequisites",
+		Short: "Uninstall the shared prerequisites (refused while any plane or ComputeDomain exists)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := pf.manager(cmd)
+			if err != nil {
+				return err
+			}
+			return m.DestroyPrerequisites(cmd.Context())
+		},
+	}
+	pf.addCommon(prereq)
+	var f lifecycleFlags
+	planeCmd := &cobra.Command{
+		Use:   "plane --" + plane.FlagName + " ID",
+		Short: "Remove control plane ID and everything it created, nothing else",
+		Long: `Refused while the plane has ComputeDomains, unless --delete-domains: then each is deleted
+(re-checked right before) and destroy waits until the controller has run its finalizer. Then the
+plane's namespaces and nodes are unassigned (labels, RoleBindings, mirrored Secrets), its Helm
+release is uninstalled and its namespace deleted. Anything still carrying the plane's label or
+one of its canonical cluster-scoped names afterwards is reported, never swept. The legacy plane
+(empty id) is removed by its canonical names only.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := f.manager(cmd)
+			if err != nil {
+				return err
+			}
+			return m.DestroyPlane(cmd.Context(), f.id, f.deleteDomains)
+		},
+	}
+	f.addCommon(planeCmd)
+	plane.AddFlag(planeCmd.Flags(), &f.id)
+	planeCmd.Flags().BoolVar(&f.deleteDomains, "delete-domains", false, "Delete the plane's ComputeDomains and wait for their clean-up first")
+	cmd.AddCommand(prereq, planeCmd)
+	return cmd
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

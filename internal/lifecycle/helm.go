@@ -1,0 +1,145 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/kube"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage/driver"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	charts "cdplane/deployments/helm"
+)
+
+// helmFor returns a Helm action configuration acting in namespace (all namespaces when empty),
+// storing releases as Secrets like the helm CLI does, so `helm list` shows them.
+func (m *Manager) helmFor(namespace string) (*action.Configuration, error) {
+	flags := genericclioptions.NewConfigFlags(true)
+	flags.KubeConfig = &m.opts.Kubeconfig
+	if m.opts.Context != "" {
+		flags.Context = &m.opts.Context
+	}
+	ns := namespace
+	flags.Namespace = &ns
+	handler := slog.Handler(slog.DiscardHandler)
+	if m.opts.Verbose {
+		handler = slog.NewTextHandler(m.out, &slog.HandlerOptions{Level: slog.LevelDebug})
+	}
+	cfg := action.NewConfiguration(action.ConfigurationSetLogger(handler))
+	if err := cfg.Init(flags, namespace, "secret"); err != nil {
+		return nil, fmt.Errorf("setting up Helm: %w", err)
+	}
+	return cfg, nil
+}
+
+// release returns the deployed (or last) revision of a release, nil when there is none.
+func (m *Manager) release(name, namespace string) (*releasev1.Release, error) {
+	cfg, err := m.helmFor(namespace)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := action.NewGet(cfg).Run(name)
+	if errors.Is(err, driver.ErrReleaseNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Helm release %s/%s: %w", namespace, name, err)
+	}
+	r, ok := rel.(*releasev1.Release)
+	if !ok {
+		return nil, fmt.Errorf("Helm release %s/%s: unexpected type %T", namespace, name, rel)
+	}
+	return r, nil
+}
+
+// releasesOfChart lists the releases of a chart in every namespace.
+func (m *Manager) releasesOfChart(chart string) ([]*releasev1.Release, error) {
+	cfg, err := m.helmFor("")
+	if err != nil {
+		return nil, err
+	}
+	list := action.NewList(cfg)
+	list.AllNamespaces = true
+	list.StateMask = action.ListAll
+	rels, err := list.Run()
+	if err != nil {
+		return nil, fmt.Errorf("listing Helm releases: %w", err)
+	}
+	var out []*releasev1.Release
+	for _, rel := range rels {
+		r, ok := rel.(*releasev1.Release)
+		if ok && r.Chart != nil && r.Chart.Metadata != nil && r.Chart.Metadata.Name == chart {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// installOrUpgrade installs the embedded chart as release name in namespace, or upgrades it
+// when upgrade is set. Helm does not wait: readiness is waited for, with progress, by the
+// caller.
+func (m *Manager) installOrUpgrade(ctx context.Context, chartName, name, namespace string, values map[string]any, upgrade bool) error {
+	ch, err := charts.Load(chartName)
+	if err != nil {
+		return err
+	}
+	cfg, err := m.helmFor(namespace)
+	if err != nil {
+		return err
+	}
+	if upgrade {
+		u := action.NewUpgrade(cfg)
+		u.Namespace = namespace
+		u.ServerSideApply = "true"
+		u.WaitStrategy = kube.HookOnlyStrategy
+		u.Timeout = m.opts.Timeout
+		u.MaxHistory = 10
+		if _, err := u.RunWithContext(ctx, name, ch, values); err != nil {
+			return fmt.Errorf("upgrading Helm release %s/%s: %w", namespace, name, err)
+		}
+		return nil
+	}
+	in := action.NewInstall(cfg)
+	in.ReleaseName = name
+	in.Namespace = namespace
+	in.ServerSideApply = true
+	in.WaitStrategy = kube.HookOnlyStrategy
+	in.Timeout = m.opts.Timeout
+	if _, err := in.RunWithContext(ctx, ch, values); err != nil {
+		return fmt.Errorf("installing Helm release %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// uninstall removes a release and waits until its objects are gone.
+func (m *Manager) uninstall(name, namespace string) error {
+	cfg, err := m.helmFor(namespace)
+	if err != nil {
+		return err
+	}
+	u := action.NewUninstall(cfg)
+	u.WaitStrategy = kube.StatusWatcherStrategy
+	u.Timeout = m.opts.Timeout
+	u.DeletionPropagation = "foreground"
+	if _, err := u.Run(name); err != nil {
+		return fmt.Errorf("uninstalling Helm release %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// progress prints a line to the manager's output.
+func (m *Manager) progress(format string, args ...any) {
+	fmt.Fprintf(m.out, format+"\n", args...)
+}
+
+// discard is an io.Writer dropping everything.
+var discard io.Writer = io.Discard
+
+// since formats an elapsed time for progress lines.
+func since(start time.Time) string { return time.Since(start).Round(time.Second).String() }

@@ -1,0 +1,203 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	charts "cdplane/deployments/helm"
+	"cdplane/internal/plane"
+)
+
+const cdCRD = "computedomains.resource.nvidia.com"
+
+// InstallPlane installs control plane id (empty: the legacy plane) with chart values.
+func (m *Manager) InstallPlane(ctx context.Context, id string, values map[string]any) error {
+	return m.deployPlane(ctx, id, values, false)
+}
+
+// ApplyPlane upgrades the installed control plane id to this CLI's chart and values.
+func (m *Manager) ApplyPlane(ctx context.Context, id string, values map[string]any) error {
+	return m.deployPlane(ctx, id, values, true)
+}
+
+func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]any, upgrade bool) error {
+	if err := plane.ValidateID(id); err != nil {
+		return err
+	}
+	vals := maps.Clone(values)
+	if vals == nil {
+		vals = map[string]any{}
+	}
+	if v, ok := vals["controlPlaneID"]; ok && v != id {
+		return fmt.Errorf("value controlPlaneID=%v contradicts --%s=%q", v, plane.FlagName, id)
+	}
+	vals["controlPlaneID"] = id
+	release, ns := PlaneRelease(id)
+	m.progress("Checking %s (Helm release %s in namespace %s)", describePlane(id), release, ns)
+
+	if err := m.c.Get(ctx, client.ObjectKey{Name: cdCRD}, &apiextensionsv1.CustomResourceDefinition{}); apierrors.IsNotFound(err) {
+		return errors.New("the prerequisites are not installed (no ComputeDomain CRD): run `cdplane install prerequisites` first")
+	} else if err != nil {
+		return fmt.Errorf("looking for the ComputeDomain CRD: %w", err)
+	}
+	rel, err := m.release(release, ns)
+	if err != nil {
+		return err
+	}
+	switch {
+	case upgrade && rel == nil:
+		return fmt.Errorf("%s is not installed: run `cdplane install plane` first", describePlane(id))
+	case !upgrade && rel != nil:
+		return fmt.Errorf("%s is already installed (release %s/%s, revision %d): use `cdplane apply plane` to upgrade it", describePlane(id), ns, release, rel.Version)
+	}
+	manifests, err := m.checkPlaneObjects(ctx, id, release, ns, vals)
+	if err != nil {
+		return err
+	}
+
+	// Checks passed: the first change.
+	for _, name := range namespacesOf(ns, manifests) {
+		if err := m.ensureNamespace(ctx, id, name); err != nil {
+			return err
+		}
+	}
+	verb := "Installing"
+	if upgrade {
+		verb = "Upgrading"
+	}
+	m.progress("%s Helm release %s/%s (chart %s)", verb, ns, release, charts.Plane)
+	if err := m.installOrUpgrade(ctx, charts.Plane, release, ns, vals, upgrade); err != nil {
+		return err
+	}
+	if m.opts.Wait {
+		if err := m.waitPlaneReady(ctx, id, ns); err != nil {
+			return err
+		}
+	}
+	m.progress("%s is %s", describePlane(id), map[bool]string{false: "installed", true: "upgraded"}[upgrade])
+	return nil
+}
+
+// checkPlaneObjects renders the chart and checks, before any change, every namespace the plane
+// will use and every cluster-scoped object it will write.
+func (m *Manager) checkPlaneObjects(ctx context.Context, id, release, ns string, vals map[string]any) ([]charts.Manifest, error) {
+	manifests, err := charts.Render(charts.Plane, release, ns, vals)
+	if err != nil {
+		return nil, err
+	}
+	legacyVals := maps.Clone(vals)
+	legacyVals["controlPlaneID"] = ""
+	legacy, err := charts.Render(charts.Plane, plane.DriverNamespaceLegacyName, plane.DriverNamespaceLegacyName, legacyVals)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckCanonical(id, manifests, legacy); err != nil {
+		return nil, err
+	}
+	for _, name := range namespacesOf(ns, manifests) {
+		cur, err := m.getNamespace(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if err := CheckNamespace(id, name, cur); err != nil {
+			return nil, err
+		}
+	}
+	for _, mf := range manifests {
+		if mf.Object.GetNamespace() != "" {
+			continue
+		}
+		cur := &unstructured.Unstructured{}
+		cur.SetGroupVersionKind(mf.Object.GroupVersionKind())
+		err := m.c.Get(ctx, client.ObjectKey{Name: mf.Object.GetName()}, cur)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s %s: %w", mf.Object.GetKind(), mf.Object.GetName(), err)
+		}
+		if err := CheckClusterScoped(release, ns, mf.Object.GetKind(), cur); err != nil {
+			return nil, err
+		}
+	}
+	return manifests, nil
+}
+
+// namespacesOf returns the driver namespace and every other namespace the manifests use.
+func namespacesOf(driverNS string, manifests []charts.Manifest) []string {
+	out := []string{driverNS}
+	seen := map[string]bool{driverNS: true}
+	for _, mf := range manifests {
+		if ns := mf.Object.GetNamespace(); ns != "" && !seen[ns] {
+			seen[ns] = true
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+func (m *Manager) getNamespace(ctx context.Context, name string) (*corev1.Namespace, error) {
+	ns := &corev1.Namespace{}
+	err := m.c.Get(ctx, client.ObjectKey{Name: name}, ns)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading namespace %s: %w", name, err)
+	}
+	return ns, nil
+}
+
+// ensureNamespace creates a namespace for the plane, labelled for it, unless it exists (then
+// it was checked already).
+func (m *Manager) ensureNamespace(ctx context.Context, id, name string) error {
+	labels := map[string]string{partOfLabel: partOfValue, "app.kubernetes.io/managed-by": "cdplane"}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: plane.Stamp(id, labels)}}
+	err := m.c.Create(ctx, ns)
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	m.progress("Created namespace %s", name)
+	return nil
+}
+
+// waitPlaneReady waits for the controller to be available and the kubelet plugin to run on
+// every node it is scheduled to.
+func (m *Manager) waitPlaneReady(ctx context.Context, id, ns string) error {
+	dep := types.NamespacedName{Namespace: ns, Name: plane.Name(id, "cdplane-controller")}
+	ds := types.NamespacedName{Namespace: ns, Name: plane.Name(id, "cdplane-kubelet-plugin")}
+	return m.waitFor(ctx, "the controller and the kubelet plugin to be ready", func(ctx context.Context) (bool, string, error) {
+		d := &appsv1.Deployment{}
+		if err := m.c.Get(ctx, dep, d); err != nil {
+			return false, "", err
+		}
+		s := &appsv1.DaemonSet{}
+		if err := m.c.Get(ctx, ds, s); err != nil {
+			return false, "", err
+		}
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		depDone := d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want && d.Status.AvailableReplicas >= want
+		dsDone := s.Status.ObservedGeneration >= s.Generation && s.Status.UpdatedNumberScheduled == s.Status.DesiredNumberScheduled &&
+			s.Status.NumberAvailable == s.Status.DesiredNumberScheduled
+		status := fmt.Sprintf("controller %d/%d available, kubelet plugin %d/%d nodes ready",
+			d.Status.AvailableReplicas, want, s.Status.NumberAvailable, s.Status.DesiredNumberScheduled)
+		return depDone && dsDone, status, nil
+	})
+}

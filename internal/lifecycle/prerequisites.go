@@ -1,0 +1,151 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	charts "cdplane/deployments/helm"
+)
+
+// InstallPrerequisites installs the shared prerequisites release and waits until the API is
+// served and the admission policies admit ComputeDomains.
+func (m *Manager) InstallPrerequisites(ctx context.Context, values map[string]any) error {
+	return m.deployPrerequisites(ctx, values, false)
+}
+
+// ApplyPrerequisites upgrades the prerequisites release to this CLI's chart and values.
+func (m *Manager) ApplyPrerequisites(ctx context.Context, values map[string]any) error {
+	return m.deployPrerequisites(ctx, values, true)
+}
+
+func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any, upgrade bool) error {
+	m.progress("Checking the prerequisites (Helm release %s in namespace %s)", PrerequisitesRelease, PrerequisitesNamespace)
+	rel, err := m.release(PrerequisitesRelease, PrerequisitesNamespace)
+	if err != nil {
+		return err
+	}
+	switch {
+	case upgrade && rel == nil:
+		return errors.New("the prerequisites are not installed: run `cdplane install prerequisites` first")
+	case !upgrade && rel != nil:
+		return fmt.Errorf("the prerequisites are already installed (release %s/%s, revision %d): use `cdplane apply prerequisites` to upgrade them", PrerequisitesNamespace, PrerequisitesRelease, rel.Version)
+	}
+	manifests, err := charts.Render(charts.Prerequisites, PrerequisitesRelease, PrerequisitesNamespace, values)
+	if err != nil {
+		return err
+	}
+	for _, mf := range manifests {
+		cur := &unstructured.Unstructured{}
+		cur.SetGroupVersionKind(mf.Object.GroupVersionKind())
+		err := m.c.Get(ctx, client.ObjectKeyFromObject(mf.Object), cur)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s %s: %w", mf.Object.GetKind(), mf.Object.GetName(), err)
+		}
+		if err := CheckClusterScoped(PrerequisitesRelease, PrerequisitesNamespace, mf.Object.GetKind(), cur); err != nil {
+			return err
+		}
+	}
+	verb := "Installing"
+	if upgrade {
+		verb = "Upgrading"
+	}
+	m.progress("%s Helm release %s/%s (chart %s)", verb, PrerequisitesNamespace, PrerequisitesRelease, charts.Prerequisites)
+	if err := m.installOrUpgrade(ctx, charts.Prerequisites, PrerequisitesRelease, PrerequisitesNamespace, values, upgrade); err != nil {
+		return err
+	}
+	if err := m.waitPrerequisitesServed(ctx); err != nil {
+		return err
+	}
+	m.progress("The prerequisites are %s", map[bool]string{false: "installed", true: "upgraded"}[upgrade])
+	return nil
+}
+
+// waitPrerequisitesServed waits until the CRDs are established and a dry-run ComputeDomain
+// create is admitted: the apiserver refuses ComputeDomain writes for a few seconds after the
+// mutating admission policy or the CRD appears, while it refreshes the schema it checks
+// against.
+func (m *Manager) waitPrerequisitesServed(ctx context.Context) error {
+	return m.waitFor(ctx, "the ComputeDomain API and its admission policies to be served", func(ctx context.Context) (bool, string, error) {
+		for _, name := range []string{cdCRD, "computedomaincliques.resource.nvidia.com"} {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := m.c.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+				return false, "", err
+			}
+			established := false
+			for _, c := range crd.Status.Conditions {
+				established = established || (c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue)
+			}
+			if !established {
+				return false, "CRD " + name + " not established yet", nil
+			}
+		}
+		probe := &cdv1beta1.ComputeDomain{}
+		probe.Name, probe.Namespace = "cdplane-admission-probe", "default"
+		err := client.NewDryRunClient(m.c).Create(ctx, probe)
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return true, "", nil
+		}
+		if apierrors.IsServiceUnavailable(err) || apierrors.IsNotFound(err) || strings.Contains(err.Error(), "no matches for kind") {
+			return false, "admission not ready: " + err.Error(), nil
+		}
+		return false, "", err
+	})
+}
+
+// DestroyPrerequisites uninstalls the prerequisites. Refused while any control plane is
+// installed or any ComputeDomain exists (removing the CRDs would delete them).
+func (m *Manager) DestroyPrerequisites(ctx context.Context) error {
+	m.progress("Checking that no control plane is left")
+	planes, err := m.releasesOfChart(charts.Plane)
+	if err != nil {
+		return err
+	}
+	if len(planes) > 0 {
+		names := make([]string, 0, len(planes))
+		for _, r := range planes {
+			id := ""
+			if v, ok := r.Config["controlPlaneID"].(string); ok {
+				id = v
+			}
+			names = append(names, fmt.Sprintf("%s (release %s/%s)", describePlane(id), r.Namespace, r.Name))
+		}
+		return fmt.Errorf("control planes are still installed: %s; destroy them first (`cdplane destroy plane`); nothing was changed", strings.Join(names, ", "))
+	}
+	cds := &cdv1beta1.ComputeDomainList{}
+	if err := m.c.List(ctx, cds, client.Limit(5)); err == nil && len(cds.Items) > 0 {
+		return fmt.Errorf("ComputeDomains still exist (e.g. %s/%s): removing the CRDs would delete them; nothing was changed", cds.Items[0].Namespace, cds.Items[0].Name)
+	}
+	rel, err := m.release(PrerequisitesRelease, PrerequisitesNamespace)
+	if err != nil {
+		return err
+	}
+	if rel == nil {
+		return errors.New("the prerequisites are not installed")
+	}
+	m.progress("Uninstalling Helm release %s/%s", PrerequisitesNamespace, PrerequisitesRelease)
+	if err := m.uninstall(PrerequisitesRelease, PrerequisitesNamespace); err != nil {
+		return err
+	}
+	if err := m.waitFor(ctx, "the CRDs to be gone", func(ctx context.Context) (bool, string, error) {
+		err := m.c.Get(ctx, client.ObjectKey{Name: cdCRD}, &apiextensionsv1.CustomResourceDefinition{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		return false, "terminating", err
+	}); err != nil {
+		return err
+	}
+	m.progress("The prerequisites are destroyed")
+	return nil
+}

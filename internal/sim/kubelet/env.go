@@ -152,14 +152,14 @@ func envValueFrom(ctx context.Context, pod *corev1.Pod, from *corev1.EnvVarSourc
 			if apierrors.IsNotFound(err) && isTrue(ref.Optional) {
 				return "", false, nil
 			}
-			return "", false, fmt.Errorf("Secret %s: %w", ref.Name, err)
+			return "", false, fmt.Errorf("secret %s: %w", ref.Name, err)
 		}
 		v, ok := s.Data[ref.Key]
 		if !ok {
 			if isTrue(ref.Optional) {
 				return "", false, nil
 			}
-			return "", false, fmt.Errorf("Secret %s has no key %q", ref.Name, ref.Key)
+			return "", false, fmt.Errorf("secret %s has no key %q", ref.Name, ref.Key)
 		}
 		return string(v), true, nil
 	}

@@ -188,11 +188,11 @@ func (w *podWorker) secretFiles(ctx context.Context, ns, name string, items []co
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("Secret %s: %w", name, err)
+		return nil, fmt.Errorf("secret %s: %w", name, err)
 	}
 	files, err := selectKeys(s.Data, items, func(b []byte) []byte { return b })
 	if err != nil {
-		return nil, fmt.Errorf("Secret %s: %w", name, err)
+		return nil, fmt.Errorf("secret %s: %w", name, err)
 	}
 	return files, nil
 }

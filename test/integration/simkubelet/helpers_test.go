@@ -119,16 +119,6 @@ func containerStates(p *corev1.Pod) string {
 	return strings.Join(out, ", ")
 }
 
-// logs reads a container's log through the apiserver (which asks the node's log endpoint).
-func logs(t *testing.T, ns, pod, container string) string {
-	t.Helper()
-	data, err := kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(ctxFor(t))
-	if err != nil {
-		t.Fatalf("logs of %s/%s: %v", pod, container, err)
-	}
-	return string(data)
-}
-
 // waitLogs waits until a container's log, read through the apiserver, satisfies cond.
 func waitLogs(t *testing.T, ns, pod, container string, cond func(string) bool) string {
 	t.Helper()

@@ -1,0 +1,132 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+)
+
+// containerSpec resolves a container for its next instance and opens its log.
+func (w *podWorker) containerSpec(ctx context.Context, c *ctr) (*instance, error) {
+	pod := w.currentPod()
+	addrs := w.addresses()
+	env, err := resolveEnv(ctx, pod, &c.c, addrs, kubeletSource{w.k})
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	kubeconfig := w.kubeconfig
+	w.mu.Unlock()
+	mounts, pm, err := w.containerMounts(c)
+	if err != nil {
+		return nil, err
+	}
+
+	env = mergeEnv(env, c.edits.Env...)
+	values := make(map[string]string, len(env))
+	for _, e := range env {
+		values[e.Name] = e.Value
+	}
+	lookup := func(k string) (string, bool) { v, ok := values[k]; return v, ok }
+	for i := range env {
+		env[i].Value = pm.Value(env[i].Value)
+	}
+	if _, set := values["KUBECONFIG"]; kubeconfig != "" && !set {
+		env = append(env, EnvVar{Name: "KUBECONFIG", Value: kubeconfig})
+	}
+	expandAll := func(in []string) []string {
+		if in == nil {
+			return nil
+		}
+		out := make([]string, len(in))
+		for i, s := range in {
+			out[i] = pm.Value(expand(s, lookup))
+		}
+		return out
+	}
+	workDir := w.dir
+	if c.c.WorkingDir != "" {
+		if p, ok := pm.Path(c.c.WorkingDir); ok {
+			workDir = p
+		}
+	}
+	c.mu.Lock()
+	n := c.restarts
+	c.mu.Unlock()
+	logPath := w.logPathFor(c.c.Name, n)
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	spec := &ContainerSpec{
+		Pod: w.key, PodUID: w.uid, Node: w.n.spec.Name, Name: c.c.Name, Image: c.c.Image,
+		Init: c.init && !c.sidecar, Command: expandAll(c.c.Command), Args: expandAll(c.c.Args),
+		Env: env, WorkingDir: workDir, Devices: c.edits.Devices, Mounts: mounts,
+		PodIP: addrs.PodIP, Annotations: pod.Annotations, Log: logf,
+	}
+	return &instance{spec: spec, paths: pm, env: values, log: logf, path: logPath}, nil
+}
+
+// containerMounts lists a container's mounts (volume mounts, the service-account directory,
+// CDI mounts) and the path map of its mounts and devices.
+func (w *podWorker) containerMounts(c *ctr) ([]Mount, *PathMap, error) {
+	w.mu.Lock()
+	volumes, saDir := w.volumes, w.saDir
+	w.mu.Unlock()
+
+	var mounts []Mount
+	for _, vm := range c.c.VolumeMounts {
+		host, ok := volumes[vm.Name]
+		if !ok {
+			return nil, nil, fmt.Errorf("volume mount %s: no volume %q", vm.MountPath, vm.Name)
+		}
+		if vm.SubPath != "" {
+			host = filepath.Join(host, path.Clean("/"+vm.SubPath))
+			if err := os.MkdirAll(host, 0o755); err != nil {
+				return nil, nil, err
+			}
+		}
+		mounts = append(mounts, Mount{ContainerPath: vm.MountPath, HostPath: host, ReadOnly: vm.ReadOnly})
+	}
+	if saDir != "" && !hasMount(mounts, ServiceAccountMountPath) {
+		mounts = append(mounts, Mount{ContainerPath: ServiceAccountMountPath, HostPath: saDir, ReadOnly: true})
+	}
+	mounts = replaceMounts(mounts, c.edits.Mounts)
+	mappings := make([]PathMapping, 0, len(mounts)+len(c.edits.Devices))
+	for _, m := range mounts {
+		mappings = append(mappings, PathMapping{ContainerPath: m.ContainerPath, HostPath: m.HostPath})
+	}
+	for _, d := range c.edits.Devices {
+		mappings = append(mappings, PathMapping(d))
+	}
+	return mounts, NewPathMap(mappings), nil
+}
+
+func hasMount(ms []Mount, p string) bool {
+	for _, m := range ms {
+		if path.Clean(m.ContainerPath) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// replaceMounts adds extra to ms, an extra mount replacing one at the same container path.
+func replaceMounts(ms []Mount, extra []Mount) []Mount {
+	out := append([]Mount{}, ms...)
+	for _, e := range extra {
+		kept := out[:0]
+		for _, m := range out {
+			if path.Clean(m.ContainerPath) != path.Clean(e.ContainerPath) {
+				kept = append(kept, m)
+			}
+		}
+		out = append(kept, e)
+	}
+	return out
+}

@@ -151,6 +151,12 @@ func TestPlainPod(t *testing.T) {
 		t.Errorf("pod authenticates as %q, want %q", review.Status.UserInfo.Username, want)
 	}
 
+	// tailLines is served by the node: the last line of the record is the last mount.
+	tail, err := kube.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "main", TailLines: ptr.To(int64(1))}).DoRaw(ctx)
+	if err != nil || !strings.HasPrefix(string(tail), "MOUNT ") || strings.Count(string(tail), "\n") != 1 {
+		t.Errorf("last log line %q (%v), want one MOUNT line", tail, err)
+	}
+
 	// The readiness probe passes once the file exists in the pod's emptyDir.
 	if err := os.WriteFile(filepath.Join(dataDir, "ready"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -217,6 +223,13 @@ func TestRestartPolicy(t *testing.T) {
 				}
 				return
 			}
+			defer func() {
+				// The previous instance's log is served too.
+				prev, err := kube.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "main", Previous: true}).DoRaw(context.Background())
+				if err != nil || !strings.HasPrefix(string(prev), "ARGS") {
+					t.Errorf("previous log %q (%v), want the noop record", prev, err)
+				}
+			}()
 			waitPod(t, ns, pod.Name, 60*time.Second, "container restarted twice", func(p *corev1.Pod) error {
 				cs := p.Status.ContainerStatuses
 				if p.Status.Phase != corev1.PodRunning || len(cs) != 1 || cs[0].RestartCount < 2 {
@@ -228,6 +241,36 @@ func TestRestartPolicy(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// TestInitContainers: init containers run in order before the containers; a sidecar (an init
+// container with restartPolicy Always) keeps running beside them.
+func TestInitContainers(t *testing.T) {
+	t.Parallel()
+	ns := testCluster.Namespace(t, nil)
+	pod := podOn(ns, "init", nodeB, "example.com/app:v1")
+	pod.Spec.InitContainers = []corev1.Container{
+		{Name: "setup", Image: "example.com/setup:v1"},
+		{Name: "sidecar", Image: "example.com/proxy:v1", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)},
+	}
+	createPod(t, pod)
+	got := waitPod(t, ns, pod.Name, 60*time.Second, "pod running and ready", func(p *corev1.Pod) error {
+		if p.Status.Phase != corev1.PodRunning || !podReady(p) {
+			return errors.New("not running and ready")
+		}
+		return nil
+	})
+	init := got.Status.InitContainerStatuses
+	if len(init) != 2 || init[0].State.Terminated == nil || init[0].State.Terminated.ExitCode != 0 ||
+		init[1].State.Running == nil || !init[1].Ready {
+		t.Errorf("init container statuses: %s", containerStates(got))
+	}
+	if len(got.Status.ContainerStatuses) != 1 || got.Status.ContainerStatuses[0].State.Running == nil {
+		t.Errorf("container statuses: %s", containerStates(got))
+	}
+	if !init[0].State.Terminated.FinishedAt.Time.After(time.Time{}) || got.Status.ContainerStatuses[0].State.Running.StartedAt.Before(&init[0].State.Terminated.FinishedAt) {
+		t.Errorf("main container started before the init container finished: %+v", got.Status)
 	}
 }
 

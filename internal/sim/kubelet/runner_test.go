@@ -1,0 +1,110 @@
+package kubelet
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func waitDone(t *testing.T, h Handle) int {
+	t.Helper()
+	select {
+	case <-h.Done():
+		return h.ExitCode()
+	case <-time.After(10 * time.Second):
+		t.Fatal("container did not exit")
+		return 0
+	}
+}
+
+// TestProcessRunner: command[0] is found by its base name in the image's directory, args and
+// env are passed, output goes to the log, exit codes and signals are reported.
+func TestProcessRunner(t *testing.T) {
+	dir := t.TempDir()
+	script := "#!/bin/sh\necho \"$GREETING $*\"\nif [ \"$1\" = wait ]; then while :; do sleep 0.1; done; fi\nexit 3\n"
+	if err := os.WriteFile(filepath.Join(dir, "tool"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := NewProcessRouter(map[string]string{"example.com/tool": dir})
+	var log bytes.Buffer
+	spec := &ContainerSpec{Image: "example.com/tool:v1", Command: []string{"/usr/local/bin/tool"}, Args: []string{"a", "b"},
+		Env: []EnvVar{{Name: "GREETING", Value: "hi"}}, WorkingDir: dir, Log: &log}
+	h, err := r.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := waitDone(t, h); code != 3 {
+		t.Errorf("exit code %d, want 3", code)
+	}
+	if got := log.String(); got != "hi a b\n" {
+		t.Errorf("log %q, want %q", got, "hi a b\n")
+	}
+
+	spec.Args = []string{"wait"}
+	h, err = r.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitDone(t, h); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit code after SIGTERM %d, want %d", code, 128+int(syscall.SIGTERM))
+	}
+
+	res, err := r.Exec(context.Background(), spec, []string{"tool", "x"})
+	if err != nil || res.ExitCode != 3 || !strings.Contains(string(res.Output), "hi x") {
+		t.Errorf("exec: %+v, %v", res, err)
+	}
+	if _, err := r.Start(context.Background(), &ContainerSpec{Image: "example.com/tool:v1"}); err == nil {
+		t.Error("a container without command started")
+	}
+}
+
+// TestNoopRunner: the record is written; the stand-in runs until stopped, or exits as the
+// annotations say; exec runs host commands.
+func TestNoopRunner(t *testing.T) {
+	var log bytes.Buffer
+	h, err := NoopRunner{}.Start(context.Background(), &ContainerSpec{Command: []string{"x"}, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Done():
+		t.Fatal("noop container exited by itself")
+	case <-time.After(100 * time.Millisecond):
+	}
+	_ = h.Signal(syscall.SIGTERM)
+	if code := waitDone(t, h); code != 0 {
+		t.Errorf("exit code after SIGTERM %d, want 0", code)
+	}
+	if log.String() != "ARGS x\n" {
+		t.Errorf("record %q", log.String())
+	}
+	h, err = NoopRunner{}.Start(context.Background(), &ContainerSpec{Annotations: map[string]string{AnnotationExitCode: "7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := waitDone(t, h); code != 7 {
+		t.Errorf("exit code %d, want 7", code)
+	}
+	h, _ = NoopRunner{}.Start(context.Background(), &ContainerSpec{})
+	_ = h.Kill()
+	if code := waitDone(t, h); code != 137 {
+		t.Errorf("exit code after kill %d, want 137", code)
+	}
+	dir := t.TempDir()
+	spec := &ContainerSpec{WorkingDir: dir}
+	if res, err := (NoopRunner{}).Exec(context.Background(), spec, []string{"test", "-f", filepath.Join(dir, "ready")}); err != nil || res.ExitCode != 1 {
+		t.Errorf("exec before the file exists: %+v, %v", res, err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "ready"), nil, 0o644)
+	if res, err := (NoopRunner{}).Exec(context.Background(), spec, []string{"test", "-f", filepath.Join(dir, "ready")}); err != nil || res.ExitCode != 0 {
+		t.Errorf("exec after the file exists: %+v, %v", res, err)
+	}
+}

@@ -269,7 +269,7 @@ func TestInitContainers(t *testing.T) {
 	if len(got.Status.ContainerStatuses) != 1 || got.Status.ContainerStatuses[0].State.Running == nil {
 		t.Errorf("container statuses: %s", containerStates(got))
 	}
-	if !init[0].State.Terminated.FinishedAt.Time.After(time.Time{}) || got.Status.ContainerStatuses[0].State.Running.StartedAt.Before(&init[0].State.Terminated.FinishedAt) {
+	if init[0].State.Terminated.FinishedAt.IsZero() || got.Status.ContainerStatuses[0].State.Running.StartedAt.Before(&init[0].State.Terminated.FinishedAt) {
 		t.Errorf("main container started before the init container finished: %+v", got.Status)
 	}
 }

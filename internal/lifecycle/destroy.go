@@ -42,7 +42,7 @@ func (m *Manager) DestroyPlane(ctx context.Context, id string, deleteDomains boo
 		return err
 	}
 	if nsObj != nil {
-		if err := CheckNamespace(id, ns, nsObj); err != nil {
+		if err := CheckNamespace(id, ns, nsObject(nsObj)); err != nil {
 			return fmt.Errorf("not destroying: %w", err)
 		}
 	}
@@ -188,7 +188,7 @@ func (m *Manager) deleteNamespace(ctx context.Context, id, name string) error {
 	if err != nil || ns == nil {
 		return err
 	}
-	if err := CheckNamespace(id, name, ns); err != nil {
+	if err := CheckNamespace(id, name, nsObject(ns)); err != nil {
 		m.progress("Leaving namespace %s: %v", name, err)
 		return nil
 	}
@@ -204,7 +204,7 @@ func (m *Manager) deleteNamespace(ctx context.Context, id, name string) error {
 		if cur == nil || cur.UID != ns.UID {
 			return true, "", nil
 		}
-		return false, "terminating", nil
+		return false, terminating(cur), nil
 	})
 }
 
@@ -278,4 +278,18 @@ func first(s []string, n int) []string {
 		return append(s[:n:n], fmt.Sprintf("and %d more", len(s)-n))
 	}
 	return s
+}
+
+// terminating describes what a terminating namespace still waits for, from its conditions.
+func terminating(ns *corev1.Namespace) string {
+	var msgs []string
+	for _, c := range ns.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && c.Message != "" {
+			msgs = append(msgs, c.Message)
+		}
+	}
+	if len(msgs) == 0 {
+		return "terminating"
+	}
+	return "terminating: " + strings.Join(msgs, "; ")
 }

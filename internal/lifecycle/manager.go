@@ -11,6 +11,7 @@ import (
 	"io"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -76,7 +77,11 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
-	c, err := client.New(cfg, client.Options{Scheme: controller.NewScheme()})
+	scheme := controller.NewScheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("creating the API client: %w", err)
 	}

@@ -110,7 +110,7 @@ func (m *Manager) checkPlaneObjects(ctx context.Context, id, release, ns string,
 		if err != nil {
 			return nil, err
 		}
-		if err := CheckNamespace(id, name, cur); err != nil {
+		if err := CheckNamespace(id, name, nsObject(cur)); err != nil {
 			return nil, err
 		}
 	}
@@ -200,4 +200,12 @@ func (m *Manager) waitPlaneReady(ctx context.Context, id, ns string) error {
 			d.Status.AvailableReplicas, want, s.Status.NumberAvailable, s.Status.DesiredNumberScheduled)
 		return depDone && dsDone, status, nil
 	})
+}
+
+// nsObject returns ns as a metav1.Object, nil when ns is nil.
+func nsObject(ns *corev1.Namespace) metav1.Object {
+	if ns == nil {
+		return nil
+	}
+	return ns
 }

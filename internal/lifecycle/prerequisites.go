@@ -90,7 +90,9 @@ func (m *Manager) waitPrerequisitesServed(ctx context.Context) error {
 				return false, "CRD " + name + " not established yet", nil
 			}
 		}
-		probe := &cdv1beta1.ComputeDomain{}
+		probe := &cdv1beta1.ComputeDomain{Spec: cdv1beta1.ComputeDomainSpec{Channel: &cdv1beta1.ComputeDomainChannelSpec{
+			ResourceClaimTemplate: cdv1beta1.ComputeDomainResourceClaimTemplate{Name: "cdplane-admission-probe"},
+		}}}
 		probe.Name, probe.Namespace = "cdplane-admission-probe", "default"
 		err := client.NewDryRunClient(m.c).Create(ctx, probe)
 		if err == nil || apierrors.IsAlreadyExists(err) {

@@ -35,6 +35,8 @@ type Options struct {
 	Controllers []string
 	// Scheduler starts kube-scheduler.
 	Scheduler bool
+	// NoCRDs starts without the project's CRDs (tests that install them through the charts).
+	NoCRDs bool
 	// APIServerArgs are extra kube-apiserver flags, name to values.
 	APIServerArgs map[string][]string
 }
@@ -119,6 +121,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		CRDDirectoryPaths:     []string{filepath.Join(root, "deployments", "helm", "cdplane-prerequisites", "templates", "crds")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                c.Scheme,
+	}
+	if opts.NoCRDs {
+		c.env.CRDDirectoryPaths = nil
 	}
 	cfg, err := c.env.Start()
 	if err != nil {

@@ -1,0 +1,287 @@
+package lifecycle
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	charts "cdplane/deployments/helm"
+	"cdplane/internal/controller"
+	"cdplane/internal/lifecycle"
+	"cdplane/internal/plane"
+	"cdplane/internal/testutil"
+)
+
+func mustNot(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want one containing %q", err, want)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assign assigns a fresh namespace to plane id, as `cdplane assign namespace` does.
+func assign(t *testing.T, id string) string {
+	t.Helper()
+	ns := testCluster.Namespace(t, nil)
+	if _, err := plane.Assign(context.Background(), testCluster.Client, id, plane.Target{Kind: plane.KindNamespace, Name: ns}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// clusterNames returns "Kind name" of every cluster-scoped object the plane chart renders for id.
+func clusterNames(t *testing.T, id string) []*unstructured.Unstructured {
+	t.Helper()
+	release, ns := lifecycle.PlaneRelease(id)
+	ms, err := charts.Render(charts.Plane, release, ns, map[string]any{"controlPlaneID": id})
+	must(t, err)
+	var out []*unstructured.Unstructured
+	for _, m := range ms {
+		if m.Object.GetNamespace() == "" {
+			out = append(out, m.Object)
+		}
+	}
+	return out
+}
+
+func crdVersions(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, name := range []string{"computedomains.resource.nvidia.com", "computedomaincliques.resource.nvidia.com"} {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		must(t, testCluster.Client.Get(context.Background(), client.ObjectKey{Name: name}, crd))
+		out[name] = crd.ResourceVersion
+	}
+	return out
+}
+
+func TestLifecycle(t *testing.T) {
+	ctx := context.Background()
+	m, out := newManager(t)
+	playKubelet(t, "plane-a", "plane-b")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("cdplane output:\n%s", out.String())
+		}
+	})
+
+	// Prerequisites, once.
+	must(t, m.InstallPrerequisites(ctx, nil))
+	mustNot(t, m.InstallPrerequisites(ctx, nil), "already installed")
+	if !strings.Contains(out.String(), "Waiting for the ComputeDomain API and its admission policies to be served") {
+		t.Errorf("no progress shown while waiting for the prerequisites:\n%s", out.String())
+	}
+
+	// A plane whose namespace another plane owns: refused, nothing changed.
+	foreign := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plane-c-cdplane", Labels: map[string]string{cdv1beta1.ControlPlaneLabel: "plane-b"}}}
+	must(t, testCluster.Client.Create(ctx, foreign))
+	before := labelled(t, "plane-c")
+	mustNot(t, m.InstallPlane(ctx, "plane-c", nil), `namespace plane-c-cdplane is labelled resource.nvidia.com/control-plane-id=plane-b for control plane "plane-b"`)
+	if diff := cmp.Diff(before, labelled(t, "plane-c")); diff != "" {
+		t.Errorf("a refused install changed plane-c objects:\n%s", diff)
+	}
+	for _, o := range clusterNames(t, "plane-c") {
+		cur := o.DeepCopy()
+		if err := testCluster.Client.Get(ctx, client.ObjectKeyFromObject(o), cur); !apierrors.IsNotFound(err) {
+			t.Errorf("after a refused install, %s %s: %v, want NotFound", o.GetKind(), o.GetName(), err)
+		}
+	}
+	must(t, testCluster.Client.Delete(ctx, foreign))
+	testutil.Eventually(t, time.Minute, "namespace plane-c-cdplane gone", func() (bool, error) {
+		err := testCluster.Client.Get(ctx, client.ObjectKeyFromObject(foreign), &corev1.Namespace{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	// The secret-mirror source namespace counts too.
+	mustNot(t, m.InstallPlane(ctx, "plane-d", map[string]any{"secretMirror": map[string]any{"selector": "a=b", "sourceNamespace": "kube-system"}}),
+		"namespace kube-system exists without the label resource.nvidia.com/control-plane-id=plane-d")
+
+	// Two planes; apply before install and install twice are refused.
+	mustNot(t, m.ApplyPlane(ctx, "plane-a", nil), "not installed")
+	must(t, m.InstallPlane(ctx, "plane-a", nil))
+	must(t, m.InstallPlane(ctx, "plane-b", nil))
+	mustNot(t, m.InstallPlane(ctx, "plane-b", nil), "already installed")
+	nsA, nsB := assign(t, "plane-a"), assign(t, "plane-b")
+
+	t.Run("rbac: a plane's service accounts stay out of another plane's Secrets and cliques", func(t *testing.T) {
+		checkRBAC(t, nsA, nsB)
+	})
+
+	stopA, stopB := runController(t, "plane-a"), runController(t, "plane-b")
+	defer stopB()
+	cdA := readyDomain(t, "plane-a", nsA, "job-a")
+	cdB := readyDomain(t, "plane-b", nsB, "job-b")
+	planeB, crds := labelled(t, "plane-b"), crdVersions(t)
+	if len(planeB) < 10 {
+		t.Fatalf("only %d objects carry the plane-b label: %v", len(planeB), planeB)
+	}
+
+	// Upgrade plane-a while plane-b serves a live domain: plane-b untouched, still Ready.
+	must(t, m.ApplyPlane(ctx, "plane-a", map[string]any{"logVerbosity": 3}))
+	waitReady(t, cdB)
+	if diff := cmp.Diff(planeB, labelled(t, "plane-b")); diff != "" {
+		t.Errorf("upgrading plane-a changed plane-b objects (-before +after):\n%s", diff)
+	}
+
+	// Destroy plane-a: refused with a live domain, nothing changed.
+	planeA := labelled(t, "plane-a")
+	mustNot(t, m.DestroyPlane(ctx, "plane-a", false), "still has 1 ComputeDomains: "+nsA+"/job-a")
+	if diff := cmp.Diff(planeA, labelled(t, "plane-a")); diff != "" {
+		t.Errorf("a refused destroy changed plane-a objects:\n%s", diff)
+	}
+
+	// With --delete-domains: the domain's finalizer runs (its DaemonSet and templates go),
+	// then nothing of plane-a is left, and plane-b and the CRDs are untouched.
+	must(t, m.DestroyPlane(ctx, "plane-a", true))
+	stopA()
+	if err := testCluster.Client.Get(ctx, client.ObjectKeyFromObject(cdA), &cdv1beta1.ComputeDomain{}); !apierrors.IsNotFound(err) {
+		t.Errorf("plane-a's domain after destroy: %v, want NotFound", err)
+	}
+	if left := labelled(t, "plane-a"); len(left) > 0 {
+		t.Errorf("objects carrying the plane-a label after destroy: %v", left)
+	}
+	for _, o := range clusterNames(t, "plane-a") {
+		cur := o.DeepCopy()
+		if err := testCluster.Client.Get(ctx, client.ObjectKeyFromObject(o), cur); !apierrors.IsNotFound(err) {
+			t.Errorf("after destroy, %s %s: %v, want NotFound", o.GetKind(), o.GetName(), err)
+		}
+	}
+	if diff := cmp.Diff(planeB, labelled(t, "plane-b")); diff != "" {
+		t.Errorf("destroying plane-a changed plane-b objects (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff(crds, crdVersions(t)); diff != "" {
+		t.Errorf("destroying plane-a changed the CRDs:\n%s", diff)
+	}
+	waitReady(t, cdB)
+	for _, want := range []string{"Waiting for the ComputeDomains' finalizers", "Uninstalling Helm release plane-a-cdplane/plane-a-cdplane", "Waiting for namespace plane-a-cdplane to be gone"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("destroy output lacks %q", want)
+		}
+	}
+
+	// The prerequisites stay while plane-b is installed.
+	mustNot(t, m.DestroyPrerequisites(ctx), `control planes are still installed: control plane "plane-b" (release plane-b-cdplane/plane-b-cdplane)`)
+	must(t, m.DestroyPlane(ctx, "plane-b", true))
+	stopB()
+	must(t, m.DestroyPrerequisites(ctx))
+	if err := testCluster.Client.Get(ctx, client.ObjectKey{Name: "computedomains.resource.nvidia.com"}, &apiextensionsv1.CustomResourceDefinition{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the ComputeDomain CRD after destroying the prerequisites: %v", err)
+	}
+	if left := labelled(t, "plane-b"); len(left) > 0 {
+		t.Errorf("objects carrying the plane-b label after destroy: %v", left)
+	}
+}
+
+// checkRBAC impersonates each service account of plane-b against plane-a's Secrets and
+// cliques (and the reverse for one positive control), through the real apiserver's RBAC.
+func checkRBAC(t *testing.T, nsA, nsB string) {
+	ctx := context.Background()
+	driverA := plane.Name("plane-a", plane.DriverNamespaceLegacyName)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: driverA}, StringData: map[string]string{"k": "v"}}
+	must(t, testCluster.Client.Create(ctx, secret))
+	copyInA := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: nsA}, StringData: map[string]string{"k": "v"}}
+	must(t, testCluster.Client.Create(ctx, copyInA))
+	clique := testutil.MakeClique("uid-a.clique", driverA).Obj()
+	clique.Labels = plane.Stamp("plane-a", nil)
+	must(t, testCluster.Client.Create(ctx, clique))
+
+	as := func(id, sa string) client.Client {
+		c, err := client.New(serviceAccount(id, sa), client.Options{Scheme: controller.NewScheme()})
+		must(t, err)
+		return c
+	}
+	for _, sa := range []string{"cdplane-controller", "cdplane-daemon", "cdplane-kubelet-plugin"} {
+		c := as("plane-b", sa)
+		for _, ns := range []string{driverA, nsA} {
+			forbidden(t, "plane-b "+sa+" get Secret "+ns+"/creds", c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "creds"}, &corev1.Secret{}))
+			forbidden(t, "plane-b "+sa+" list Secrets in "+ns, c.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)))
+		}
+		forbidden(t, "plane-b "+sa+" list Secrets cluster-wide", c.List(ctx, &corev1.SecretList{}))
+		patched := clique.DeepCopy()
+		patched.Labels["tampered"] = "yes"
+		forbidden(t, "plane-b "+sa+" update clique", c.Update(ctx, patched))
+		forbidden(t, "plane-b "+sa+" delete clique", c.Delete(ctx, clique.DeepCopy()))
+		forbidden(t, "plane-b "+sa+" create clique in plane-a's namespace", c.Create(ctx, testutil.MakeClique("forged", driverA).Obj()))
+	}
+	// Positive controls: plane-a's controller reaches its own Secrets and cliques, and
+	// plane-b's its own assigned namespace.
+	ca := as("plane-a", "cdplane-controller")
+	must(t, ca.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}))
+	must(t, ca.Get(ctx, client.ObjectKeyFromObject(copyInA), &corev1.Secret{}))
+	must(t, ca.Get(ctx, client.ObjectKeyFromObject(clique), &cdv1beta1.ComputeDomainClique{}))
+	must(t, as("plane-b", "cdplane-controller").List(ctx, &corev1.SecretList{}, client.InNamespace(nsB)))
+
+	// Labels: plane-b's service accounts and a namespace editor cannot set, change or remove
+	// a plane label on a namespace or node.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-node-" + nsA, Labels: plane.Stamp("plane-a", nil)}}
+	must(t, testCluster.Client.Create(ctx, node))
+	t.Cleanup(func() { _ = testCluster.Client.Delete(context.Background(), node) })
+	must(t, testCluster.Client.Create(ctx, rolebinding(nsB, "tenant-edit", "edit", "tenant")))
+	tenantCfg := rest.CopyConfig(testCluster.Config)
+	tenantCfg.Impersonate = rest.ImpersonationConfig{UserName: "tenant", Groups: []string{"system:authenticated"}}
+	tenant, err := client.New(tenantCfg, client.Options{Scheme: controller.NewScheme()})
+	must(t, err)
+	for who, c := range map[string]client.Client{"plane-b controller": as("plane-b", "cdplane-controller"), "tenant editor": tenant} {
+		for what, obj := range map[string]client.Object{"namespace " + nsA: &corev1.Namespace{}, "node " + node.Name: &corev1.Node{}} {
+			name := strings.SplitN(what, " ", 2)[1]
+			for change, value := range map[string]*string{"change": ptr("plane-b"), "remove": nil} {
+				cur := obj.DeepCopyObject().(client.Object)
+				must(t, testCluster.Client.Get(ctx, client.ObjectKey{Name: name}, cur))
+				patch := client.MergeFrom(cur.DeepCopyObject().(client.Object))
+				l := cur.GetLabels()
+				if value == nil {
+					delete(l, cdv1beta1.ControlPlaneLabel)
+				} else {
+					l[cdv1beta1.ControlPlaneLabel] = *value
+				}
+				cur.SetLabels(l)
+				if err := c.Patch(ctx, cur, patch); err == nil {
+					t.Errorf("%s could %s the plane label on %s", who, change, what)
+				}
+			}
+		}
+		cd := testutil.MakeComputeDomain("forged-"+strings.ReplaceAll(who, " ", "-")).Namespace(nsB).Label(cdv1beta1.ControlPlaneLabel, "plane-a").Obj()
+		if err := c.Create(ctx, cd); err == nil && cd.Labels[cdv1beta1.ControlPlaneLabel] != "plane-b" {
+			t.Errorf("%s created a ComputeDomain in plane-b's namespace labelled %q", who, cd.Labels[cdv1beta1.ControlPlaneLabel])
+		} else if err == nil {
+			must(t, testCluster.Client.Delete(ctx, cd))
+		}
+	}
+}
+
+func forbidden(t *testing.T, what string, err error) {
+	t.Helper()
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("%s: %v, want Forbidden", what, err)
+	}
+}
+
+func ptr(s string) *string { return &s }
+
+func rolebinding(ns, name, role, user string) client.Object {
+	rb := &unstructured.Unstructured{}
+	rb.SetUnstructuredContent(map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+		"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}},
+	})
+	return rb
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -227,6 +228,45 @@ func checkRBAC(t *testing.T, nsA, nsB string) {
 	must(t, ca.Get(ctx, client.ObjectKeyFromObject(copyInA), &corev1.Secret{}))
 	must(t, ca.Get(ctx, client.ObjectKeyFromObject(clique), &cdv1beta1.ComputeDomainClique{}))
 	must(t, as("plane-b", "cdplane-controller").List(ctx, &corev1.SecretList{}, client.InNamespace(nsB)))
+
+	// ResourceSlices: a plane's kubelet plugin writes only its own node's (the node comes from
+	// its pod-bound token), only for driver compute-domain.nvidia.com.
+	pluginOn := func(node string) client.Client {
+		cfg := serviceAccount("plane-b", "cdplane-kubelet-plugin")
+		if node != "" {
+			cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
+		}
+		c, err := client.New(cfg, client.Options{Scheme: controller.NewScheme()})
+		must(t, err)
+		return c
+	}
+	slice := func(name, node, driver string) *resourcev1.ResourceSlice {
+		return &resourcev1.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourcev1.ResourceSliceSpec{Driver: driver, NodeName: &node,
+				Pool: resourcev1.ResourcePool{Name: node, ResourceSliceCount: 1}},
+		}
+	}
+	testutil.Eventually(t, 30*time.Second, "the ResourceSlice policy refuses another node's slice", func() (bool, error) {
+		err := pluginOn("node-x").Create(ctx, slice("rbac-other-node", "node-y", "compute-domain.nvidia.com"))
+		if err == nil {
+			_ = testCluster.Client.Delete(ctx, slice("rbac-other-node", "node-y", ""))
+			return false, nil
+		}
+		if !strings.Contains(err.Error(), "may only write the ResourceSlices of its own node (node-x), not node node-y") {
+			return false, err
+		}
+		return true, nil
+	})
+	own := slice("rbac-own-node", "node-x", "compute-domain.nvidia.com")
+	must(t, pluginOn("node-x").Create(ctx, own))
+	must(t, pluginOn("node-x").Delete(ctx, own))
+	if err := pluginOn("").Create(ctx, slice("rbac-no-node", "node-x", "compute-domain.nvidia.com")); err == nil || !strings.Contains(err.Error(), "no node in its token") {
+		t.Errorf("a plugin token without a node wrote a slice: %v", err)
+	}
+	if err := pluginOn("node-x").Create(ctx, slice("rbac-other-driver", "node-x", "gpu.nvidia.com")); err == nil || !strings.Contains(err.Error(), "may not write ResourceSlices of driver gpu.nvidia.com") {
+		t.Errorf("a plugin wrote another driver's slice: %v", err)
+	}
 
 	// Labels: plane-b's service accounts and a namespace editor cannot set, change or remove
 	// a plane label on a namespace or node.

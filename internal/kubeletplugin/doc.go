@@ -22,6 +22,6 @@
 // ResourceClaim is gone are undone and marked PrepareAborted before the plugin serves.
 //
 // Opaque configs are decoded strictly ([DecodeConfig]): an unknown field, a wrong kind or
-// apiVersion is a permanent error naming the field. deployments/manifests ships the same rules
+// apiVersion is a permanent error naming the field. the prerequisites chart ships the same rules
 // as a ValidatingAdmissionPolicy.
 package kubeletplugin

@@ -165,7 +165,7 @@ func walkStrings(t *testing.T, crd, path string, s *apiextensionsv1.JSONSchemaPr
 
 func loadCRD(t *testing.T, file string) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", file))
+	data, err := os.ReadFile(filepath.Join("..", "..", "deployments", "helm", "cdplane-prerequisites", "templates", "crds", file))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(newBenchCommand())
 	root.AddCommand(newAssignCommand(), newUnassignCommand())
 	root.AddCommand(newInstallCommand(), newApplyCommand(), newDestroyCommand())
+	root.AddCommand(newSimCommand())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

@@ -98,6 +98,10 @@ type daemonEnv struct {
 	DomainNS    string
 	ConfigDir   string // host directory mounted at ContainerIMEXConfigDir
 	IMEXMgmtDev *cdispec.DeviceNode
+	// Simulated: the node's GPUs are simulated, so the daemon runs the simulated IMEX, and is
+	// told its config directory and hosts file explicitly (a simulated kubelet remaps paths it
+	// is given, not the defaults compiled into the daemon).
+	Simulated bool
 }
 
 // daemonSpec is the CDI spec of a daemon claim: the domain's identity and clique in the
@@ -115,6 +119,13 @@ func daemonSpec(claimUID types.UID, device string, env daemonEnv) *cdispec.Spec 
 			HostPath: env.ConfigDir, ContainerPath: ContainerIMEXConfigDir,
 			Options: []string{"rw", "nosuid", "nodev", "bind"},
 		}},
+	}
+	if env.Simulated {
+		edits.Env = append(edits.Env,
+			"IMEX_BACKEND=sim",
+			"IMEX_CONFIG_DIR="+ContainerIMEXConfigDir,
+			"IMEX_HOSTS_FILE="+ContainerIMEXConfigDir+"/hosts",
+		)
 	}
 	if env.CliqueID != "" && env.IMEXMgmtDev != nil {
 		edits.DeviceNodes = []*cdispec.DeviceNode{env.IMEXMgmtDev}

@@ -70,7 +70,7 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	if err := WriteFileAtomic(filepath.Join(dir, IMEXConfigTemplateFile), tmpl, 0o644); err != nil {
 		return nil, "", fmt.Errorf("writing the IMEX config template: %w", err)
 	}
-	env := daemonEnv{CliqueID: cliqueID, DomainUID: string(cd.UID), DomainName: cd.Name, DomainNS: cd.Namespace, ConfigDir: dir}
+	env := daemonEnv{CliqueID: cliqueID, DomainUID: string(cd.UID), DomainName: cd.Name, DomainNS: cd.Namespace, ConfigDir: dir, Simulated: d.opts.SimulatedDevices}
 	if cliqueID != "" {
 		if env.IMEXMgmtDev, err = d.nodes.imexMgmt(); err != nil {
 			return nil, "", retryablef("IMEX management device: %w", err)

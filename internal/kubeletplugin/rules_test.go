@@ -292,6 +292,15 @@ func TestDaemonSpec(t *testing.T) {
 	}
 }
 
+func TestDaemonSpecSimulated(t *testing.T) {
+	spec := daemonSpec("u1", DaemonDeviceName, daemonEnv{CliqueID: "c.1", DomainUID: "d", DomainName: "n", DomainNS: "ns", ConfigDir: "/state/d", Simulated: true})
+	want := []string{"CLIQUE_ID=c.1", "COMPUTE_DOMAIN_UUID=d", "COMPUTE_DOMAIN_NAME=n", "COMPUTE_DOMAIN_NAMESPACE=ns",
+		"IMEX_BACKEND=sim", "IMEX_CONFIG_DIR=/etc/nvidia-imex", "IMEX_HOSTS_FILE=/etc/nvidia-imex/hosts"}
+	if diff := cmp.Diff(want, spec.Devices[0].ContainerEdits.Env); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+}
+
 func TestIMEXConfigTemplate(t *testing.T) {
 	tmpl, err := IMEXConfigTemplate()
 	if err != nil {

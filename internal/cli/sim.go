@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"cdplane/internal/sim"
+)
+
+func newSimCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "sim", Short: "A simulated NVL72 cluster on this machine: real control plane, simulated nodes, NVML and IMEX"}
+	var o sim.Options
+	var planes string
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Start a simulated cluster in the background and install cdplane on it",
+		Long: `Builds (once, cached) etcd, the Kubernetes control plane and kubectl from source, and
+cdplane's binaries; starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
+loopback, then the simulated kubelet for --nodes nodes in racks of --rack-size (one NVLink clique
+per rack), installs the prerequisites and the plane(s) through the Helm charts, and returns with
+everything running in the background. Prints what to export and what to try next.
+A state directory holding a running sim is refused (or reused with --reuse); the leftover of a
+stopped one is removed first.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Planes = sim.ParsePlanes(planes)
+			o.Out = cmd.OutOrStdout()
+			st, err := sim.Up(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "\nexport KUBECONFIG=%s\nexport PATH=%s:$PATH\n\n", st.ControlPlane.Kubeconfig, st.KubectlDir)
+			fmt.Fprintf(out, "Try:\n  kubectl get nodes\n  kubectl apply -f %s/examples/imex-channel-injection.yaml\n", st.Repo)
+			fmt.Fprintf(out, "  kubectl get computedomains,pods\n  kubectl logs imex-channel-injection-0\n")
+			fmt.Fprintf(out, "Logs of the control plane and the simulated kubelet: %s/logs\nStop it: cdplane sim down\n", o.StateDir)
+			return nil
+		},
+	}
+	up.Flags().IntVar(&o.Nodes, "nodes", 36, "Simulated nodes")
+	up.Flags().IntVar(&o.RackSize, "rack-size", 18, "Nodes per rack (one NVLink clique per rack)")
+	up.Flags().IntVar(&o.GPUsPerNode, "gpus-per-node", 4, "GPUs per node")
+	up.Flags().IntVar(&o.FabricLess, "fabricless", 0, "Nodes (the last ones) without an NVLink fabric")
+	up.Flags().IntVar(&o.FailedFabric, "failed-fabric", 0, "Nodes (before the fabric-less ones) whose fabric registration failed")
+	up.Flags().StringVar(&planes, "planes", "", "Comma-separated control-plane ids sharing the nodes (default: the legacy plane)")
+	up.Flags().IntVar(&o.NumChannels, "num-channels", 128, "IMEX channel devices each node publishes")
+	up.Flags().StringVar(&o.StateDir, "state-dir", sim.DefaultStateDir(), "Directory of the sim's state, logs and node directories (keep it short: it holds Unix sockets)")
+	up.Flags().StringVar(&o.Repo, "repo", "", "cdplane checkout to build from (default: found from the working directory)")
+	up.Flags().BoolVar(&o.Reuse, "reuse", false, "Use a sim already running from --state-dir instead of refusing")
+	up.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "How long to wait for each step")
+
+	var downDir string
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "Stop everything `sim up` started and remove its state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := sim.Load(downDir)
+			if err != nil {
+				return err
+			}
+			if st == nil {
+				if _, err := os.Stat(downDir); err == nil {
+					return fmt.Errorf("%s holds no simulated cluster's state; not removing it", downDir)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "No simulated cluster in %s\n", downDir)
+				return nil
+			}
+			return sim.Down(st, downDir, cmd.OutOrStdout())
+		},
+	}
+	down.Flags().StringVar(&downDir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
+
+	var kubeletDir string
+	kubeletCmd := &cobra.Command{
+		Use:    "kubelet",
+		Short:  "The simulated kubelet of a sim (started by sim up)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := klog.NewContext(cmd.Context(), klog.Background())
+			return sim.RunKubelet(ctx, kubeletDir)
+		},
+	}
+	kubeletCmd.Flags().StringVar(&kubeletDir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
+	cmd.AddCommand(up, down, kubeletCmd)
+	return cmd
+}

@@ -1,0 +1,394 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"cdplane/internal/controller"
+	"cdplane/internal/lifecycle"
+	"cdplane/internal/plane"
+	"cdplane/internal/sim/cluster"
+)
+
+// stateFile records what `sim up` started, in the state directory.
+const stateFile = "state.json"
+
+// State is the record of a simulated cluster.
+type State struct {
+	Started      time.Time            `json:"started"`
+	Repo         string               `json:"repo"`
+	ControlPlane cluster.ControlPlane `json:"controlPlane"`
+	// Processes: the control plane's, then the simulated kubelet's, in start order.
+	Processes []cluster.Process `json:"processes"`
+	Nodes     []Node            `json:"nodes"`
+	Planes    []string          `json:"planes,omitempty"`
+	BinDir     string            `json:"binDir"`
+	K8sBinDir  string            `json:"k8sBinDir"`
+	KubectlDir string            `json:"kubectlDir"`
+}
+
+// Options configure Up.
+type Options struct {
+	Topology
+	// StateDir holds everything the sim writes (default DefaultStateDir).
+	StateDir string
+	// Repo is the cdplane checkout the binaries are built from (default: found from the
+	// working directory).
+	Repo string
+	// NumChannels is the channel devices each node publishes.
+	NumChannels int
+	// Reuse keeps a running sim from StateDir instead of refusing.
+	Reuse bool
+	// Out receives progress.
+	Out io.Writer
+	// Timeout bounds each wait.
+	Timeout time.Duration
+}
+
+// DefaultStateDir is short on purpose: node directories hold Unix sockets, whose paths are
+// limited to 108 bytes.
+func DefaultStateDir() string { return fmt.Sprintf("/tmp/cdplane-sim-%d", os.Getuid()) }
+
+func (o *Options) progress(format string, args ...any) {
+	fmt.Fprintf(o.Out, format+"\n", args...)
+}
+
+// Up builds what is missing, starts the cluster in the background and installs the
+// prerequisites and the planes; it returns with everything running.
+func Up(ctx context.Context, o Options) (_ *State, err error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir()
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	prev, err := Load(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	if prev != nil {
+		if running(prev) {
+			if o.Reuse {
+				o.progress("Reusing the simulated cluster running from %s (started %s)", o.StateDir, prev.Started.Format(time.RFC3339))
+				return prev, nil
+			}
+			return nil, fmt.Errorf("a simulated cluster is already running from %s (started %s): use it (export KUBECONFIG=%s), reuse it with --reuse, or stop it with `cdplane sim down --state-dir %s`",
+				o.StateDir, prev.Started.Format(time.RFC3339), prev.ControlPlane.Kubeconfig, o.StateDir)
+		}
+		o.progress("Removing the leftover state of a stopped simulated cluster in %s", o.StateDir)
+		if err := Down(prev, o.StateDir, o.Out); err != nil {
+			return nil, err
+		}
+	} else if entries, err := os.ReadDir(o.StateDir); err == nil && len(entries) > 0 {
+		return nil, fmt.Errorf("%s exists and is not a simulated cluster's state directory (no %s): choose another --state-dir", o.StateDir, stateFile)
+	}
+	if o.Repo == "" {
+		if o.Repo, err = findRepo(); err != nil {
+			return nil, err
+		}
+	}
+	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology)}
+	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			o.progress("Stopping what was started (logs kept in %s)", filepath.Join(o.StateDir, "logs"))
+			_ = cluster.Stop(st.Processes, 15*time.Second)
+		}
+	}()
+	if err := build(ctx, &o, st); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	cp, err := cluster.Start(ctx, cluster.Options{
+		Dir: o.StateDir, BinDir: st.K8sBinDir, Progress: o.progress,
+		Started: func(p cluster.Process) {
+			st.Processes = append(st.Processes, p)
+			_ = st.save(o.StateDir)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	st.ControlPlane = *cp
+	st.ControlPlane.Processes = nil
+	if err := st.save(o.StateDir); err != nil {
+		return nil, err
+	}
+	if err := startKubelet(ctx, &o, st); err != nil {
+		return nil, err
+	}
+	if err := install(ctx, &o, st); err != nil {
+		return nil, err
+	}
+	o.progress("The simulated cluster is up after %s: %d nodes in %d racks, %s", time.Since(start).Round(time.Second),
+		len(st.Nodes), (len(st.Nodes)+o.RackSize-1)/o.RackSize, describePlanes(st.Planes))
+	return st, nil
+}
+
+func describePlanes(ids []string) string {
+	if len(ids) == 0 {
+		return "the legacy control plane"
+	}
+	return "control planes " + strings.Join(ids, ", ")
+}
+
+// build runs the project's scripts for the control plane and kubectl (cached), and builds
+// cdplane's binaries into the state directory.
+func build(ctx context.Context, o *Options, st *State) error {
+	o.progress("Building (or finding in the cache) etcd and the Kubernetes control plane")
+	var err error
+	if st.K8sBinDir, err = script(ctx, o, filepath.Join(o.Repo, "hack", "k8s-bins.sh")); err != nil {
+		return err
+	}
+	o.progress("Building (or finding in the cache) kubectl")
+	if st.KubectlDir, err = script(ctx, o, filepath.Join(o.Repo, "hack", "kubectl.sh")); err != nil {
+		return err
+	}
+	st.BinDir = filepath.Join(o.StateDir, "bin")
+	o.progress("Building cdplane's binaries into %s", st.BinDir)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", st.BinDir+"/",
+		"./cmd/cdplane", "./cmd/cdplane-controller", "./cmd/cdplane-daemon", "./cmd/cdplane-kubelet-plugin")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = o.Repo, o.Out, o.Out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building cdplane: %w", err)
+	}
+	return nil
+}
+
+// script runs a build script, its progress on Out, and returns the last line it prints.
+func script(ctx context.Context, o *Options, path string) (string, error) {
+	cmd := exec.CommandContext(ctx, path)
+	cmd.Dir, cmd.Stderr = o.Repo, o.Out
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], nil
+}
+
+// startKubelet writes the node list and starts `cdplane sim kubelet` in the background, then
+// waits for every node to be Ready.
+func startKubelet(ctx context.Context, o *Options, st *State) error {
+	o.progress("Starting the simulated kubelet for %d nodes", len(st.Nodes))
+	p, err := cluster.StartDetached("sim-kubelet", filepath.Join(st.BinDir, "cdplane"),
+		filepath.Join(o.StateDir, "logs", "sim-kubelet.log"), "sim", "kubelet", "--state-dir", o.StateDir)
+	if err != nil {
+		return err
+	}
+	st.Processes = append(st.Processes, p)
+	if err := st.save(o.StateDir); err != nil {
+		return err
+	}
+	c, err := st.client()
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, o, "nodes to be Ready", func(ctx context.Context) (bool, string, error) {
+		if !cluster.Alive(p) {
+			return false, "", fmt.Errorf("the simulated kubelet exited; see %s", p.Log)
+		}
+		nodes := &corev1.NodeList{}
+		if err := c.List(ctx, nodes, client.HasLabels{NodeSpecLabel}); err != nil {
+			return false, "", err
+		}
+		ready := 0
+		for _, n := range nodes.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue && len(n.Spec.Taints) == 0 {
+					ready++
+				}
+			}
+		}
+		return ready == len(st.Nodes), fmt.Sprintf("%d of %d nodes Ready", ready, len(st.Nodes)), nil
+	})
+}
+
+// install installs the prerequisites and the planes through the charts, each plane's nodes
+// assigned to it first, and one namespace per plane ("<id>-workloads") assigned for users.
+func install(ctx context.Context, o *Options, st *State) error {
+	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: st.ControlPlane.Kubeconfig, Out: o.Out, Timeout: o.Timeout, Wait: true})
+	if err != nil {
+		return err
+	}
+	if err := m.InstallPrerequisites(ctx, nil); err != nil {
+		return err
+	}
+	c, err := st.client()
+	if err != nil {
+		return err
+	}
+	values := map[string]any{
+		"image":         map[string]any{"repository": "cdplane", "tag": "sim"},
+		"kubeletPlugin": map[string]any{"nvml": "sim", "nvmlSimSpecFile": NVMLSpecPath, "numChannels": o.NumChannels},
+	}
+	ids := st.Planes
+	if len(ids) == 0 {
+		ids = []string{""}
+	}
+	for _, id := range ids {
+		if id != "" {
+			n := 0
+			for _, node := range st.Nodes {
+				if node.Plane == id {
+					if _, err := plane.Assign(ctx, c, id, plane.Target{Kind: plane.KindNode, Name: node.Name}); err != nil {
+						return err
+					}
+					n++
+				}
+			}
+			ns := &corev1.Namespace{}
+			ns.Name = id + "-workloads"
+			if err := c.Create(ctx, ns); client.IgnoreAlreadyExists(err) != nil {
+				return err
+			}
+			if _, err := plane.Assign(ctx, c, id, plane.Target{Kind: plane.KindNamespace, Name: ns.Name}); err != nil {
+				return err
+			}
+			o.progress("Assigned %d nodes and namespace %s to control plane %q", n, ns.Name, id)
+		}
+		if err := m.InstallPlane(ctx, id, values); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NVMLSpecPath is where, on each simulated node, the kubelet plugin finds its simulated NVML.
+const NVMLSpecPath = "/etc/cdplane/nvml-sim.json"
+
+func (st *State) client() (client.Client, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", st.ControlPlane.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: controller.NewScheme()})
+}
+
+// Clientset returns a clientset for the sim's administrator.
+func (st *State) Clientset() (*kubernetes.Clientset, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", st.ControlPlane.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func (st *State) save(dir string) error {
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, stateFile+".tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, stateFile))
+}
+
+// Load reads the state in dir; nil when there is none.
+func Load(dir string) (*State, error) {
+	data, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &State{}
+	if err := json.Unmarshal(data, st); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
+	}
+	return st, nil
+}
+
+func running(st *State) bool {
+	for _, p := range st.Processes {
+		if cluster.Alive(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Down stops every process the state records (the simulated kubelet first, which stops the
+// pods' processes; then the control plane, apiserver before etcd) and removes dir.
+func Down(st *State, dir string, out io.Writer) error {
+	if st != nil {
+		for i := len(st.Processes) - 1; i >= 0; i-- {
+			p := st.Processes[i]
+			if cluster.Alive(p) {
+				fmt.Fprintf(out, "Stopping %s (pid %d)\n", p.Name, p.PID)
+			}
+			if err := cluster.Stop([]cluster.Process{p}, 30*time.Second); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprintf(out, "Removing %s\n", dir)
+	return os.RemoveAll(dir)
+}
+
+// findRepo walks up from the working directory to the cdplane checkout.
+func findRepo() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(data), "module cdplane\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run cdplane sim up from a cdplane checkout (it builds the binaries the simulated nodes run), or pass --repo")
+		}
+		dir = parent
+	}
+}
+
+func waitFor(ctx context.Context, o *Options, what string, cond func(context.Context) (bool, string, error)) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	o.progress("Waiting for %s", what)
+	last, lastAt := "", time.Time{}
+	for {
+		done, status, err := cond(ctx)
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if done {
+			o.progress("  done after %s", time.Since(start).Round(time.Second))
+			return nil
+		}
+		if status != "" && (status != last || time.Since(lastAt) >= 10*time.Second) {
+			o.progress("  %s (%s)", status, time.Since(start).Round(time.Second))
+			last, lastAt = status, time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("timed out after %s waiting for %s (last: %s)", o.Timeout, what, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,135 @@
+// Package sim runs a simulated NVL72 cluster on one machine (`cdplane sim up|down`): a real
+// control plane from the cached builds (package cluster), simulated nodes in racks of 18 served
+// by the simulated kubelet (package kubelet) in a background process, and the prerequisites and
+// planes installed through the same Helm charts users install.
+package sim
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"cdplane/internal/nvml"
+	"cdplane/internal/plane"
+)
+
+// NodeSpecLabel marks the simulated nodes.
+const NodeSpecLabel = "sim.cdplane.io/node"
+
+// Node is one simulated node, as written to the state directory for the kubelet process.
+type Node struct {
+	Name       string            `json:"name"`
+	Rack       int               `json:"rack"`
+	InternalIP string            `json:"internalIP"`
+	Labels     map[string]string `json:"labels"`
+	Plane      string            `json:"plane,omitempty"`
+	NVML       nvml.Sim          `json:"nvml"`
+}
+
+// Topology is what `sim up` builds.
+type Topology struct {
+	Nodes       int
+	RackSize    int
+	GPUsPerNode int
+	// FabricLess is how many nodes (the last ones) have no NVLink fabric; FailedFabric how many
+	// (before those) report a failed fabric registration.
+	FabricLess   int
+	FailedFabric int
+	// Planes share the nodes in contiguous blocks of whole racks where possible; none: the
+	// legacy plane serves them all.
+	Planes []string
+}
+
+// Validate checks the topology, naming the first problem.
+func (t Topology) Validate() error {
+	switch {
+	case t.Nodes < 1 || t.Nodes > 20000:
+		return fmt.Errorf("--nodes %d: want 1..20000", t.Nodes)
+	case t.RackSize < 1 || t.RackSize > 72:
+		return fmt.Errorf("--rack-size %d: want 1..72", t.RackSize)
+	case t.GPUsPerNode < 1 || t.GPUsPerNode > 8:
+		return fmt.Errorf("--gpus-per-node %d: want 1..8", t.GPUsPerNode)
+	case t.FabricLess < 0 || t.FailedFabric < 0 || t.FabricLess+t.FailedFabric > t.Nodes:
+		return fmt.Errorf("--fabricless %d and --failed-fabric %d: want non-negative and at most --nodes together", t.FabricLess, t.FailedFabric)
+	case len(t.Planes) > t.Nodes:
+		return fmt.Errorf("%d planes for %d nodes: each plane needs a node", len(t.Planes), t.Nodes)
+	}
+	seen := map[string]bool{}
+	for _, id := range t.Planes {
+		if id == "" {
+			return fmt.Errorf("--planes: an empty id (the legacy plane is the default without --planes)")
+		}
+		if err := plane.ValidateID(id); err != nil {
+			return fmt.Errorf("--planes: %w", err)
+		}
+		if seen[id] {
+			return fmt.Errorf("--planes: %q given twice", id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// BuildNodes lays the nodes out: node i is in rack i/RackSize, named sim-r<rack>-n<index>,
+// with the loopback address 127.10.<i/250>.<i%250+1>, its plane's label, and simulated NVML:
+// the rack's clique, no fabric for the last FabricLess nodes, a failed registration for the
+// FailedFabric before them.
+func BuildNodes(t Topology) []Node {
+	nodes := make([]Node, t.Nodes)
+	for i := range nodes {
+		rack := i / t.RackSize
+		name := fmt.Sprintf("sim-r%02d-n%02d", rack, i%t.RackSize)
+		ip := netip.AddrFrom4([4]byte{127, 10, byte(i / 250), byte(i%250 + 1)})
+		n := Node{
+			Name: name, Rack: rack, InternalIP: ip.String(),
+			Labels: map[string]string{NodeSpecLabel: "true", "nvidia.com/gpu.present": "true", "sim.cdplane.io/rack": fmt.Sprint(rack)},
+			NVML:   nvml.RackSim(rack, name),
+		}
+		n.NVML.GPUs = t.GPUsPerNode
+		switch {
+		case i >= t.Nodes-t.FabricLess:
+			n.NVML.Fabric = nvml.SimFabric{NoFabric: true}
+		case i >= t.Nodes-t.FabricLess-t.FailedFabric:
+			n.NVML.Fabric.Status = 1 // NVML_ERROR_UNINITIALIZED: registration failed
+		}
+		if len(t.Planes) > 0 {
+			n.Plane = t.Planes[planeOf(i, t)]
+		}
+		nodes[i] = n
+	}
+	return nodes
+}
+
+// planeOf splits the nodes between the planes in contiguous blocks, whole racks when there
+// are at least as many racks as planes.
+func planeOf(i int, t Topology) int {
+	racks := (t.Nodes + t.RackSize - 1) / t.RackSize
+	if racks >= len(t.Planes) {
+		return min(i/t.RackSize*len(t.Planes)/racks, len(t.Planes)-1)
+	}
+	return min(i*len(t.Planes)/t.Nodes, len(t.Planes)-1)
+}
+
+// Capacity of every simulated node.
+func capacity() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("512Gi"),
+		corev1.ResourcePods:   resource.MustParse("250"),
+	}
+}
+
+// ParsePlanes splits a comma-separated --planes value.
+func ParsePlanes(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		out = append(out, strings.TrimSpace(p))
+	}
+	return out
+}

@@ -32,9 +32,9 @@ type State struct {
 	Repo         string               `json:"repo"`
 	ControlPlane cluster.ControlPlane `json:"controlPlane"`
 	// Processes: the control plane's, then the simulated kubelet's, in start order.
-	Processes []cluster.Process `json:"processes"`
-	Nodes     []Node            `json:"nodes"`
-	Planes    []string          `json:"planes,omitempty"`
+	Processes  []cluster.Process `json:"processes"`
+	Nodes      []Node            `json:"nodes"`
+	Planes     []string          `json:"planes,omitempty"`
 	BinDir     string            `json:"binDir"`
 	K8sBinDir  string            `json:"k8sBinDir"`
 	KubectlDir string            `json:"kubectlDir"`

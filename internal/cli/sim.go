@@ -36,7 +36,7 @@ stopped one is removed first.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "\nexport KUBECONFIG=%s\nexport PATH=%s:$PATH\n\n", st.ControlPlane.Kubeconfig, st.KubectlDir)
 			fmt.Fprintf(out, "Try:\n  kubectl get nodes\n  kubectl apply -f %s/examples/imex-channel-injection.yaml\n", st.Repo)
-			fmt.Fprintf(out, "  kubectl get computedomains,pods\n  kubectl logs imex-channel-injection-0\n")
+			fmt.Fprintf(out, "  kubectl get computedomains,pods\n  kubectl logs job/imex-channel-injection\n")
 			fmt.Fprintf(out, "Logs of the control plane and the simulated kubelet: %s/logs\nStop it: cdplane sim down\n", o.StateDir)
 			return nil
 		},

@@ -70,9 +70,13 @@ func runInstance(ctx context.Context, w *world, inst instance, mode string, o Op
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
 		cfg.ConfigDir, cfg.HostsPath = dir, dir+"/hosts"
-		go func() { _ = daemon.Run(ctx, cfg, daemon.Deps{Client: dc, IMEX: x, Log: logr.Discard()}) }()
+		// The daemon outlives this function (it runs until the benchmark ends): its directory
+		// goes when it returns, not before, or its writes would recreate it.
+		go func() {
+			_ = daemon.Run(ctx, cfg, daemon.Deps{Client: dc, IMEX: x, Log: logr.Discard()})
+			_ = os.RemoveAll(dir)
+		}()
 	case modeFloor:
 		if err := floorDaemon(ctx, dc, cfg); err != nil {
 			return err

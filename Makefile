@@ -42,10 +42,15 @@ k8s-bins: ## Build etcd and the Kubernetes control plane for tests into the cach
 	hack/k8s-bins.sh
 
 .PHONY: test
-test: ## Unit and integration tests against a real kube-apiserver (builds the control plane on first run)
+test: ## Unit, integration and end-to-end tests (builds the control plane on first run)
 	@dir="$$(hack/k8s-bins.sh | tail -n1)"; \
 	echo ">> control-plane binaries: $$dir"; \
-	CDPLANE_K8S_BINS="$$dir" $(GO) test $(GOTEST_FLAGS) ./...
+	CDPLANE_K8S_BINS="$$dir" $(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v /test/e2e)
+	$(MAKE) --no-print-directory test-e2e
+
+.PHONY: test-e2e
+test-e2e: ## End-to-end scenarios on one simulated cluster (cdplane sim), no race detector
+	CDPLANE_E2E=1 $(GO) test -count=1 -timeout 40m -v ./test/e2e/...
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane)

@@ -38,6 +38,8 @@ type State struct {
 	BinDir     string            `json:"binDir"`
 	K8sBinDir  string            `json:"k8sBinDir"`
 	KubectlDir string            `json:"kubectlDir"`
+	// NumChannels is the channel devices each node publishes.
+	NumChannels int `json:"numChannels"`
 }
 
 // Options configure Up.
@@ -103,7 +105,7 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 			return nil, err
 		}
 	}
-	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology)}
+	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels}
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -236,10 +238,7 @@ func install(ctx context.Context, o *Options, st *State) error {
 	if err != nil {
 		return err
 	}
-	values := map[string]any{
-		"image":         map[string]any{"repository": "cdplane", "tag": "sim"},
-		"kubeletPlugin": map[string]any{"nvml": "sim", "nvmlSimSpecFile": NVMLSpecPath, "numChannels": o.NumChannels},
-	}
+	values := st.PlaneValues()
 	ids := st.Planes
 	if len(ids) == 0 {
 		ids = []string{""}
@@ -270,6 +269,16 @@ func install(ctx context.Context, o *Options, st *State) error {
 		}
 	}
 	return nil
+}
+
+// PlaneValues are the plane chart's values on the sim: the sim's image (run from its binaries),
+// simulated NVML from each node's spec file, the sim's channel count. An upgrade (`cdplane
+// apply plane`) on the sim starts from these.
+func (st *State) PlaneValues() map[string]any {
+	return map[string]any{
+		"image":         map[string]any{"repository": "cdplane", "tag": "sim"},
+		"kubeletPlugin": map[string]any{"nvml": "sim", "nvmlSimSpecFile": NVMLSpecPath, "numChannels": st.NumChannels},
+	}
 }
 
 // NVMLSpecPath is where, on each simulated node, the kubelet plugin finds its simulated NVML.

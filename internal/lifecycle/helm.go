@@ -126,7 +126,7 @@ func (m *Manager) uninstall(name, namespace string) error {
 	u := action.NewUninstall(cfg)
 	u.WaitStrategy = kube.StatusWatcherStrategy
 	u.Timeout = m.opts.Timeout
-	u.DeletionPropagation = "foreground"
+	u.DeletionPropagation = "background"
 	if _, err := u.Run(name); err != nil {
 		return fmt.Errorf("uninstalling Helm release %s/%s: %w", namespace, name, err)
 	}

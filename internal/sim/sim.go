@@ -80,6 +80,9 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Minute
 	}
+	if err := CheckSocketPaths(o.StateDir, BuildNodes(o.Topology)); err != nil {
+		return nil, err
+	}
 	prev, err := Load(o.StateDir)
 	if err != nil {
 		return nil, err

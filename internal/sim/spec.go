@@ -73,7 +73,7 @@ func (t Topology) Validate() error {
 	return nil
 }
 
-// BuildNodes lays the nodes out: node i is in rack i/RackSize, named sim-r<rack>-n<index>,
+// BuildNodes lays the nodes out: node i is in rack i/RackSize, named r<rack>n<index>,
 // with the loopback address 127.10.<i/250>.<i%250+1>, its plane's label, and simulated NVML:
 // the rack's clique, no fabric for the last FabricLess nodes, a failed registration for the
 // FailedFabric before them.
@@ -81,7 +81,8 @@ func BuildNodes(t Topology) []Node {
 	nodes := make([]Node, t.Nodes)
 	for i := range nodes {
 		rack := i / t.RackSize
-		name := fmt.Sprintf("sim-r%02d-n%02d", rack, i%t.RackSize)
+		// Short names: a node's directory holds Unix sockets, whose paths are limited.
+		name := fmt.Sprintf("r%02dn%02d", rack, i%t.RackSize)
 		ip := netip.AddrFrom4([4]byte{127, 10, byte(i / 250), byte(i%250 + 1)})
 		n := Node{
 			Name: name, Rack: rack, InternalIP: ip.String(),
@@ -103,14 +104,17 @@ func BuildNodes(t Topology) []Node {
 	return nodes
 }
 
-// planeOf splits the nodes between the planes in contiguous blocks, whole racks when there
-// are at least as many racks as planes.
+// planeOf splits the nodes between the planes in contiguous blocks: whole racks, each rack to
+// the plane its middle node falls in (so a partial last rack does not skew the split), or, with
+// fewer racks than planes, node by node.
 func planeOf(i int, t Topology) int {
 	racks := (t.Nodes + t.RackSize - 1) / t.RackSize
-	if racks >= len(t.Planes) {
-		return min(i/t.RackSize*len(t.Planes)/racks, len(t.Planes)-1)
+	if racks < len(t.Planes) {
+		return min(i*len(t.Planes)/t.Nodes, len(t.Planes)-1)
 	}
-	return min(i*len(t.Planes)/t.Nodes, len(t.Planes)-1)
+	start := i / t.RackSize * t.RackSize
+	size := min(t.RackSize, t.Nodes-start)
+	return min((start+size/2)*len(t.Planes)/t.Nodes, len(t.Planes)-1)
 }
 
 // Capacity of every simulated node.
@@ -132,4 +136,27 @@ func ParsePlanes(s string) []string {
 		out = append(out, strings.TrimSpace(p))
 	}
 	return out
+}
+
+// longestSocket is the longest Unix socket path below a node's directory: the kubelet plugin's
+// registration socket.
+const longestSocket = "/var/lib/kubelet/plugins_registry/compute-domain.nvidia.com-reg.sock"
+
+// maxSocketPath is the longest path a Unix socket can have on Linux (108 bytes with the NUL).
+const maxSocketPath = 107
+
+// CheckSocketPaths refuses a state directory under which the nodes' sockets would not fit.
+func CheckSocketPaths(stateDir string, nodes []Node) error {
+	longest := ""
+	for _, n := range nodes {
+		if len(n.Name) > len(longest) {
+			longest = n.Name
+		}
+	}
+	p := stateDir + "/nodes/" + longest + longestSocket
+	if len(p) > maxSocketPath {
+		return fmt.Errorf("--state-dir %s is too long: node %s's plugin socket %s would have %d characters, and Unix sockets allow %d; choose a shorter directory",
+			stateDir, longest, p, len(p), maxSocketPath)
+	}
+	return nil
 }

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	stateDir = fmt.Sprintf("/tmp/cdplane-e2e-%d", os.Getpid())
+	stateDir = fmt.Sprintf("/tmp/cdp-e2e-%d", os.Getpid())
 	start := time.Now()
 	st, err := sim.Up(context.Background(), sim.Options{
 		Topology: sim.Topology{Nodes: 12, RackSize: 3, GPUsPerNode: 4, Planes: []string{planeA, planeB}},

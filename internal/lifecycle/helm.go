@@ -53,7 +53,7 @@ func (m *Manager) release(name, namespace string) (*releasev1.Release, error) {
 	}
 	r, ok := rel.(*releasev1.Release)
 	if !ok {
-		return nil, fmt.Errorf("Helm release %s/%s: unexpected type %T", namespace, name, rel)
+		return nil, fmt.Errorf("reading Helm release %s/%s: unexpected type %T", namespace, name, rel)
 	}
 	return r, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
 
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/kube"
@@ -140,6 +139,3 @@ func (m *Manager) progress(format string, args ...any) {
 
 // discard is an io.Writer dropping everything.
 var discard io.Writer = io.Discard
-
-// since formats an elapsed time for progress lines.
-func since(start time.Time) string { return time.Since(start).Round(time.Second).String() }

@@ -20,6 +20,7 @@ import (
 	"cdplane/internal/controller"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
+	"cdplane/internal/progress"
 	"cdplane/internal/sim/cluster"
 )
 
@@ -379,28 +380,5 @@ func findRepo() (string, error) {
 }
 
 func waitFor(ctx context.Context, o *Options, what string, cond func(context.Context) (bool, string, error)) error {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-	o.progress("Waiting for %s", what)
-	last, lastAt := "", time.Time{}
-	for {
-		done, status, err := cond(ctx)
-		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if done {
-			o.progress("  done after %s", time.Since(start).Round(time.Second))
-			return nil
-		}
-		if status != "" && (status != last || time.Since(lastAt) >= 10*time.Second) {
-			o.progress("  %s (%s)", status, time.Since(start).Round(time.Second))
-			last, lastAt = status, time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("timed out after %s waiting for %s (last: %s)", o.Timeout, what, last)
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	return progress.Wait(ctx, o.Out, o.Timeout, 500*time.Millisecond, what, cond)
 }

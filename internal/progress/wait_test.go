@@ -1,0 +1,41 @@
+package progress
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWait(t *testing.T) {
+	var out strings.Builder
+	n := 0
+	err := Wait(context.Background(), &out, time.Minute, time.Millisecond, "three polls", func(context.Context) (bool, string, error) {
+		n++
+		return n == 3, "poll " + string(rune('0'+n)), nil
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("err %v after %d polls", err, n)
+	}
+	for _, want := range []string{"Waiting for three polls\n", "  poll 1 (", "  poll 2 (", "  done after "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	err = Wait(context.Background(), &out, 20*time.Millisecond, time.Millisecond, "never", func(context.Context) (bool, string, error) {
+		return false, "still not", nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "timed out after 20ms waiting for never (last: still not)") {
+		t.Errorf("timeout: %v", err)
+	}
+
+	boom := errors.New("boom")
+	err = Wait(context.Background(), &out, time.Minute, time.Millisecond, "failing", func(context.Context) (bool, string, error) {
+		return false, "", boom
+	})
+	if !errors.Is(err, boom) {
+		t.Errorf("a failing condition: %v, want it wrapped", err)
+	}
+}

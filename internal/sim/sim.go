@@ -360,6 +360,36 @@ func Down(st *State, dir string, out io.Writer) error {
 	return os.RemoveAll(dir)
 }
 
+// RestartComponent restarts a control-plane component of the sim in dir (e.g. "kube-apiserver"),
+// records its new PID in the state, and waits until the apiserver answers again.
+func RestartComponent(ctx context.Context, st *State, dir, name string, timeout time.Duration) error {
+	for i, p := range st.Processes {
+		if p.Name != name {
+			continue
+		}
+		np, err := cluster.Restart(p, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		st.Processes[i] = np
+		if err := st.save(dir); err != nil {
+			return err
+		}
+		c, err := st.client()
+		if err != nil {
+			return err
+		}
+		o := &Options{Out: io.Discard, Timeout: timeout}
+		return waitFor(ctx, o, "the apiserver to answer", func(ctx context.Context) (bool, string, error) {
+			if !cluster.Alive(np) {
+				return false, "", fmt.Errorf("%s exited; see %s", name, np.Log)
+			}
+			return c.List(ctx, &corev1.NamespaceList{}) == nil, "", nil
+		})
+	}
+	return fmt.Errorf("the sim in %s has no process %s", dir, name)
+}
+
 // findRepo walks up from the working directory to the cdplane checkout.
 func findRepo() (string, error) {
 	dir, err := os.Getwd()

@@ -17,6 +17,7 @@ import (
 	"cdplane/internal/kubeletplugin"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
+	"cdplane/internal/sim"
 )
 
 // Channel injection: a Single-mode domain gives each pod channel 0; an All-mode domain gives
@@ -256,4 +257,28 @@ func TestGateFlipWithLiveDomains(t *testing.T) {
 		job(t, ns, name, name, 1, 0)
 		waitStatus(t, fresh, cdv1beta1.StatusReady, 2*time.Minute)
 	}
+}
+
+// Restarting kube-apiserver with live domains: every component reconnects, the live domain is
+// Ready throughout the ten seconds after the apiserver answers again, and a new domain becomes
+// Ready. (Last in the file: a failed restart would break the scenarios after it.)
+func TestAPIServerRestartWithLiveDomains(t *testing.T) {
+	ns := namespace(t, planeA)
+	cd := computeDomain(t, ns, "cd", 2, "")
+	job(t, ns, "worker", "cd", 2, 0)
+	waitRunning(t, ns, "worker", 2, 2*time.Minute)
+	waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
+	must(t, sim.RestartComponent(ctx(), simState, stateDir, "kube-apiserver", 2*time.Minute))
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		cur := &cdv1beta1.ComputeDomain{}
+		if err := c.Get(ctx(), client.ObjectKeyFromObject(cd), cur); err != nil {
+			continue // a client reconnecting
+		}
+		if cur.Status.Status != cdv1beta1.StatusReady {
+			t.Fatalf("after the apiserver restart the live domain is %q", cur.Status.Status)
+		}
+	}
+	fresh := computeDomain(t, ns, "after", 1, "")
+	job(t, ns, "after", "after", 1, 0)
+	waitStatus(t, fresh, cdv1beta1.StatusReady, 2*time.Minute)
 }

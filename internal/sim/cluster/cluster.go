@@ -29,8 +29,9 @@ import (
 type Process struct {
 	Name   string `json:"name"`
 	PID    int    `json:"pid"`
-	Binary string `json:"binary"`
-	Log    string `json:"log"`
+	Binary string   `json:"binary"`
+	Args   []string `json:"args,omitempty"`
+	Log    string   `json:"log"`
 }
 
 // ControlPlane is a started control plane.
@@ -176,10 +177,19 @@ func startDetached(name, binary, log string, args ...string) (Process, error) {
 	if err := cmd.Start(); err != nil {
 		return Process{}, fmt.Errorf("starting %s: %w", name, err)
 	}
-	proc := Process{Name: name, PID: cmd.Process.Pid, Binary: binary, Log: log}
+	proc := Process{Name: name, PID: cmd.Process.Pid, Binary: binary, Args: args, Log: log}
 	// Reap it if it exits while this process still runs; sim down finds it by PID otherwise.
 	go func() { _ = cmd.Wait() }()
 	return proc, nil
+}
+
+// Restart stops p and starts it again with the same binary, arguments and log, returning the
+// new process.
+func Restart(p Process, timeout time.Duration) (Process, error) {
+	if err := Stop([]Process{p}, timeout); err != nil {
+		return Process{}, err
+	}
+	return startDetached(p.Name, p.Binary, p.Log, p.Args...)
 }
 
 // Alive reports whether the process still runs the binary it was started with (a PID reused

@@ -12,7 +12,6 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -239,13 +238,12 @@ func (m *Manager) residue(ctx context.Context, id string) ([]string, error) {
 		if mf.Object.GetNamespace() != "" {
 			continue
 		}
-		cur := &unstructured.Unstructured{}
-		cur.SetGroupVersionKind(mf.Object.GroupVersionKind())
-		err := m.c.Get(ctx, client.ObjectKey{Name: mf.Object.GetName()}, cur)
-		if err == nil {
+		cur, err := m.current(ctx, mf.Object)
+		if err != nil {
+			return nil, err
+		}
+		if cur != nil {
 			out = append(out, fmt.Sprintf("%s %s", mf.Object.GetKind(), mf.Object.GetName()))
-		} else if !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("reading %s %s: %w", mf.Object.GetKind(), mf.Object.GetName(), err)
 		}
 	}
 	sort.Strings(out)

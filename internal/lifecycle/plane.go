@@ -118,14 +118,12 @@ func (m *Manager) checkPlaneObjects(ctx context.Context, id, release, ns string,
 		if mf.Object.GetNamespace() != "" {
 			continue
 		}
-		cur := &unstructured.Unstructured{}
-		cur.SetGroupVersionKind(mf.Object.GroupVersionKind())
-		err := m.c.Get(ctx, client.ObjectKey{Name: mf.Object.GetName()}, cur)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
+		cur, err := m.current(ctx, mf.Object)
 		if err != nil {
-			return nil, fmt.Errorf("reading %s %s: %w", mf.Object.GetKind(), mf.Object.GetName(), err)
+			return nil, err
+		}
+		if cur == nil {
+			continue
 		}
 		if err := CheckClusterScoped(release, ns, mf.Object.GetKind(), cur); err != nil {
 			return nil, err
@@ -208,4 +206,19 @@ func nsObject(ns *corev1.Namespace) metav1.Object {
 		return nil
 	}
 	return ns
+}
+
+// current reads the object as it is in the cluster (nil when absent), by the kind, namespace and
+// name of obj.
+func (m *Manager) current(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	cur := &unstructured.Unstructured{}
+	cur.SetGroupVersionKind(obj.GroupVersionKind())
+	err := m.c.Get(ctx, client.ObjectKeyFromObject(obj), cur)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	return cur, nil
 }

@@ -8,7 +8,6 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -43,14 +42,12 @@ func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any
 		return err
 	}
 	for _, mf := range manifests {
-		cur := &unstructured.Unstructured{}
-		cur.SetGroupVersionKind(mf.Object.GroupVersionKind())
-		err := m.c.Get(ctx, client.ObjectKeyFromObject(mf.Object), cur)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
+		cur, err := m.current(ctx, mf.Object)
 		if err != nil {
-			return fmt.Errorf("reading %s %s: %w", mf.Object.GetKind(), mf.Object.GetName(), err)
+			return err
+		}
+		if cur == nil {
+			continue
 		}
 		if err := CheckClusterScoped(PrerequisitesRelease, PrerequisitesNamespace, mf.Object.GetKind(), cur); err != nil {
 			return err

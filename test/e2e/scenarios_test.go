@@ -269,7 +269,10 @@ func TestAPIServerRestartWithLiveDomains(t *testing.T) {
 	waitRunning(t, ns, "worker", 2, 2*time.Minute)
 	waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
 	must(t, sim.RestartComponent(ctx(), simState, stateDir, "kube-apiserver", 2*time.Minute))
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+	// Consistently Ready: sampled every second for ten seconds.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); <-tick.C {
 		cur := &cdv1beta1.ComputeDomain{}
 		if err := c.Get(ctx(), client.ObjectKeyFromObject(cd), cur); err != nil {
 			continue // a client reconnecting

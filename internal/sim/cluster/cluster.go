@@ -27,8 +27,8 @@ import (
 
 // Process is one started process.
 type Process struct {
-	Name   string `json:"name"`
-	PID    int    `json:"pid"`
+	Name   string   `json:"name"`
+	PID    int      `json:"pid"`
 	Binary string   `json:"binary"`
 	Args   []string `json:"args,omitempty"`
 	Log    string   `json:"log"`

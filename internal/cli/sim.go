@@ -50,6 +50,7 @@ stopped one is removed first.`,
 	up.Flags().IntVar(&o.NumChannels, "num-channels", 128, "IMEX channel devices each node publishes")
 	up.Flags().StringVar(&o.StateDir, "state-dir", sim.DefaultStateDir(), "Directory of the sim's state, logs and node directories (keep it short: it holds Unix sockets)")
 	up.Flags().StringVar(&o.Repo, "repo", "", "cdplane checkout to build from (default: found from the working directory)")
+	up.Flags().StringVar(&o.Runner, "runner", sim.RunnerAuto, fmt.Sprintf("How the simulated kubelet runs cdplane's pods: %s, %s (one goroutine-based instance per pod, same code), or %s (in-process above %d nodes)", sim.RunnerProcess, sim.RunnerInProcess, sim.RunnerAuto, sim.InProcessAbove))
 	up.Flags().BoolVar(&o.Reuse, "reuse", false, "Use a sim already running from --state-dir instead of refusing")
 	up.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "How long to wait for each step")
 

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/go-logr/logr"
@@ -16,9 +17,10 @@ const (
 	IMEXSimProcess = "sim-process" // the simulated IMEX as a child process (this binary's imex-sim subcommand)
 )
 
-// NewIMEX returns the IMEX supervisor of the named backend for this daemon's files.
-func NewIMEX(backend string, cfg Config, log logr.Logger) (imex.Interface, error) {
-	o := imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath, Log: log, Stdout: os.Stdout, Stderr: os.Stderr}
+// NewIMEX returns the IMEX supervisor of the named backend for this daemon's files; an IMEX
+// process writes its output to stdout and stderr.
+func NewIMEX(backend string, cfg Config, log logr.Logger, stdout, stderr io.Writer) (imex.Interface, error) {
+	o := imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath, Log: log, Stdout: stdout, Stderr: stderr}
 	switch backend {
 	case IMEXReal:
 		return imex.NewReal(o), nil

@@ -4,17 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 
+	"cdplane/internal/app"
 	"cdplane/internal/sim/kubelet"
 )
 
 // RunKubelet is the background process `cdplane sim kubelet`: the simulated kubelet for every
 // node of the sim in stateDir. Pods of image repository "cdplane" run the sim's binaries as
-// processes; every other image runs the no-op container. It returns when ctx ends.
+// processes, or, in a sim started in-process, the kubelet plugin and the daemon run as
+// instances in this process (the controller stays a process); every other image runs the
+// no-op container. It returns when ctx ends.
 func RunKubelet(ctx context.Context, stateDir string) error {
 	st, err := Load(stateDir)
 	if err != nil {
@@ -35,7 +42,7 @@ func RunKubelet(ctx context.Context, stateDir string) error {
 		RESTConfig: cfg,
 		StateDir:   stateDir,
 		Nodes:      specs,
-		Runner:     kubelet.NewProcessRouter(map[string]string{"cdplane": st.BinDir}),
+		Runner:     router(st),
 	})
 	if err != nil {
 		return err
@@ -54,4 +61,47 @@ func RunKubelet(ctx context.Context, stateDir string) error {
 		}
 	}
 	return k.Run(ctx)
+}
+
+// router routes image "cdplane" to the sim's binaries, or to in-process instances of the plugin
+// and the daemon.
+func router(st *State) kubelet.Runner {
+	r := kubelet.NewProcessRouter(map[string]string{"cdplane": st.BinDir})
+	if !st.InProcess {
+		return r
+	}
+	// Instances log through loggers of their own; what the libraries log through the
+	// controller-runtime logger goes to the kubelet's log.
+	ctrl.SetLogger(klog.Background())
+	raiseFileLimit()
+	r.ByRepository["cdplane"] = &kubelet.InProcessRunner{
+		Programs: map[string]kubelet.Program{
+			"cdplane-kubelet-plugin": program(app.KubeletPlugin),
+			"cdplane-daemon":         program(app.Daemon),
+		},
+		Fallback: r.ByRepository["cdplane"],
+	}
+	return r
+}
+
+func program(run func(context.Context, app.Invocation) error) kubelet.Program {
+	return func(ctx context.Context, args []string, env func(string) (string, bool), out io.Writer) error {
+		return run(ctx, app.Invocation{Args: args, LookupEnv: env, Stdout: out, Stderr: out})
+	}
+}
+
+// raiseFileLimit lifts the open-file limit as far as allowed: in-process, every node's plugin
+// and daemon connections and every simulated IMEX peer link are this process's descriptors.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return
+	}
+	want := l
+	want.Cur, want.Max = 1<<20, max(l.Max, 1<<20)
+	if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want) == nil {
+		return
+	}
+	want.Cur, want.Max = l.Max, l.Max
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want)
 }

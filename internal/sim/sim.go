@@ -41,6 +41,8 @@ type State struct {
 	KubectlDir string            `json:"kubectlDir"`
 	// NumChannels is the channel devices each node publishes.
 	NumChannels int `json:"numChannels"`
+	// InProcess: the simulated kubelet runs the plugins and daemons in its own process.
+	InProcess bool `json:"inProcess,omitempty"`
 }
 
 // Options configure Up.
@@ -53,12 +55,41 @@ type Options struct {
 	Repo string
 	// NumChannels is the channel devices each node publishes.
 	NumChannels int
+	// Runner is how the simulated kubelet runs cdplane's own pods: RunnerProcess,
+	// RunnerInProcess, or RunnerAuto (default): in-process above InProcessAbove nodes.
+	Runner string
 	// Reuse keeps a running sim from StateDir instead of refusing.
 	Reuse bool
 	// Out receives progress.
 	Out io.Writer
 	// Timeout bounds each wait.
 	Timeout time.Duration
+}
+
+// Runners of cdplane's pods on the simulated nodes.
+const (
+	RunnerAuto      = "auto"
+	RunnerProcess   = "process"
+	RunnerInProcess = "in-process"
+)
+
+// InProcessAbove is the size above which RunnerAuto runs pods in-process: a plugin and a
+// daemon process per node cost about 100 MiB, so a few hundred nodes of processes do not fit
+// a laptop.
+const InProcessAbove = 72
+
+// inProcess resolves Runner.
+func (o *Options) inProcess() (bool, error) {
+	switch o.Runner {
+	case "", RunnerAuto:
+		return o.Nodes > InProcessAbove, nil
+	case RunnerProcess:
+		return false, nil
+	case RunnerInProcess:
+		return true, nil
+	default:
+		return false, fmt.Errorf("unknown runner %q: want %s, %s or %s", o.Runner, RunnerAuto, RunnerProcess, RunnerInProcess)
+	}
 }
 
 // DefaultStateDir is short on purpose: node directories hold Unix sockets, whose paths are
@@ -73,6 +104,10 @@ func (o *Options) progress(format string, args ...any) {
 // prerequisites and the planes; it returns with everything running.
 func Up(ctx context.Context, o Options) (_ *State, err error) {
 	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	inProcess, err := o.inProcess()
+	if err != nil {
 		return nil, err
 	}
 	if o.StateDir == "" {
@@ -109,7 +144,7 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 			return nil, err
 		}
 	}
-	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels}
+	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels, InProcess: inProcess}
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -194,7 +229,11 @@ func script(ctx context.Context, o *Options, path string) (string, error) {
 // startKubelet writes the node list and starts `cdplane sim kubelet` in the background, then
 // waits for every node to be Ready.
 func startKubelet(ctx context.Context, o *Options, st *State) error {
-	o.progress("Starting the simulated kubelet for %d nodes", len(st.Nodes))
+	how := "as processes"
+	if st.InProcess {
+		how = "in its process"
+	}
+	o.progress("Starting the simulated kubelet for %d nodes (cdplane's pods run %s)", len(st.Nodes), how)
 	p, err := cluster.StartDetached("sim-kubelet", filepath.Join(st.BinDir, "cdplane"),
 		filepath.Join(o.StateDir, "logs", "sim-kubelet.log"), "sim", "kubelet", "--state-dir", o.StateDir)
 	if err != nil {

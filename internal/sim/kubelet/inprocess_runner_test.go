@@ -1,0 +1,135 @@
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// syncBuffer is a log written by an instance's goroutine and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestInProcessRunner: programs are picked by command[0]'s base name and get the command's
+// arguments, the container's environment and its log; SIGTERM cancels, Kill reports 137, a
+// panic is exit code 2 with the stack in the log, an error is 1; other commands go to Fallback.
+func TestInProcessRunner(t *testing.T) {
+	started := make(chan struct{}, 8)
+	r := &InProcessRunner{
+		Programs: map[string]Program{
+			"tool": func(ctx context.Context, args []string, env func(string) (string, bool), out io.Writer) error {
+				greeting, _ := env("GREETING")
+				fmt.Fprintln(out, greeting, strings.Join(args, " "))
+				switch {
+				case len(args) > 0 && args[0] == "wait":
+					started <- struct{}{}
+					<-ctx.Done()
+					return nil
+				case len(args) > 0 && args[0] == "panic":
+					panic("boom")
+				case len(args) > 0 && args[0] == "fail":
+					return errors.New("refused")
+				}
+				return nil
+			},
+		},
+		Fallback: NoopRunner{},
+	}
+	run := func(args ...string) (Handle, *syncBuffer) {
+		t.Helper()
+		log := &syncBuffer{}
+		spec := &ContainerSpec{Image: "cdplane:v1", Command: []string{"/bin/tool"}, Args: args,
+			Env: []EnvVar{{Name: "GREETING", Value: "ignored"}, {Name: "GREETING", Value: "hi"}}, Log: log}
+		h, err := r.Start(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h, log
+	}
+
+	h, log := run("a", "b")
+	if code := waitDone(t, h); code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+	if got := log.String(); got != "hi a b\n" {
+		t.Errorf("log %q, want %q (later env entry wins)", got, "hi a b\n")
+	}
+
+	h, _ = run("wait")
+	<-started
+	if err := h.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitDone(t, h); code != 0 {
+		t.Errorf("exit code after SIGTERM %d, want 0 (the program returned nil)", code)
+	}
+
+	h, _ = run("wait")
+	<-started
+	if err := h.Signal(syscall.SIGUSR1); err == nil {
+		t.Error("SIGUSR1 was accepted; an in-process container cannot take it")
+	}
+	if err := h.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitDone(t, h); code != 137 {
+		t.Errorf("exit code after Kill %d, want 137", code)
+	}
+
+	h, log = run("panic")
+	if code := waitDone(t, h); code != 2 {
+		t.Errorf("exit code after a panic %d, want 2", code)
+	}
+	if !strings.Contains(log.String(), "tool: panic: boom") || !strings.Contains(log.String(), "goroutine") {
+		t.Errorf("log of a panic lacks the message or the stack: %q", log.String())
+	}
+
+	h, log = run("fail")
+	if code := waitDone(t, h); code != 1 {
+		t.Errorf("exit code after an error %d, want 1", code)
+	}
+	if got := log.String(); !strings.HasSuffix(got, "tool: refused\n") {
+		t.Errorf("log %q does not end with the error", got)
+	}
+
+	spec := &ContainerSpec{Image: "cdplane:v1", Command: []string{"tool"}, Log: io.Discard}
+	res, err := r.Exec(context.Background(), spec, []string{"/bin/tool", "fail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 1 || !strings.Contains(string(res.Output), "tool: refused") {
+		t.Errorf("exec: exit code %d output %q, want 1 and the error", res.ExitCode, res.Output)
+	}
+
+	// A command without a program goes to Fallback: the no-op container records its args.
+	var noop syncBuffer
+	spec = &ContainerSpec{Image: "busybox", Command: []string{"sh"}, Args: []string{"-c", "true"}, Log: &noop,
+		Annotations: map[string]string{AnnotationExitCode: "0"}}
+	h, err = r.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, h)
+	if !strings.HasPrefix(noop.String(), "ARGS sh -c true\n") {
+		t.Errorf("fallback log %q, want the no-op record", noop.String())
+	}
+}

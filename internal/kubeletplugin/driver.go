@@ -129,6 +129,11 @@ type Driver struct {
 	label  nodeLabeler
 	helper *draplugin.Helper
 
+	// opMu serializes prepares and unprepares, except while a channel prepare waits for its
+	// daemon: the kubelet calls concurrently (the helper's serialization is off), so that the
+	// daemon claim a waiting channel prepare needs can be prepared meanwhile.
+	opMu sync.Mutex
+
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -227,6 +232,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 		draplugin.RegistrarDirectoryPath(opts.RegistrarDir),
 		draplugin.PluginDataDirectoryPath(opts.PluginDataDir),
 		draplugin.HealthService(false),
+		draplugin.Serialize(false),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)

@@ -19,7 +19,9 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1
 	out := make(map[types.UID]draplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
 		logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
+		d.opMu.Lock()
 		devices, err := d.prepareClaim(klog.NewContext(ctx, logger), claim, deadline)
+		d.opMu.Unlock()
 		if err != nil {
 			logger.Error(err, "Preparing claim failed", "permanent", IsPermanent(err))
 			out[claim.UID] = draplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}

@@ -22,7 +22,7 @@ func checkDomainNamespace(claimNS, claimName, cdNS, cdName string) error {
 // prepareChannel runs the channel steps in order: the claim's namespace must be its domain's
 // (else a permanent error); the node is labelled for the domain (refused when it serves
 // another); the node's daemon must be Ready, waited for on the watch cache until deadline
-// (else a retryable error); then the CDI spec injects the allocated channel (Single) or every
+// (else a retryable error; other prepares and unprepares run meanwhile); then the CDI spec injects the allocated channel (Single) or every
 // channel (All). A node without fabric gets no CDI device at all.
 func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, deadline time.Time) ([]PreparedDevice, string, error) {
 	logger := klog.FromContext(ctx)
@@ -40,9 +40,13 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceC
 	if err != nil {
 		return nil, "", err
 	}
+	// The wait releases opMu (held by the caller): the daemon's own claim is prepared meanwhile.
 	waitCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	if err := d.view.waitDaemonReady(waitCtx, plan.DomainID, cliqueID, d.opts.NodeName); err != nil {
+	d.opMu.Unlock()
+	err = d.view.waitDaemonReady(waitCtx, plan.DomainID, cliqueID, d.opts.NodeName)
+	d.opMu.Lock()
+	if err != nil {
 		return nil, "", err
 	}
 	if cliqueID == "" {

@@ -17,7 +17,9 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []draplugin
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
 		logger := klog.FromContext(ctx).WithValues("claim", c.NamespacedName, "claimUID", c.UID)
+		d.opMu.Lock()
 		err := d.unprepareClaim(klog.NewContext(ctx, logger), c.UID)
+		d.opMu.Unlock()
 		if err != nil {
 			logger.Error(err, "Unpreparing claim failed")
 			err = fmt.Errorf("claim %s: %w", c.NamespacedName, err)

@@ -76,6 +76,55 @@ stopped one is removed first.`,
 	}
 	down.Flags().StringVar(&downDir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
 
+	var jobDir string
+	var jo sim.JobOptions
+	job := &cobra.Command{
+		Use:   "job",
+		Short: "Run a ComputeDomain job across the sim's nodes and report time to Ready and peak memory",
+		Long: `Creates a ComputeDomain with numNodes --nodes and an Indexed Job of --nodes pods (one per
+node, each claiming the domain's channel, as in the README sample) on the running sim, waits with
+progress for the domain to be Ready and every pod Running, prints both times and the peak
+resident memory (VmHWM) of every process of the sim, then deletes the job unless --keep.
+This is the scale smoke: cdplane sim up --nodes 1152 && cdplane sim job.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := sim.Load(jobDir)
+			if err != nil {
+				return err
+			}
+			if st == nil {
+				return fmt.Errorf("no simulated cluster in %s: start one with cdplane sim up", jobDir)
+			}
+			out := cmd.OutOrStdout()
+			jo.Out = out
+			res, err := sim.RunJob(cmd.Context(), st, jo)
+			if err != nil {
+				return err
+			}
+			runner := "processes"
+			if st.InProcess {
+				runner = "in-process"
+			}
+			fmt.Fprintf(out, "\nA %d-node ComputeDomain job on a %d-node sim (%d channels per node, pods %s):\n", res.Nodes, len(st.Nodes), st.NumChannels, runner)
+			fmt.Fprintf(out, "  domain Ready after      %s\n  every pod Running after %s\n", res.Ready.Round(100*time.Millisecond), res.Running.Round(100*time.Millisecond))
+			mem, err := sim.PeakMemory(st)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "\nPeak resident memory (VmHWM) of the sim's processes:\n  %-26s %6s %12s %12s\n", "PROCESS", "COUNT", "MAX", "SUM")
+			for _, m := range mem {
+				fmt.Fprintf(out, "  %-26s %6d %9.0f MiB %9.0f MiB\n", m.Name, m.Count, float64(m.MaxPeak)/(1<<20), float64(m.SumPeak)/(1<<20))
+			}
+			return nil
+		},
+	}
+	job.Flags().IntVar(&jo.Nodes, "nodes", 0, "Nodes the job spans, one pod each (default: every node of the sim's first plane)")
+	job.Flags().StringVar(&jo.Name, "name", "", `Name of the ComputeDomain and the Job (default "job-<nodes>")`)
+	job.Flags().StringVar(&jo.Namespace, "namespace", "", `Their namespace (default: "<plane>-workloads", or "default" on the legacy plane)`)
+	job.Flags().BoolVar(&jo.Keep, "keep", false, "Leave the job and the domain in place")
+	job.Flags().DurationVar(&jo.Timeout, "timeout", 30*time.Minute, "How long to wait")
+	job.Flags().StringVar(&jobDir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
+
 	var kubeletDir string
 	kubeletCmd := &cobra.Command{
 		Use:    "kubelet",
@@ -88,6 +137,6 @@ stopped one is removed first.`,
 		},
 	}
 	kubeletCmd.Flags().StringVar(&kubeletDir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
-	cmd.AddCommand(up, down, kubeletCmd)
+	cmd.AddCommand(up, down, job, kubeletCmd)
 	return cmd
 }

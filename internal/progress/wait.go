@@ -8,15 +8,19 @@ import (
 	"time"
 )
 
+// How often a status is printed: a changed one at most every changedEvery (a count climbing to
+// thousands would otherwise print a line per poll), an unchanged one every unchangedEvery.
+var changedEvery, unchangedEvery = 2 * time.Second, 10 * time.Second
+
 // Wait polls cond every poll until it reports done, printing "Waiting for <what>" first, then
-// cond's status when it changes and at least every 10 seconds, then how long it took. It fails
+// cond's status when it changes (at most every 2s) and at least every 10s, then how long it took. It fails
 // after timeout with the last status, or with cond's error.
 func Wait(ctx context.Context, out io.Writer, timeout, poll time.Duration, what string, cond func(context.Context) (done bool, status string, err error)) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	fmt.Fprintf(out, "Waiting for %s\n", what)
-	last, lastAt := "", time.Time{}
+	last, printed, printedAt := "", "", time.Time{}
 	for {
 		done, status, err := cond(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -26,9 +30,13 @@ func Wait(ctx context.Context, out io.Writer, timeout, poll time.Duration, what 
 			fmt.Fprintf(out, "  done after %s\n", time.Since(start).Round(time.Second))
 			return nil
 		}
-		if status != "" && (status != last || time.Since(lastAt) >= 10*time.Second) {
-			fmt.Fprintf(out, "  %s (%s)\n", status, time.Since(start).Round(time.Second))
-			last, lastAt = status, time.Now()
+		if status != "" {
+			last = status
+			since := time.Since(printedAt)
+			if (status != printed && since >= changedEvery) || since >= unchangedEvery {
+				fmt.Fprintf(out, "  %s (%s)\n", status, time.Since(start).Round(time.Second))
+				printed, printedAt = status, time.Now()
+			}
 		}
 		select {
 		case <-ctx.Done():

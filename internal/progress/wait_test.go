@@ -9,6 +9,8 @@ import (
 )
 
 func TestWait(t *testing.T) {
+	defer func(c time.Duration) { changedEvery = c }(changedEvery)
+	changedEvery = 0
 	var out strings.Builder
 	n := 0
 	err := Wait(context.Background(), &out, time.Minute, time.Millisecond, "three polls", func(context.Context) (bool, string, error) {
@@ -37,5 +39,19 @@ func TestWait(t *testing.T) {
 	})
 	if !errors.Is(err, boom) {
 		t.Errorf("a failing condition: %v, want it wrapped", err)
+	}
+
+	// Changes faster than changedEvery are not all printed; the first is.
+	changedEvery = time.Hour
+	out.Reset()
+	n = 0
+	if err := Wait(context.Background(), &out, time.Minute, time.Millisecond, "fast", func(context.Context) (bool, string, error) {
+		n++
+		return n == 3, "poll " + string(rune('0'+n)), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "  poll 1 (") || strings.Contains(out.String(), "poll 2") {
+		t.Errorf("throttled output: want poll 1 and not poll 2:\n%s", out.String())
 	}
 }

@@ -139,7 +139,10 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		"--authentication-kubeconfig="+cp.Kubeconfig, "--authorization-kubeconfig="+cp.Kubeconfig,
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(kcmPort), "--leader-elect=false",
 		"--controllers=*", "--service-account-private-key-file="+p.path("sa.key"), "--root-ca-file="+p.path("ca.crt"),
-		"--use-service-account-credentials=false")
+		"--use-service-account-credentials=false",
+		// The default 20 requests/s makes untainting thousands of new nodes, and creating a
+		// DaemonSet's pod on each, take minutes.
+		"--kube-api-qps=200", "--kube-api-burst=400")
 	if err != nil {
 		return nil, err
 	}

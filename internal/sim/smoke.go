@@ -1,0 +1,291 @@
+package sim
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/progress"
+	"cdplane/internal/sim/cluster"
+)
+
+// JobOptions configure RunJob.
+type JobOptions struct {
+	// Nodes is how many nodes the job spans (one pod per node); 0 means every node of the
+	// plane (the sim's first plane, or the legacy plane).
+	Nodes int
+	// Name of the ComputeDomain and the Job; Namespace theirs (default: the plane's workload
+	// namespace, or "default").
+	Name, Namespace string
+	// Keep leaves the job and the domain in place.
+	Keep    bool
+	Timeout time.Duration
+	Out     io.Writer
+}
+
+// JobResult is what RunJob measured.
+type JobResult struct {
+	Nodes int
+	// Ready is the time from the apply until the domain's status was Ready; Running until
+	// every pod of the job was Running.
+	Ready, Running time.Duration
+}
+
+// RunJob runs a ComputeDomain job spanning o.Nodes nodes on the sim, the way a user does: a
+// ComputeDomain with numNodes, and an Indexed Job, one pod per node, each claiming the
+// domain's channel. It waits for the domain to be Ready and every pod Running, with progress,
+// then deletes both unless Keep.
+func RunJob(ctx context.Context, st *State, o JobOptions) (*JobResult, error) {
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Minute
+	}
+	planeID := ""
+	if len(st.Planes) > 0 {
+		planeID = st.Planes[0]
+	}
+	eligible := 0
+	for _, n := range st.Nodes {
+		if n.Plane == planeID {
+			eligible++
+		}
+	}
+	if o.Nodes == 0 {
+		o.Nodes = eligible
+	}
+	if o.Nodes < 1 || o.Nodes > eligible {
+		return nil, fmt.Errorf("a job of %d nodes does not fit: the plane has %d nodes", o.Nodes, eligible)
+	}
+	if o.Name == "" {
+		o.Name = fmt.Sprintf("job-%d", o.Nodes)
+	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
+		if planeID != "" {
+			o.Namespace = planeID + "-workloads"
+		}
+	}
+	c, err := st.client()
+	if err != nil {
+		return nil, err
+	}
+	cd, job := jobObjects(o)
+	start := time.Now()
+	fmt.Fprintf(o.Out, "Creating ComputeDomain %s/%s (numNodes %d) and Job %s of %d pods\n", o.Namespace, o.Name, o.Nodes, o.Name, o.Nodes)
+	if err := c.Create(ctx, cd); err != nil {
+		return nil, err
+	}
+	if err := c.Create(ctx, job); err != nil {
+		return nil, err
+	}
+	res := &JobResult{Nodes: o.Nodes}
+	err = progress.Wait(ctx, o.Out, o.Timeout, 2*time.Second, "the ComputeDomain to be Ready and every pod Running", func(ctx context.Context) (bool, string, error) {
+		cur := &cdv1beta1.ComputeDomain{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cd), cur); err != nil {
+			return false, "", err
+		}
+		if res.Ready == 0 && cur.Status.Status == "Ready" {
+			res.Ready = time.Since(start)
+		}
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(o.Namespace), client.MatchingLabels{"job-name": o.Name}); err != nil {
+			return false, "", err
+		}
+		phases := map[corev1.PodPhase]int{}
+		for _, p := range pods.Items {
+			phases[p.Status.Phase]++
+		}
+		if res.Running == 0 && phases[corev1.PodRunning] == o.Nodes {
+			res.Running = time.Since(start)
+		}
+		status := fmt.Sprintf("domain %s, %d of %d daemons Ready; pods: %d Running, %d Pending", orNotReady(cur.Status.Status),
+			cur.Status.ReadyNodes, o.Nodes, phases[corev1.PodRunning], phases[corev1.PodPending])
+		return res.Ready > 0 && res.Running > 0, status, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !o.Keep {
+		fmt.Fprintf(o.Out, "Deleting the Job and the ComputeDomain\n")
+		if err := c.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+			return res, err
+		}
+		if err := c.Delete(ctx, cd); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func orNotReady(s string) string {
+	if s == "" {
+		return "NotReady"
+	}
+	return s
+}
+
+// jobObjects are the README sample's objects, sized.
+func jobObjects(o JobOptions) (*cdv1beta1.ComputeDomain, *batchv1.Job) {
+	cd := &cdv1beta1.ComputeDomain{
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+		Spec: cdv1beta1.ComputeDomainSpec{
+			NumNodes: o.Nodes,
+			Channel:  &cdv1beta1.ComputeDomainChannelSpec{ResourceClaimTemplate: cdv1beta1.ComputeDomainResourceClaimTemplate{Name: o.Name}},
+		},
+	}
+	labels := map[string]string{"app": o.Name}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+		Spec: batchv1.JobSpec{
+			Completions:    ptr.To(int32(o.Nodes)),
+			Parallelism:    ptr.To(int32(o.Nodes)),
+			CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+							LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+							TopologyKey:   corev1.LabelHostname,
+						}},
+					}},
+					Containers: []corev1.Container{{
+						Name: "ctr", Image: "ubuntu:24.04",
+						Command:   []string{"bash", "-c"},
+						Args:      []string{"ls -la /dev/nvidia-caps-imex-channels; trap 'exit 0' TERM; sleep 9999 & wait"},
+						Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "imex-channel"}}},
+					}},
+					ResourceClaims: []corev1.PodResourceClaim{{Name: "imex-channel", ResourceClaimTemplateName: ptr.To(o.Name)}},
+				},
+			},
+		},
+	}
+	return cd, job
+}
+
+// ProcessMemory is the peak resident memory of the sim's processes of one name.
+type ProcessMemory struct {
+	Name  string
+	Count int
+	// MaxPeak is the largest peak (VmHWM) of one process; SumPeak the sum over the processes.
+	MaxPeak, SumPeak uint64
+}
+
+// PeakMemory reads the peak resident memory (VmHWM) of every process of the sim: the control
+// plane's and the simulated kubelet's from the state, and the kubelet's children (the pods'
+// processes), grouped by executable name.
+func PeakMemory(st *State) ([]ProcessMemory, error) {
+	groups := map[string]*ProcessMemory{}
+	add := func(name string, pid int) {
+		hwm, err := vmHWM(pid)
+		if err != nil {
+			return
+		}
+		g := groups[name]
+		if g == nil {
+			g = &ProcessMemory{Name: name}
+			groups[name] = g
+		}
+		g.Count++
+		g.SumPeak += hwm
+		g.MaxPeak = max(g.MaxPeak, hwm)
+	}
+	var kubeletPID int
+	for _, p := range st.Processes {
+		if !cluster.Alive(p) {
+			continue
+		}
+		add(p.Name, p.PID)
+		if p.Name == "sim-kubelet" {
+			kubeletPID = p.PID
+		}
+	}
+	if kubeletPID != 0 {
+		children, err := childrenOf(kubeletPID)
+		if err != nil {
+			return nil, err
+		}
+		for _, pid := range children {
+			exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+			if err != nil {
+				continue
+			}
+			add(filepath.Base(exe), pid)
+		}
+	}
+	out := make([]ProcessMemory, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, *g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SumPeak > out[j].SumPeak })
+	return out, nil
+}
+
+// vmHWM is a process's peak resident set in bytes.
+func vmHWM(pid int) (uint64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, fmt.Errorf("pid %d: unexpected VmHWM %q", pid, rest)
+			}
+			kb, err := strconv.ParseUint(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("pid %d: no VmHWM", pid)
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) ([]int, error) {
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold spaces, so parse after the last ')'.
+		s := string(data)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil && ppid == pid {
+			if child, err := strconv.Atoi(filepath.Base(filepath.Dir(path))); err == nil {
+				out = append(out, child)
+			}
+		}
+	}
+	return out, nil
+}

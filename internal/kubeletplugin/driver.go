@@ -250,8 +250,8 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	return d, nil
 }
 
-// startCache starts the watch cache the readiness check reads: every ComputeDomain (indexed by
-// UID) and the cliques of the driver namespace.
+// startCache starts the watch cache the readiness check reads: every ComputeDomain's metadata
+// (indexed by UID) and the cliques of the driver namespace.
 func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 	// Scoped at the cache to this plane: its domains (by the plane label; the legacy plane's
 	// carry none) and cliques in its own driver namespace. A claim for another plane's domain
@@ -261,13 +261,13 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&cdv1beta1.ComputeDomainClique{}: {Namespaces: map[string]cache.Config{d.opts.DriverNamespace: {}}},
-			&cdv1beta1.ComputeDomain{}:       {Label: plane.Selector(d.opts.ControlPlaneID)},
+			domainMeta():                     {Label: plane.Selector(d.opts.ControlPlaneID)},
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the watch cache: %w", err)
 	}
-	d.view = &domainView{cache: c, driverNS: d.opts.DriverNamespace, recheck: 5 * time.Second}
+	d.view = &domainView{cache: c, api: d.api, driverNS: d.opts.DriverNamespace, recheck: 5 * time.Second}
 	if err := d.view.setup(ctx); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -96,24 +97,43 @@ func (n *notifier) handler() toolscache.ResourceEventHandler {
 	}
 }
 
-// domainView reads ComputeDomains (cluster-wide, by UID) and the driver namespace's cliques
-// from a watch cache, and wakes readiness waiters on every change.
+// domainView reads ComputeDomains (cluster-wide, by UID; metadata only) and the driver
+// namespace's cliques from a watch cache, and wakes readiness waiters on every change.
+//
+// Only the domains' metadata is watched: a domain's status lists every node (230 KB at 1,152
+// nodes) and changes as each of them joins, and every plugin of the cluster watching it whole
+// would receive all of it on every change. status.nodes is read from the API instead, by a
+// waiter only, when the clique object does not answer (see waitDaemonReady).
 type domainView struct {
 	cache    cache.Cache
+	api      client.Reader
 	driverNS string
 	changes  notifier
 	// recheck bounds how long a waiter sleeps without a change notification.
 	recheck time.Duration
 }
 
+// domainMeta is the cached form of a ComputeDomain.
+func domainMeta() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
+	return m
+}
+
+func domainMetaList() *metav1.PartialObjectMetadataList {
+	l := &metav1.PartialObjectMetadataList{}
+	l.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomainList"))
+	return l
+}
+
 // setup registers the UID index and the change handlers; call before the cache starts.
 func (v *domainView) setup(ctx context.Context) error {
-	if err := v.cache.IndexField(ctx, &cdv1beta1.ComputeDomain{}, uidIndex, func(o client.Object) []string {
+	if err := v.cache.IndexField(ctx, domainMeta(), uidIndex, func(o client.Object) []string {
 		return []string{string(o.GetUID())}
 	}); err != nil {
 		return fmt.Errorf("indexing ComputeDomains by UID: %w", err)
 	}
-	for _, obj := range []client.Object{&cdv1beta1.ComputeDomain{}, &cdv1beta1.ComputeDomainClique{}} {
+	for _, obj := range []client.Object{domainMeta(), &cdv1beta1.ComputeDomainClique{}} {
 		inf, err := v.cache.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("informer for %T: %w", obj, err)
@@ -125,10 +145,11 @@ func (v *domainView) setup(ctx context.Context) error {
 	return nil
 }
 
-// domain returns the ComputeDomain with the given UID; not in the cache is a retryable error.
-func (v *domainView) domain(ctx context.Context, uid string) (*cdv1beta1.ComputeDomain, error) {
-	var list cdv1beta1.ComputeDomainList
-	if err := v.cache.List(ctx, &list, client.MatchingFields{uidIndex: uid}); err != nil {
+// domain returns the metadata of the ComputeDomain with the given UID; not in the cache is a
+// retryable error.
+func (v *domainView) domain(ctx context.Context, uid string) (*metav1.PartialObjectMetadata, error) {
+	list := domainMetaList()
+	if err := v.cache.List(ctx, list, client.MatchingFields{uidIndex: uid}); err != nil {
 		return nil, retryablef("looking up ComputeDomain %s: %w", uid, err)
 	}
 	if len(list.Items) == 0 {
@@ -153,13 +174,22 @@ func (v *domainView) clique(ctx context.Context, cdUID, cliqueID string) (*cdv1b
 	return c, nil
 }
 
-// waitDaemonReady waits until DaemonReady holds for the node, reading only the cache and
-// waking on its changes, until ctx ends; then it returns a *RetryableError with the last reason.
+// How often a waiter reads the domain's status from the API: without a clique object (the
+// domain keeps none, or the node has no fabric) status.nodes is the answer, read at most every
+// statusReadEvery; with one that does not list the node yet (a gate flip, a node joining), at
+// most every recheck.
+const statusReadEvery = time.Second
+
+// waitDaemonReady waits until DaemonReady holds for the node, waking on the cache's changes
+// (and every recheck), until ctx ends; then it returns a *RetryableError with the last reason.
+// The clique comes from the cache; the domain's status.nodes from the API, when needed (see
+// domainView).
 func (v *domainView) waitDaemonReady(ctx context.Context, cdUID, cliqueID, node string) error {
 	start := time.Now()
+	var statusReadAt time.Time
 	for {
 		changed := v.changes.changed()
-		cd, err := v.domain(ctx, cdUID)
+		meta, err := v.domain(ctx, cdUID)
 		if err != nil && ctx.Err() != nil {
 			return err
 		}
@@ -170,8 +200,23 @@ func (v *domainView) waitDaemonReady(ctx context.Context, cdUID, cliqueID, node 
 				return retryablef("reading clique of ComputeDomain %s: %w", cdUID, err)
 			}
 			var ready bool
-			if ready, reason = DaemonReady(node, clique, cd); ready {
+			if ready, reason = DaemonReady(node, clique, nil); ready {
 				return nil
+			}
+			every := statusReadEvery
+			if clique != nil {
+				every = v.recheck
+			}
+			if (clique == nil || !listsNode(clique, node)) && time.Since(statusReadAt) >= every {
+				statusReadAt = time.Now()
+				cd := &cdv1beta1.ComputeDomain{}
+				if err := v.api.Get(ctx, client.ObjectKeyFromObject(meta), cd); err != nil {
+					if ctx.Err() == nil {
+						reason = fmt.Sprintf("reading ComputeDomain %s/%s: %v", meta.Namespace, meta.Name, err)
+					}
+				} else if ready, reason = DaemonReady(node, clique, cd); ready {
+					return nil
+				}
 			}
 		} else {
 			reason = innerMessage(err)
@@ -184,6 +229,15 @@ func (v *domainView) waitDaemonReady(ctx context.Context, cdUID, cliqueID, node 
 				node, time.Since(start).Round(time.Millisecond), reason)
 		}
 	}
+}
+
+func listsNode(clique *cdv1beta1.ComputeDomainClique, node string) bool {
+	for _, d := range clique.Daemons {
+		if d.NodeName == node {
+			return true
+		}
+	}
+	return false
 }
 
 // innerMessage is an error's message without the retryable prefix, for nesting in another.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -251,23 +252,28 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 }
 
 // startCache starts the watch cache the readiness check reads: every ComputeDomain's metadata
-// (indexed by UID) and the cliques of the driver namespace.
+// (indexed by UID) and the driver namespace's cliques of this node's clique.
 func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 	// Scoped at the cache to this plane: its domains (by the plane label; the legacy plane's
 	// carry none) and cliques in its own driver namespace. A claim for another plane's domain
 	// finds no domain here and fails.
+	// Cliques: only those of this node's clique (label), so that a clique's change reaches
+	// the plugins of its own rack, not every plugin of the cluster. A node whose clique is not
+	// known yet, or changes later, reads its clique from the API (domainView.clique).
+	cliqueID, _ := d.clique.current()
+	cliqueSel := labels.SelectorFromSet(labels.Set{cdv1beta1.CliqueIDLabel: cliqueID})
 	c, err := cache.New(d.opts.Config, cache.Options{
 		Scheme:           scheme,
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&cdv1beta1.ComputeDomainClique{}: {Namespaces: map[string]cache.Config{d.opts.DriverNamespace: {}}},
+			&cdv1beta1.ComputeDomainClique{}: {Namespaces: map[string]cache.Config{d.opts.DriverNamespace: {}}, Label: cliqueSel},
 			domainMeta():                     {Label: plane.Selector(d.opts.ControlPlaneID)},
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the watch cache: %w", err)
 	}
-	d.view = &domainView{cache: c, api: d.api, driverNS: d.opts.DriverNamespace, recheck: 5 * time.Second}
+	d.view = &domainView{cache: c, api: d.api, driverNS: d.opts.DriverNamespace, cachedClique: cliqueID, recheck: 5 * time.Second}
 	if err := d.view.setup(ctx); err != nil {
 		return err
 	}

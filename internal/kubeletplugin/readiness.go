@@ -108,7 +108,10 @@ type domainView struct {
 	cache    cache.Cache
 	api      client.Reader
 	driverNS string
-	changes  notifier
+	// cachedClique is the clique id whose clique objects the cache holds: the node's clique when
+	// the plugin started.
+	cachedClique string
+	changes      notifier
 	// recheck bounds how long a waiter sleeps without a change notification.
 	recheck time.Duration
 }
@@ -158,13 +161,19 @@ func (v *domainView) domain(ctx context.Context, uid string) (*metav1.PartialObj
 	return &list.Items[0], nil
 }
 
-// clique returns the domain's clique object, nil when there is none.
+// clique returns the domain's clique object, nil when there is none: from the cache for the
+// clique the cache holds, from the API for another (the node's clique was not known when the
+// plugin started, or changed since).
 func (v *domainView) clique(ctx context.Context, cdUID, cliqueID string) (*cdv1beta1.ComputeDomainClique, error) {
 	if cliqueID == "" {
 		return nil, nil
 	}
+	var r client.Reader = v.cache
+	if cliqueID != v.cachedClique {
+		r = v.api
+	}
 	c := &cdv1beta1.ComputeDomainClique{}
-	err := v.cache.Get(ctx, types.NamespacedName{Namespace: v.driverNS, Name: cdUID + "." + cliqueID}, c)
+	err := r.Get(ctx, types.NamespacedName{Namespace: v.driverNS, Name: cdUID + "." + cliqueID}, c)
 	if client.IgnoreNotFound(err) != nil {
 		return nil, err
 	}

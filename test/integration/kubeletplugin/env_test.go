@@ -387,6 +387,8 @@ func (e *env) setClique(cd *cdv1beta1.ComputeDomain, n *node, status string) {
 	e.t.Helper()
 	name := string(cd.UID) + "." + n.clique
 	want := testutil.MakeClique(name, e.driverNS).Daemon(n.name, "127.0.0.1", n.clique, 0, status).Obj()
+	// Labelled as the controller labels it: the plugin watches the cliques of its own clique id.
+	want.Labels = map[string]string{cdv1beta1.ComputeDomainLabel: string(cd.UID), cdv1beta1.CliqueIDLabel: n.clique}
 	got := &cdv1beta1.ComputeDomainClique{}
 	err := e.c.Get(e.ctx(), client.ObjectKey{Namespace: e.driverNS, Name: name}, got)
 	if err != nil {

@@ -126,6 +126,7 @@ This is the scale smoke: cdplane sim up --nodes 1152 && cdplane sim job.`,
 	job.Flags().StringVar(&jobDir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
 
 	var kubeletDir string
+	var shard, shards int
 	kubeletCmd := &cobra.Command{
 		Use:    "kubelet",
 		Short:  "The simulated kubelet of a sim (started by sim up)",
@@ -133,10 +134,12 @@ This is the scale smoke: cdplane sim up --nodes 1152 && cdplane sim job.`,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := klog.NewContext(cmd.Context(), klog.Background())
-			return sim.RunKubelet(ctx, kubeletDir)
+			return sim.RunKubelet(ctx, kubeletDir, shard, shards)
 		},
 	}
 	kubeletCmd.Flags().StringVar(&kubeletDir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
+	kubeletCmd.Flags().IntVar(&shard, "shard", 0, "Which share of the nodes this process serves")
+	kubeletCmd.Flags().IntVar(&shards, "shards", 1, "How many processes share the nodes")
 	cmd.AddCommand(up, down, job, kubeletCmd)
 	return cmd
 }

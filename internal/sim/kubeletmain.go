@@ -22,7 +22,10 @@ import (
 // processes, or, in a sim started in-process, the kubelet plugin and the daemon run as
 // instances in this process (the controller stays a process); every other image runs the
 // no-op container. It returns when ctx ends.
-func RunKubelet(ctx context.Context, stateDir string) error {
+//
+// shard and shards split the nodes among several such processes (shards contiguous ranges of
+// the node list); each takes its own share of the pod address range.
+func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 	st, err := Load(stateDir)
 	if err != nil {
 		return err
@@ -30,12 +33,16 @@ func RunKubelet(ctx context.Context, stateDir string) error {
 	if st == nil {
 		return fmt.Errorf("no simulated cluster in %s", stateDir)
 	}
+	if shards < 1 || shards > maxShards || shard < 0 || shard >= shards {
+		return fmt.Errorf("shard %d of %d: want 0 <= shard < shards <= %d", shard, shards, maxShards)
+	}
+	nodes := st.Nodes[shard*len(st.Nodes)/shards : (shard+1)*len(st.Nodes)/shards]
 	cfg, err := clientcmd.BuildConfigFromFlags("", st.ControlPlane.Kubeconfig)
 	if err != nil {
 		return err
 	}
-	specs := make([]kubelet.NodeSpec, 0, len(st.Nodes))
-	for _, n := range st.Nodes {
+	specs := make([]kubelet.NodeSpec, 0, len(nodes))
+	for _, n := range nodes {
 		specs = append(specs, kubelet.NodeSpec{Name: n.Name, Labels: n.Labels, Capacity: capacity(), InternalIP: n.InternalIP})
 	}
 	k, err := kubelet.New(kubelet.Config{
@@ -43,11 +50,12 @@ func RunKubelet(ctx context.Context, stateDir string) error {
 		StateDir:   stateDir,
 		Nodes:      specs,
 		Runner:     router(st),
+		PodCIDR:    podCIDR(shard),
 	})
 	if err != nil {
 		return err
 	}
-	for _, n := range st.Nodes {
+	for _, n := range nodes {
 		path := filepath.Join(k.NodeDir(n.Name), NVMLSpecPath)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
@@ -61,6 +69,15 @@ func RunKubelet(ctx context.Context, stateDir string) error {
 		}
 	}
 	return k.Run(ctx)
+}
+
+// maxShards is how many simulated-kubelet processes may split the nodes: each takes a /12 of
+// the pod range 127.128.0.0/9.
+const maxShards = 8
+
+// podCIDR is shard's share of kubelet.DefaultPodCIDR.
+func podCIDR(shard int) string {
+	return fmt.Sprintf("127.%d.0.0/12", 128+16*shard)
 }
 
 // router routes image "cdplane" to the sim's binaries, or to in-process instances of the plugin

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -226,30 +227,55 @@ func script(ctx context.Context, o *Options, path string) (string, error) {
 	return lines[len(lines)-1], nil
 }
 
-// startKubelet writes the node list and starts `cdplane sim kubelet` in the background, then
-// waits for every node to be Ready.
+// NodesPerKubelet is how many nodes one simulated-kubelet process serves when pods run
+// in-process: a node's plugin, daemon and simulated IMEX links hold about 50 descriptors, and a
+// process may not raise its open-file limit beyond the hard limit (20,000 here).
+const NodesPerKubelet = 288
+
+// kubeletShards is how many simulated-kubelet processes serve the sim's nodes.
+func (st *State) kubeletShards() int {
+	if !st.InProcess {
+		return 1
+	}
+	return (len(st.Nodes) + NodesPerKubelet - 1) / NodesPerKubelet
+}
+
+// startKubelet starts `cdplane sim kubelet` in the background — one process, or with pods
+// in-process one per NodesPerKubelet nodes — then waits for every node to be Ready.
 func startKubelet(ctx context.Context, o *Options, st *State) error {
 	how := "as processes"
 	if st.InProcess {
-		how = "in its process"
+		how = "in the kubelet's process"
 	}
-	o.progress("Starting the simulated kubelet for %d nodes (cdplane's pods run %s)", len(st.Nodes), how)
-	p, err := cluster.StartDetached("sim-kubelet", filepath.Join(st.BinDir, "cdplane"),
-		filepath.Join(o.StateDir, "logs", "sim-kubelet.log"), "sim", "kubelet", "--state-dir", o.StateDir)
-	if err != nil {
-		return err
-	}
-	st.Processes = append(st.Processes, p)
-	if err := st.save(o.StateDir); err != nil {
-		return err
+	shards := st.kubeletShards()
+	o.progress("Starting the simulated kubelet for %d nodes in %d process(es) (cdplane's pods run %s)", len(st.Nodes), shards, how)
+	var started []cluster.Process
+	for i := range shards {
+		name := "sim-kubelet"
+		if shards > 1 {
+			name = fmt.Sprintf("sim-kubelet-%d", i)
+		}
+		p, err := cluster.StartDetached(name, filepath.Join(st.BinDir, "cdplane"),
+			filepath.Join(o.StateDir, "logs", name+".log"), "sim", "kubelet", "--state-dir", o.StateDir,
+			"--shard", strconv.Itoa(i), "--shards", strconv.Itoa(shards))
+		if err != nil {
+			return err
+		}
+		started = append(started, p)
+		st.Processes = append(st.Processes, p)
+		if err := st.save(o.StateDir); err != nil {
+			return err
+		}
 	}
 	c, err := st.client()
 	if err != nil {
 		return err
 	}
 	return waitFor(ctx, o, "nodes to be Ready", func(ctx context.Context) (bool, string, error) {
-		if !cluster.Alive(p) {
-			return false, "", fmt.Errorf("the simulated kubelet exited; see %s", p.Log)
+		for _, p := range started {
+			if !cluster.Alive(p) {
+				return false, "", fmt.Errorf("the simulated kubelet %s exited; see %s", p.Name, p.Log)
+			}
 		}
 		nodes := &corev1.NodeList{}
 		if err := c.List(ctx, nodes, client.HasLabels{NodeSpecLabel}); err != nil {

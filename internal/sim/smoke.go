@@ -207,17 +207,19 @@ func PeakMemory(st *State) ([]ProcessMemory, error) {
 		g.SumPeak += hwm
 		g.MaxPeak = max(g.MaxPeak, hwm)
 	}
-	var kubeletPID int
+	var kubeletPIDs []int
 	for _, p := range st.Processes {
 		if !cluster.Alive(p) {
 			continue
 		}
-		add(p.Name, p.PID)
-		if p.Name == "sim-kubelet" {
-			kubeletPID = p.PID
+		name := p.Name
+		if strings.HasPrefix(name, "sim-kubelet") {
+			name = "sim-kubelet"
+			kubeletPIDs = append(kubeletPIDs, p.PID)
 		}
+		add(name, p.PID)
 	}
-	if kubeletPID != 0 {
+	for _, kubeletPID := range kubeletPIDs {
 		children, err := childrenOf(kubeletPID)
 		if err != nil {
 			return nil, err

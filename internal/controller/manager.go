@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -138,6 +139,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.DriverNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaderElectionConfig:          ownConnection(cfg),
 		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
@@ -169,4 +171,15 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// ownConnection is cfg with a connection of its own: client-go shares one HTTP/2 connection
+// among the clients of equal configurations, and a watch stream the process is slow to read
+// (thousands of daemon pods changing) holds up every other stream on it by flow control. At
+// 1,152 nodes that stalled the lease renewals past their deadline and cost the leadership.
+func ownConnection(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	c.Dial = dialer.DialContext // a config with its own Dial gets a transport of its own
+	return c
 }

@@ -96,16 +96,17 @@ func RunJob(ctx context.Context, st *State, o JobOptions) (*JobResult, error) {
 	}
 	res := &JobResult{Nodes: o.Nodes}
 	err = progress.Wait(ctx, o.Out, o.Timeout, 2*time.Second, "the ComputeDomain to be Ready and every pod Running", func(ctx context.Context) (bool, string, error) {
+		// An overloaded apiserver times requests out: that is shown, not fatal.
 		cur := &cdv1beta1.ComputeDomain{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(cd), cur); err != nil {
-			return false, "", err
+			return false, "reading the domain: " + err.Error(), nil
 		}
 		if res.Ready == 0 && cur.Status.Status == "Ready" {
 			res.Ready = time.Since(start)
 		}
 		pods := &corev1.PodList{}
 		if err := c.List(ctx, pods, client.InNamespace(o.Namespace), client.MatchingLabels{"job-name": o.Name}); err != nil {
-			return false, "", err
+			return false, "listing the pods: " + err.Error(), nil
 		}
 		phases := map[corev1.PodPhase]int{}
 		for _, p := range pods.Items {

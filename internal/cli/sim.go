@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -97,25 +98,25 @@ This is the scale smoke: cdplane sim up --nodes 1152 && cdplane sim job.`,
 			}
 			out := cmd.OutOrStdout()
 			jo.Out = out
-			res, err := sim.RunJob(cmd.Context(), st, jo)
-			if err != nil {
-				return err
+			res, jobErr := sim.RunJob(cmd.Context(), st, jo)
+			if jobErr == nil {
+				runner := "processes"
+				if st.InProcess {
+					runner = "in-process"
+				}
+				fmt.Fprintf(out, "\nA %d-node ComputeDomain job on a %d-node sim (%d channels per node, pods %s):\n", res.Nodes, len(st.Nodes), st.NumChannels, runner)
+				fmt.Fprintf(out, "  domain Ready after      %s\n  every pod Running after %s\n", res.Ready.Round(100*time.Millisecond), res.Running.Round(100*time.Millisecond))
 			}
-			runner := "processes"
-			if st.InProcess {
-				runner = "in-process"
-			}
-			fmt.Fprintf(out, "\nA %d-node ComputeDomain job on a %d-node sim (%d channels per node, pods %s):\n", res.Nodes, len(st.Nodes), st.NumChannels, runner)
-			fmt.Fprintf(out, "  domain Ready after      %s\n  every pod Running after %s\n", res.Ready.Round(100*time.Millisecond), res.Running.Round(100*time.Millisecond))
+			// The memory table comes on failure too: it is what one looks at first.
 			mem, err := sim.PeakMemory(st)
 			if err != nil {
-				return err
+				return errors.Join(jobErr, err)
 			}
 			fmt.Fprintf(out, "\nPeak resident memory (VmHWM) of the sim's processes:\n  %-26s %6s %12s %12s\n", "PROCESS", "COUNT", "MAX", "SUM")
 			for _, m := range mem {
 				fmt.Fprintf(out, "  %-26s %6d %9.0f MiB %9.0f MiB\n", m.Name, m.Count, float64(m.MaxPeak)/(1<<20), float64(m.SumPeak)/(1<<20))
 			}
-			return nil
+			return jobErr
 		},
 	}
 	job.Flags().IntVar(&jo.Nodes, "nodes", 0, "Nodes the job spans, one pod each (default: every node of the sim's first plane)")

@@ -239,7 +239,8 @@ func daemonPods(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) []corev1.P
 }
 
 // checkIMEXPeers asserts that every Ready daemon's simulated IMEX has as peers exactly the
-// other daemons of its clique (their pod IPs), as the clique objects list them.
+// other daemons of its clique (their pod IPs), as the clique objects list them — or, for a
+// domain kept without cliques, as its status.nodes lists them, grouped by clique id.
 func checkIMEXPeers(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) {
 	t.Helper()
 	eventually(t, time.Minute, "simulated IMEX peers match clique membership", func() (bool, error) {
@@ -248,15 +249,37 @@ func checkIMEXPeers(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) {
 			client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}); err != nil {
 			return false, err
 		}
-		if len(cliques.Items) == 0 {
+		type member struct{ NodeName, IPAddress string }
+		var members [][]member
+		for _, cl := range cliques.Items {
+			var m []member
+			for _, d := range cl.Daemons {
+				m = append(m, member{d.NodeName, d.IPAddress})
+			}
+			members = append(members, m)
+		}
+		if len(members) == 0 {
+			cur := &cdv1beta1.ComputeDomain{}
+			if err := c.Get(ctx(), client.ObjectKeyFromObject(cd), cur); err != nil {
+				return false, err
+			}
+			byClique := map[string][]member{}
+			for _, n := range cur.Status.Nodes {
+				byClique[n.CliqueID] = append(byClique[n.CliqueID], member{n.Name, n.IPAddress})
+			}
+			for _, m := range byClique {
+				members = append(members, m)
+			}
+		}
+		if len(members) == 0 {
 			return false, nil
 		}
-		for _, cl := range cliques.Items {
+		for _, daemons := range members {
 			ips := map[string]string{}
-			for _, d := range cl.Daemons {
+			for _, d := range daemons {
 				ips[d.NodeName] = d.IPAddress
 			}
-			for _, d := range cl.Daemons {
+			for _, d := range daemons {
 				cfg, err := imexConfig(d.NodeName, string(cd.UID))
 				if err != nil || cfg == "" {
 					return false, err

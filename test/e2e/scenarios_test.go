@@ -42,26 +42,57 @@ func TestChannelInjection(t *testing.T) {
 }
 
 // Status follows the workload: Ready once its pods run on numNodes nodes, NotReady after the
-// workload is deleted; the daemons shut down and their node labels go.
+// workload is deleted; the daemons shut down and their node labels go. With cliques (plane A,
+// the default) membership is in ComputeDomainClique objects; without (plane B with the gate
+// off for the subtest) it is in status.nodes alone and no clique object is written.
 func TestStatusFollowsWorkloadAndDaemonsShutDown(t *testing.T) {
-	ns := namespace(t, planeA)
-	cd := computeDomain(t, ns, "cd", 2, "")
-	j := job(t, ns, "worker", "cd", 2, 0)
-	waitRunning(t, ns, "worker", 2, 2*time.Minute)
-	waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
-	if got := getCD(t, cd); got.Status.ReadyNodes != 2 || len(got.Status.Nodes) != 2 {
-		t.Errorf("Ready domain: readyNodes %d, %d nodes listed; want 2 and 2", got.Status.ReadyNodes, len(got.Status.Nodes))
-	}
-	checkIMEXPeers(t, planeA, cd)
+	for name, tc := range map[string]struct {
+		id      string
+		cliques bool
+	}{"with cliques": {planeA, true}, "without cliques": {planeB, false}} {
+		t.Run(name, func(t *testing.T) {
+			if !tc.cliques {
+				setCliquesGate(t, tc.id, false)
+			}
+			ns := namespace(t, tc.id)
+			cd := computeDomain(t, ns, "cd", 2, "")
+			j := job(t, ns, "worker", "cd", 2, 0)
+			waitRunning(t, ns, "worker", 2, 2*time.Minute)
+			waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
+			if got := getCD(t, cd); got.Status.ReadyNodes != 2 || len(got.Status.Nodes) != 2 {
+				t.Errorf("Ready domain: readyNodes %d, %d nodes listed; want 2 and 2", got.Status.ReadyNodes, len(got.Status.Nodes))
+			}
+			if n := cliques(t, tc.id, cd); (n > 0) != tc.cliques {
+				t.Errorf("%d clique objects for the domain; cliques enabled: %v", n, tc.cliques)
+			}
+			checkIMEXPeers(t, tc.id, cd)
 
-	deleteAndWait(t, j, client.PropagationPolicy(metav1.DeletePropagationForeground))
-	waitStatus(t, cd, cdv1beta1.StatusNotReady, time.Minute)
-	eventually(t, 2*time.Minute, "daemon pods gone and node labels removed", func() (bool, error) {
-		nodes := &corev1.NodeList{}
-		if err := c.List(ctx(), nodes, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}); err != nil {
-			return false, err
+			deleteAndWait(t, j, client.PropagationPolicy(metav1.DeletePropagationForeground))
+			waitStatus(t, cd, cdv1beta1.StatusNotReady, time.Minute)
+			eventually(t, 2*time.Minute, "daemon pods gone and node labels removed", func() (bool, error) {
+				nodes := &corev1.NodeList{}
+				if err := c.List(ctx(), nodes, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}); err != nil {
+					return false, err
+				}
+				return len(daemonPods(t, tc.id, cd)) == 0 && len(nodes.Items) == 0, nil
+			})
+		})
+	}
+}
+
+// setCliquesGate sets the ComputeDomainCliques gate of plane id for the test (`cdplane apply
+// plane` with the sim's values), restoring the default afterwards.
+func setCliquesGate(t *testing.T, id string, on bool) {
+	t.Helper()
+	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
+	must(t, err)
+	vals := simState.PlaneValues()
+	vals["featureGates"] = map[string]any{"ComputeDomainCliques": on}
+	must(t, m.ApplyPlane(ctx(), id, vals))
+	t.Cleanup(func() {
+		if err := m.ApplyPlane(ctx(), id, simState.PlaneValues()); err != nil {
+			t.Errorf("restoring plane %s: %v", id, err)
 		}
-		return len(daemonPods(t, planeA, cd)) == 0 && len(nodes.Items) == 0, nil
 	})
 }
 

@@ -45,6 +45,10 @@ type Options struct {
 	// LeaderElection turns on leader election with lease LeaderElectionID in the driver namespace.
 	LeaderElection   bool
 	LeaderElectionID string
+	// LeaseDuration, RenewDeadline and RetryPeriod time leader election (zero: the
+	// controller-runtime defaults, 15s, 10s and 2s). A loaded apiserver that answers a lease
+	// renewal slower than RenewDeadline costs the leadership, and a restart.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// CleanupInterval is how often orphans are looked for.
 	CleanupInterval time.Duration
 	// SkipNameValidation allows several managers in one process (tests).
@@ -140,6 +144,9 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		LeaderElectionNamespace:       o.DriverNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		LeaderElectionConfig:          ownConnection(cfg),
+		LeaseDuration:                 durationOrNil(o.LeaseDuration),
+		RenewDeadline:                 durationOrNil(o.RenewDeadline),
+		RetryPeriod:                   durationOrNil(o.RetryPeriod),
 		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
@@ -182,4 +189,11 @@ func ownConnection(cfg *rest.Config) *rest.Config {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	c.Dial = dialer.DialContext // a config with its own Dial gets a transport of its own
 	return c
+}
+
+func durationOrNil(d time.Duration) *time.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return &d
 }

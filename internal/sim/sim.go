@@ -341,13 +341,20 @@ func install(ctx context.Context, o *Options, st *State) error {
 }
 
 // PlaneValues are the plane chart's values on the sim: the sim's image (run from its binaries),
-// simulated NVML from each node's spec file, the sim's channel count. An upgrade (`cdplane
+// simulated NVML from each node's spec file, the sim's channel count; for in-process (large)
+// sims, tolerant leader-election timing. An upgrade (`cdplane
 // apply plane`) on the sim starts from these.
 func (st *State) PlaneValues() map[string]any {
-	return map[string]any{
+	v := map[string]any{
 		"image":         map[string]any{"repository": "cdplane", "tag": "sim"},
 		"kubeletPlugin": map[string]any{"nvml": "sim", "nvmlSimSpecFile": NVMLSpecPath, "numChannels": st.NumChannels},
 	}
+	if st.InProcess {
+		// A large sim loads its 2-core apiserver past the default 10s renew deadline: at 1,152
+		// nodes the controller lost its lease again and again.
+		v["controller"] = map[string]any{"leaderElection": map[string]any{"leaseDuration": "60s", "renewDeadline": "45s", "retryPeriod": "5s"}}
+	}
+	return v
 }
 
 // NVMLSpecPath is where, on each simulated node, the kubelet plugin finds its simulated NVML.

@@ -7,16 +7,11 @@
 package app
 
 import (
-	"fmt"
 	"io"
-	"net"
 	"os"
-	"path/filepath"
-	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2/textlogger"
 
 	"cdplane/internal/flags"
@@ -61,32 +56,12 @@ func (inv Invocation) instanceLogger(verbosity int) logr.Logger {
 	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(inv.Stderr), textlogger.Verbosity(verbosity)))
 }
 
-// kubeConfig returns the client configuration of the kube flags. An invocation that does not
-// own its process reads KUBECONFIG from its own environment (no in-cluster fallback: that reads
-// the process's) and gets a dialer of its own, which keeps client-go from sharing one cached
-// connection among all instances.
+// kubeConfig returns the client configuration of the kube flags: the process's for an
+// invocation that owns it; otherwise from the invocation's own KUBECONFIG, on a connection of
+// its own, as a separate process would have (flags.KubeClient.ConfigFrom).
 func (inv Invocation) kubeConfig(k *flags.KubeClient) (*rest.Config, error) {
 	if inv.OwnsProcess {
 		return k.Config()
 	}
-	path := k.Kubeconfig
-	if path == "" {
-		if list := filepath.SplitList(inv.Getenv("KUBECONFIG")); len(list) > 0 {
-			path = list[0]
-		}
-	}
-	if path == "" {
-		return nil, fmt.Errorf("no kubeconfig: set --kubeconfig or KUBECONFIG")
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
-	}
-	if k.QPS <= 0 || k.Burst <= 0 {
-		return nil, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", k.QPS, k.Burst)
-	}
-	cfg.QPS, cfg.Burst = k.QPS, k.Burst
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	cfg.Dial = dialer.DialContext
-	return cfg, nil
+	return k.ConfigFrom(inv.Getenv("KUBECONFIG"))
 }

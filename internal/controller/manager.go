@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -30,6 +29,7 @@ import (
 	"cdplane/internal/controller/cleanup"
 	"cdplane/internal/controller/computedomain"
 	"cdplane/internal/controller/secretmirror"
+	"cdplane/internal/flags"
 	"cdplane/internal/plane"
 )
 
@@ -143,11 +143,13 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.DriverNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		LeaderElectionConfig:          ownConnection(cfg),
-		LeaseDuration:                 durationOrNil(o.LeaseDuration),
-		RenewDeadline:                 durationOrNil(o.RenewDeadline),
-		RetryPeriod:                   durationOrNil(o.RetryPeriod),
-		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		// Lease renewals on a connection of their own: behind slow watch streams on the shared
+		// one they stalled past their deadline at 1,152 nodes and cost the leadership.
+		LeaderElectionConfig: flags.OwnConnection(cfg),
+		LeaseDuration:        durationOrNil(o.LeaseDuration),
+		RenewDeadline:        durationOrNil(o.RenewDeadline),
+		RetryPeriod:          durationOrNil(o.RetryPeriod),
+		Controller:           config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject:         byObject,
@@ -178,17 +180,6 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		return nil, err
 	}
 	return mgr, nil
-}
-
-// ownConnection is cfg with a connection of its own: client-go shares one HTTP/2 connection
-// among the clients of equal configurations, and a watch stream the process is slow to read
-// (thousands of daemon pods changing) holds up every other stream on it by flow control. At
-// 1,152 nodes that stalled the lease renewals past their deadline and cost the leadership.
-func ownConnection(cfg *rest.Config) *rest.Config {
-	c := rest.CopyConfig(cfg)
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	c.Dial = dialer.DialContext // a config with its own Dial gets a transport of its own
-	return c
 }
 
 func durationOrNil(d time.Duration) *time.Duration {

@@ -3,6 +3,9 @@ package flags
 
 import (
 	"fmt"
+	"net"
+	"path/filepath"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
@@ -34,9 +37,44 @@ func (k *KubeClient) Config() (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
+	return k.limit(cfg)
+}
+
+// ConfigFrom is Config for a program that does not own its process: the kubeconfig is
+// --kubeconfig or else kubeconfigEnv (the program's own KUBECONFIG), never the process's
+// environment or in-cluster files; and the client gets a connection of its own.
+func (k *KubeClient) ConfigFrom(kubeconfigEnv string) (*rest.Config, error) {
+	path := k.Kubeconfig
+	if path == "" {
+		if list := filepath.SplitList(kubeconfigEnv); len(list) > 0 {
+			path = list[0]
+		}
+	}
+	if path == "" {
+		return nil, fmt.Errorf("no kubeconfig: set --kubeconfig or KUBECONFIG")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	return k.limit(OwnConnection(cfg))
+}
+
+func (k *KubeClient) limit(cfg *rest.Config) (*rest.Config, error) {
 	if k.QPS <= 0 || k.Burst <= 0 {
 		return nil, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", k.QPS, k.Burst)
 	}
 	cfg.QPS, cfg.Burst = k.QPS, k.Burst
 	return cfg, nil
+}
+
+// OwnConnection returns a copy of cfg whose clients get a connection of their own. client-go
+// shares one HTTP/2 connection among the clients of equal configurations, and a watch stream
+// its reader is slow to drain holds up every other stream on it by flow control; a config with
+// a Dial of its own gets a transport of its own.
+func OwnConnection(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	c.Dial = dialer.DialContext
+	return c
 }

@@ -36,7 +36,7 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 	if shards < 1 || shards > maxShards || shard < 0 || shard >= shards {
 		return fmt.Errorf("shard %d of %d: want 0 <= shard < shards <= %d", shard, shards, maxShards)
 	}
-	nodes := st.Nodes[shard*len(st.Nodes)/shards : (shard+1)*len(st.Nodes)/shards]
+	nodes := shardNodes(st.Nodes, shard, shards)
 	cfg, err := clientcmd.BuildConfigFromFlags("", st.ControlPlane.Kubeconfig)
 	if err != nil {
 		return err
@@ -74,6 +74,11 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 // maxShards is how many simulated-kubelet processes may split the nodes: each takes a /12 of
 // the pod range 127.128.0.0/9.
 const maxShards = 8
+
+// shardNodes is shard's contiguous share of nodes.
+func shardNodes(nodes []Node, shard, shards int) []Node {
+	return nodes[shard*len(nodes)/shards : (shard+1)*len(nodes)/shards]
+}
 
 // podCIDR is shard's share of kubelet.DefaultPodCIDR.
 func podCIDR(shard int) string {

@@ -1,0 +1,53 @@
+package sim
+
+import (
+	"net/netip"
+	"testing"
+
+	"cdplane/internal/sim/kubelet"
+)
+
+// The kubelet processes of an in-process sim serve every node exactly once, at most
+// NodesPerKubelet each, and hand out pod addresses from disjoint ranges inside the pod range.
+func TestKubeletShards(t *testing.T) {
+	podRange := netip.MustParsePrefix(kubelet.DefaultPodCIDR)
+	for _, n := range []int{6, 288, 289, 1152, 2000} {
+		st := &State{Nodes: BuildNodes(Topology{Nodes: n, RackSize: 18, GPUsPerNode: 4}), InProcess: true}
+		shards := st.kubeletShards()
+		if shards > maxShards || (shards-1)*NodesPerKubelet >= n {
+			t.Errorf("%d nodes: %d shards", n, shards)
+		}
+		seen := map[string]int{}
+		var ranges []netip.Prefix
+		for i := range shards {
+			part := shardNodes(st.Nodes, i, shards)
+			if len(part) > NodesPerKubelet {
+				t.Errorf("%d nodes: shard %d serves %d nodes", n, i, len(part))
+			}
+			for _, node := range part {
+				seen[node.Name]++
+			}
+			p := netip.MustParsePrefix(podCIDR(i))
+			if !podRange.Contains(p.Addr()) || p.Bits() < podRange.Bits() {
+				t.Errorf("shard %d's pod range %s is outside %s", i, p, podRange)
+			}
+			for _, q := range ranges {
+				if q.Overlaps(p) {
+					t.Errorf("pod ranges %s and %s overlap", q, p)
+				}
+			}
+			ranges = append(ranges, p)
+		}
+		if len(seen) != n {
+			t.Errorf("%d nodes: %d served", n, len(seen))
+		}
+		for name, c := range seen {
+			if c != 1 {
+				t.Errorf("%d nodes: %s served %d times", n, name, c)
+			}
+		}
+	}
+	if (&State{Nodes: make([]Node, 1152)}).kubeletShards() != 1 {
+		t.Error("a sim whose pods run as processes has more than one kubelet process")
+	}
+}

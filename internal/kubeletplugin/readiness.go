@@ -173,7 +173,11 @@ func (v *domainView) clique(ctx context.Context, cdUID, cliqueID string) (*cdv1b
 		r = v.api
 	}
 	c := &cdv1beta1.ComputeDomainClique{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: v.driverNS, Name: cdUID + "." + cliqueID}, c)
+	var opts []client.GetOption
+	if cliqueID != v.cachedClique {
+		opts = append(opts, fromWatchCache)
+	}
+	err := r.Get(ctx, types.NamespacedName{Namespace: v.driverNS, Name: cdUID + "." + cliqueID}, c, opts...)
 	if client.IgnoreNotFound(err) != nil {
 		return nil, err
 	}
@@ -182,6 +186,12 @@ func (v *domainView) clique(ctx context.Context, cdUID, cliqueID string) (*cdv1b
 	}
 	return c, nil
 }
+
+// fromWatchCache serves a read from the apiserver's watch cache (resourceVersion "0") rather than
+// a quorum read from etcd: a waiter polls, so a version a moment old does no harm, and at a
+// thousand nodes quorum reads of a domain's status (hundreds of KB, decoded by the apiserver on
+// each read) were a large share of the apiserver's work.
+var fromWatchCache = &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}}
 
 // How often a waiter reads the domain's status from the API: without a clique object (the
 // domain keeps none, or the node has no fabric) status.nodes is the answer, read at most every
@@ -219,7 +229,7 @@ func (v *domainView) waitDaemonReady(ctx context.Context, cdUID, cliqueID, node 
 			if (clique == nil || !listsNode(clique, node)) && time.Since(statusReadAt) >= every {
 				statusReadAt = time.Now()
 				cd := &cdv1beta1.ComputeDomain{}
-				if err := v.api.Get(ctx, client.ObjectKeyFromObject(meta), cd); err != nil {
+				if err := v.api.Get(ctx, client.ObjectKeyFromObject(meta), cd, fromWatchCache); err != nil {
 					if ctx.Err() == nil {
 						reason = fmt.Sprintf("reading ComputeDomain %s/%s: %v", meta.Namespace, meta.Name, err)
 					}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -51,6 +52,9 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		Nodes:      specs,
 		Runner:     router(st),
 		PodCIDR:    podCIDR(shard),
+		// Zero (state of an older sim): the kubelet's defaults.
+		LeaseRenewInterval: time.Duration(st.NodeLeaseRenew),
+		LeaseDuration:      4 * time.Duration(st.NodeLeaseRenew),
 	})
 	if err != nil {
 		return err

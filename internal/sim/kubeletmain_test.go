@@ -2,6 +2,7 @@ package sim
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"cdplane/internal/sim/kubelet"
@@ -49,5 +50,38 @@ func TestKubeletShards(t *testing.T) {
 	}
 	if (&State{Nodes: make([]Node, 1152)}).kubeletShards() != 1 {
 		t.Error("a sim whose pods run as processes has more than one kubelet process")
+	}
+}
+
+// The runner is resolved before anything starts, and an in-process sim the kubelet processes
+// cannot serve is refused with the limit named.
+func TestRunnerChoice(t *testing.T) {
+	limit := maxShards * NodesPerKubelet
+	for _, c := range []struct {
+		runner      string
+		nodes       int
+		inProcess   bool
+		errContains string
+	}{
+		{"", 36, false, ""},
+		{RunnerAuto, InProcessAbove + 1, true, ""},
+		{RunnerProcess, 1152, false, ""},
+		{RunnerInProcess, 6, true, ""},
+		{RunnerAuto, limit, true, ""},
+		{RunnerAuto, limit + 1, false, "at most 2304 nodes"},
+		{RunnerInProcess, limit + 1, false, "at most 2304 nodes"},
+		{"threads", 6, false, `unknown runner "threads"`},
+	} {
+		o := &Options{Topology: Topology{Nodes: c.nodes}, Runner: c.runner}
+		got, err := o.inProcess()
+		if c.errContains != "" {
+			if err == nil || !strings.Contains(err.Error(), c.errContains) {
+				t.Errorf("%q, %d nodes: error %v, want one containing %q", c.runner, c.nodes, err, c.errContains)
+			}
+			continue
+		}
+		if err != nil || got != c.inProcess {
+			t.Errorf("%q, %d nodes: %v, %v; want %v", c.runner, c.nodes, got, err, c.inProcess)
+		}
 	}
 }

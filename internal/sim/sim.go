@@ -23,6 +23,7 @@ import (
 	"cdplane/internal/plane"
 	"cdplane/internal/progress"
 	"cdplane/internal/sim/cluster"
+	"cdplane/internal/sim/kubelet"
 )
 
 // stateFile records what `sim up` started, in the state directory.
@@ -44,6 +45,37 @@ type State struct {
 	NumChannels int `json:"numChannels"`
 	// InProcess: the simulated kubelet runs the plugins and daemons in its own process.
 	InProcess bool `json:"inProcess,omitempty"`
+	// NodeLeaseRenew is how often each node renews its Lease (see nodeLeaseRenew); zero in
+	// state written before it existed: the kubelet's default.
+	NodeLeaseRenew Duration `json:"nodeLeaseRenew,omitempty"`
+}
+
+// Duration is a time.Duration written as "30s" in the state file.
+type Duration time.Duration
+
+// MarshalJSON writes d as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+// nodeLeaseRenew is how often each simulated node renews its Lease: a kubelet's 10 s up to
+// 400 nodes, then longer so that the whole sim renews about 40 Leases a second. At 1,152 nodes
+// the kubelet's 10 s made Lease updates a third of the apiserver's requests on 2 cores and
+// starved everything else. The Lease lasts 4 renewals and kube-controller-manager marks a node
+// NotReady after 5 (a kubelet's 40 s and 50 s at 10 s), so a large sim notices a stopped node
+// later: 150 s at 1,152 nodes.
+func nodeLeaseRenew(nodes int) time.Duration {
+	const perSecond = 40
+	return max(10*time.Second, time.Duration((nodes+perSecond-1)/perSecond)*time.Second)
 }
 
 // Options configure Up.
@@ -83,14 +115,24 @@ const InProcessAbove = 72
 func (o *Options) inProcess() (bool, error) {
 	switch o.Runner {
 	case "", RunnerAuto:
-		return o.Nodes > InProcessAbove, nil
+		return o.checkShards(o.Nodes > InProcessAbove)
 	case RunnerProcess:
 		return false, nil
 	case RunnerInProcess:
-		return true, nil
+		return o.checkShards(true)
 	default:
 		return false, fmt.Errorf("unknown runner %q: want %s, %s or %s", o.Runner, RunnerAuto, RunnerProcess, RunnerInProcess)
 	}
+}
+
+// checkShards refuses, before anything starts, an in-process sim larger than the simulated
+// kubelet processes can serve (maxShards of NodesPerKubelet nodes).
+func (o *Options) checkShards(inProcess bool) (bool, error) {
+	if inProcess && o.Nodes > maxShards*NodesPerKubelet {
+		return false, fmt.Errorf("--nodes %d: an in-process sim serves at most %d nodes (%d simulated-kubelet processes of %d nodes each)",
+			o.Nodes, maxShards*NodesPerKubelet, maxShards, NodesPerKubelet)
+	}
+	return inProcess, nil
 }
 
 // DefaultStateDir is short on purpose: node directories hold Unix sockets, whose paths are
@@ -145,7 +187,8 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 			return nil, err
 		}
 	}
-	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels, InProcess: inProcess}
+	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels, InProcess: inProcess,
+		NodeLeaseRenew: Duration(nodeLeaseRenew(o.Nodes))}
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -161,6 +204,7 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 	start := time.Now()
 	cp, err := cluster.Start(ctx, cluster.Options{
 		Dir: o.StateDir, BinDir: st.K8sBinDir, Progress: o.progress,
+		NodeMonitorGracePeriod: 5 * time.Duration(st.NodeLeaseRenew),
 		Started: func(p cluster.Process) {
 			st.Processes = append(st.Processes, p)
 			_ = st.save(o.StateDir)
@@ -248,7 +292,11 @@ func startKubelet(ctx context.Context, o *Options, st *State) error {
 		how = "in the kubelet's process"
 	}
 	shards := st.kubeletShards()
-	o.progress("Starting the simulated kubelet for %d nodes in %d process(es) (cdplane's pods run %s)", len(st.Nodes), shards, how)
+	leases := ""
+	if d := time.Duration(st.NodeLeaseRenew); d > kubelet.DefaultLeaseRenewInterval {
+		leases = fmt.Sprintf("; node Leases renewed every %s, a kubelet's 10s being too many writes at this size", d)
+	}
+	o.progress("Starting the simulated kubelet for %d nodes in %d process(es) (cdplane's pods run %s%s)", len(st.Nodes), shards, how, leases)
 	var started []cluster.Process
 	for i := range shards {
 		name := "sim-kubelet"

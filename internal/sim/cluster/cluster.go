@@ -57,6 +57,9 @@ type Options struct {
 	// Started is called with each process as soon as it runs, so a caller can record it
 	// before the next step can fail.
 	Started func(Process)
+	// NodeMonitorGracePeriod is how long kube-controller-manager waits for a node's Lease
+	// renewal before marking the node NotReady; zero: its default (50 s).
+	NodeMonitorGracePeriod time.Duration
 }
 
 // Start starts the control plane and waits until each component is healthy. On failure it
@@ -142,7 +145,7 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		"--use-service-account-credentials=false",
 		// The default 20 requests/s makes untainting thousands of new nodes, and creating a
 		// DaemonSet's pod on each, take minutes.
-		"--kube-api-qps=200", "--kube-api-burst=400")
+		"--kube-api-qps=200", "--kube-api-burst=400", nodeMonitorGracePeriod(o.NodeMonitorGracePeriod))
 	if err != nil {
 		return nil, err
 	}
@@ -320,4 +323,12 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// nodeMonitorGracePeriod is kube-controller-manager's flag for d; its default when d is zero.
+func nodeMonitorGracePeriod(d time.Duration) string {
+	if d == 0 {
+		d = 50 * time.Second
+	}
+	return "--node-monitor-grace-period=" + d.String()
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -123,6 +124,9 @@ func TestLifecycle(t *testing.T) {
 
 	t.Run("rbac: a plane's service accounts stay out of another plane's Secrets and cliques", func(t *testing.T) {
 		checkRBAC(t, nsA, nsB)
+	})
+	t.Run("apf: the controller's lease requests in leader-election, the rest in workload-high", func(t *testing.T) {
+		checkPriorityLevels(t, "plane-a")
 	})
 
 	stopA, stopB := runController(t, "plane-a"), runController(t, "plane-b")
@@ -324,4 +328,54 @@ func rolebinding(ns, name, role, user string) client.Object {
 		"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}},
 	})
 	return rb
+}
+
+// checkPriorityLevels: the plane's FlowSchemas put its controller's leader-election lease
+// requests in the leader-election priority level and its other requests in workload-high, as
+// the apiserver reports on each response (X-Kubernetes-PF-PriorityLevel-UID); another service
+// account's requests stay in the default levels.
+func checkPriorityLevels(t *testing.T, id string) {
+	ctx := context.Background()
+	uids := map[string]string{}
+	for _, name := range []string{"leader-election", "workload-high"} {
+		plc := &flowcontrolv1.PriorityLevelConfiguration{}
+		must(t, testCluster.Client.Get(ctx, client.ObjectKey{Name: name}, plc))
+		uids[string(plc.UID)] = name
+	}
+	driverNS := plane.Name(id, plane.DriverNamespaceLegacyName)
+	level := func(sa, path string) (string, error) {
+		hc, err := rest.HTTPClientFor(serviceAccount(id, sa))
+		if err != nil {
+			return "", err
+		}
+		resp, err := hc.Get(testCluster.Config.Host + path)
+		if err != nil {
+			return "", err
+		}
+		_ = resp.Body.Close()
+		uid := resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID")
+		if name, ok := uids[uid]; ok {
+			return name, nil
+		}
+		return "other (" + uid + ")", nil
+	}
+	lease := "/apis/coordination.k8s.io/v1/namespaces/" + driverNS + "/leases/cdplane-controller"
+	domains := "/apis/resource.nvidia.com/v1beta1/computedomains"
+	for _, c := range []struct{ sa, path, want string }{
+		{"cdplane-controller", lease, "leader-election"},
+		{"cdplane-controller", domains, "workload-high"},
+		{"cdplane-daemon", lease, ""},
+	} {
+		// The apiserver applies new FlowSchemas asynchronously.
+		testutil.Eventually(t, 30*time.Second, c.sa+" GET "+c.path+" in "+c.want, func() (bool, error) {
+			got, err := level(c.sa, c.path)
+			if err != nil {
+				return false, err
+			}
+			if c.want == "" {
+				return strings.HasPrefix(got, "other"), nil
+			}
+			return got == c.want, nil
+		})
+	}
 }

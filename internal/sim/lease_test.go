@@ -1,0 +1,43 @@
+package sim
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// Node Leases are renewed like a kubelet's in small sims and less often in large ones, so the
+// whole sim writes about 40 a second; the timing survives the state file.
+func TestNodeLeaseRenew(t *testing.T) {
+	for _, c := range []struct {
+		nodes int
+		want  time.Duration
+	}{{1, 10 * time.Second}, {36, 10 * time.Second}, {400, 10 * time.Second}, {401, 11 * time.Second}, {1152, 29 * time.Second}, {20000, 500 * time.Second}} {
+		if got := nodeLeaseRenew(c.nodes); got != c.want {
+			t.Errorf("%d nodes: renew every %s, want %s", c.nodes, got, c.want)
+		}
+		if rate := float64(c.nodes) / nodeLeaseRenew(c.nodes).Seconds(); c.nodes > 400 && rate > 40 {
+			t.Errorf("%d nodes: %.1f renewals a second", c.nodes, rate)
+		}
+	}
+
+	raw, err := json.Marshal(State{NodeLeaseRenew: Duration(29 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back State
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.NodeLeaseRenew != Duration(29*time.Second) {
+		t.Errorf("state round trip: %s in %s", time.Duration(back.NodeLeaseRenew), raw)
+	}
+	// State written before the field existed reads as zero: the kubelet's default.
+	var old State
+	if err := json.Unmarshal([]byte(`{"nodes":[]}`), &old); err != nil || old.NodeLeaseRenew != 0 {
+		t.Errorf("old state: %v, %s", err, time.Duration(old.NodeLeaseRenew))
+	}
+	if err := json.Unmarshal([]byte(`{"nodeLeaseRenew":"soon"}`), &old); err == nil {
+		t.Error("a malformed duration was accepted")
+	}
+}

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -38,6 +41,11 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		return fmt.Errorf("shard %d of %d: want 0 <= shard < shards <= %d", shard, shards, maxShards)
 	}
 	nodes := shardNodes(st.Nodes, shard, shards)
+	if os.Getenv(PprofEnv) != "" {
+		if err := servePprof(ctx, filepath.Join(stateDir, "logs", fmt.Sprintf("sim-kubelet-%d.pprof-address", shard))); err != nil {
+			return err
+		}
+	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", st.ControlPlane.Kubeconfig)
 	if err != nil {
 		return err
@@ -130,4 +138,30 @@ func raiseFileLimit() {
 	}
 	want.Cur, want.Max = l.Max, l.Max
 	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want)
+}
+
+// PprofEnv, set for `sim up`, makes each simulated-kubelet process serve Go's profiles
+// (net/http/pprof) on a free loopback port, written to <state>/logs/sim-kubelet-<i>.pprof-address.
+const PprofEnv = "CDPLANE_SIM_PPROF"
+
+func servePprof(ctx context.Context, addressFile string) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("pprof listener: %w", err)
+	}
+	if err := os.WriteFile(addressFile, []byte(l.Addr().String()+"\n"), 0o644); err != nil {
+		_ = l.Close()
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return nil
 }

@@ -69,7 +69,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // nodeLeaseRenew is how often each simulated node renews its Lease: a kubelet's 10 s up to
 // 400 nodes, then longer so that the whole sim renews about 40 Leases a second. At 1,152 nodes
-// the kubelet's 10 s made Lease updates a third of the apiserver's requests on 2 cores and
+// the kubelet's 10 s made Lease updates over 40 % of the apiserver's requests on 2 cores and
 // starved everything else. The Lease lasts 4 renewals and kube-controller-manager marks a node
 // NotReady after 5 (a kubelet's 40 s and 50 s at 10 s), so a large sim notices a stopped node
 // later: 150 s at 1,152 nodes.

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,7 +20,7 @@ import (
 	"cdplane/internal/controller"
 	"cdplane/internal/controller/computedomain"
 	"cdplane/internal/features"
-	"cdplane/internal/promtext"
+	"cdplane/internal/sim/controlplane"
 )
 
 // Modes of the benchmark.
@@ -358,16 +357,12 @@ type serverCounters struct{ conflicts, throttled float64 }
 // readServerCounters reads the apiserver's own counts of 409 responses and of requests its
 // priority-and-fairness rejected (429).
 func readServerCounters(ctx context.Context, cfg *rest.Config) (serverCounters, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
+	m, err := controlplane.ReadMetrics(ctx, cfg)
 	if err != nil {
 		return serverCounters{}, err
 	}
-	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return serverCounters{}, fmt.Errorf("reading the apiserver's metrics: %w", err)
-	}
 	return serverCounters{
-		conflicts: promtext.Sum(string(raw), "apiserver_request_total", map[string]string{"code": "409"}),
-		throttled: promtext.Sum(string(raw), "apiserver_flowcontrol_rejected_requests_total", nil),
+		conflicts: m.Sum("apiserver_request_total", map[string]string{"code": "409"}),
+		throttled: m.Sum("apiserver_flowcontrol_rejected_requests_total", nil),
 	}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"cdplane/internal/bench"
-	"cdplane/internal/testutil/cluster"
+	"cdplane/internal/sim/controlplane"
 )
 
 func newBenchCommand() *cobra.Command {
@@ -130,18 +131,40 @@ func benchCluster(cmd *cobra.Command, kubeconfig string) (*rest.Config, func(), 
 		return cfg, func() {}, err
 	}
 	fmt.Fprintln(cmd.ErrOrStderr(), "== starting etcd and kube-apiserver (builds them on first use)")
-	c, err := cluster.Start(cmd.Context(), cluster.Options{APIServerArgs: map[string][]string{
-		// Room for thousands of watches and concurrent writers, as a production apiserver has.
-		"max-requests-inflight": {"800"}, "max-mutating-requests-inflight": {"400"},
-	}})
+	binDir, err := controlplane.BinDir(cmd.Context())
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.Config, func() {
-		if err := c.Stop(); err != nil {
+	dir, err := os.MkdirTemp("", "cdplane-bench-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the control plane's directory: %w", err)
+	}
+	cp, err := controlplane.Start(cmd.Context(), controlplane.Options{Dir: dir, BinDir: binDir, InstallCRDs: true,
+		APIServerArgs: map[string][]string{
+			// Room for thousands of watches and concurrent writers, as a production apiserver has.
+			"max-requests-inflight": {"800"}, "max-mutating-requests-inflight": {"400"},
+			// The benchmark's node identities are authorized by its own ClusterRole, not the
+			// Node authorizer, as in every run measured so far.
+			"authorization-mode": {"RBAC"},
+		}})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	stop := func() {
+		if err := cp.Stop(15 * time.Second); err != nil {
 			fmt.Fprintln(cmd.ErrOrStderr(), "stopping the control plane:", err)
+			return
 		}
-	}, nil
+		_ = os.RemoveAll(dir)
+	}
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	return cfg, stop, nil
 }
 
 func printReport(cmd *cobra.Command, rep *bench.Report) {

@@ -61,8 +61,8 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		Runner:     router(st),
 		PodCIDR:    podCIDR(shard),
 		// Zero (state of an older sim): the kubelet's defaults.
-		LeaseRenewInterval: time.Duration(st.NodeLeaseRenew),
-		LeaseDuration:      4 * time.Duration(st.NodeLeaseRenew),
+		LeaseRenewInterval: st.NodeLeaseRenew.Duration,
+		LeaseDuration:      4 * st.NodeLeaseRenew.Duration,
 	})
 	if err != nil {
 		return err

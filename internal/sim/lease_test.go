@@ -2,8 +2,11 @@ package sim
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Node Leases are renewed like a kubelet's in small sims and less often in large ones, so the
@@ -21,7 +24,7 @@ func TestNodeLeaseRenew(t *testing.T) {
 		}
 	}
 
-	raw, err := json.Marshal(State{NodeLeaseRenew: Duration(29 * time.Second)})
+	raw, err := json.Marshal(State{NodeLeaseRenew: metav1.Duration{Duration: 29 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,13 +32,16 @@ func TestNodeLeaseRenew(t *testing.T) {
 	if err := json.Unmarshal(raw, &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.NodeLeaseRenew != Duration(29*time.Second) {
-		t.Errorf("state round trip: %s in %s", time.Duration(back.NodeLeaseRenew), raw)
+	if !strings.Contains(string(raw), `"nodeLeaseRenew":"29s"`) {
+		t.Errorf("state file format changed: %s", raw)
+	}
+	if back.NodeLeaseRenew.Duration != 29*time.Second {
+		t.Errorf("state round trip: %s in %s", back.NodeLeaseRenew.Duration, raw)
 	}
 	// State written before the field existed reads as zero: the kubelet's default.
 	var old State
-	if err := json.Unmarshal([]byte(`{"nodes":[]}`), &old); err != nil || old.NodeLeaseRenew != 0 {
-		t.Errorf("old state: %v, %s", err, time.Duration(old.NodeLeaseRenew))
+	if err := json.Unmarshal([]byte(`{"nodes":[]}`), &old); err != nil || old.NodeLeaseRenew.Duration != 0 {
+		t.Errorf("old state: %v, %s", err, old.NodeLeaseRenew.Duration)
 	}
 	if err := json.Unmarshal([]byte(`{"nodeLeaseRenew":"soon"}`), &old); err == nil {
 		t.Error("a malformed duration was accepted")

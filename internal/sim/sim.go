@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,7 +23,7 @@ import (
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
 	"cdplane/internal/progress"
-	"cdplane/internal/sim/cluster"
+	"cdplane/internal/sim/controlplane"
 	"cdplane/internal/sim/kubelet"
 )
 
@@ -31,40 +32,23 @@ const stateFile = "state.json"
 
 // State is the record of a simulated cluster.
 type State struct {
-	Started      time.Time            `json:"started"`
-	Repo         string               `json:"repo"`
-	ControlPlane cluster.ControlPlane `json:"controlPlane"`
+	Started      time.Time                 `json:"started"`
+	Repo         string                    `json:"repo"`
+	ControlPlane controlplane.ControlPlane `json:"controlPlane"`
 	// Processes: the control plane's, then the simulated kubelet's, in start order.
-	Processes  []cluster.Process `json:"processes"`
-	Nodes      []Node            `json:"nodes"`
-	Planes     []string          `json:"planes,omitempty"`
-	BinDir     string            `json:"binDir"`
-	K8sBinDir  string            `json:"k8sBinDir"`
-	KubectlDir string            `json:"kubectlDir"`
+	Processes  []controlplane.Process `json:"processes"`
+	Nodes      []Node                 `json:"nodes"`
+	Planes     []string               `json:"planes,omitempty"`
+	BinDir     string                 `json:"binDir"`
+	K8sBinDir  string                 `json:"k8sBinDir"`
+	KubectlDir string                 `json:"kubectlDir"`
 	// NumChannels is the channel devices each node publishes.
 	NumChannels int `json:"numChannels"`
 	// InProcess: the simulated kubelet runs the plugins and daemons in its own process.
 	InProcess bool `json:"inProcess,omitempty"`
 	// NodeLeaseRenew is how often each node renews its Lease (see nodeLeaseRenew); zero in
 	// state written before it existed: the kubelet's default.
-	NodeLeaseRenew Duration `json:"nodeLeaseRenew,omitempty"`
-}
-
-// Duration is a time.Duration written as "30s" in the state file.
-type Duration time.Duration
-
-// MarshalJSON writes d as a Go duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON reads a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	v, err := time.ParseDuration(s)
-	*d = Duration(v)
-	return err
+	NodeLeaseRenew metav1.Duration `json:"nodeLeaseRenew,omitzero"`
 }
 
 // nodeLeaseRenew is how often each simulated node renews its Lease: a kubelet's 10 s up to
@@ -188,24 +172,25 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 		}
 	}
 	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels, InProcess: inProcess,
-		NodeLeaseRenew: Duration(nodeLeaseRenew(o.Nodes))}
+		NodeLeaseRenew: metav1.Duration{Duration: nodeLeaseRenew(o.Nodes)}}
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			o.progress("Stopping what was started (logs kept in %s)", filepath.Join(o.StateDir, "logs"))
-			_ = cluster.Stop(st.Processes, 15*time.Second)
+			_ = controlplane.Stop(st.Processes, 15*time.Second)
 		}
 	}()
 	if err := build(ctx, &o, st); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	cp, err := cluster.Start(ctx, cluster.Options{
+	cp, err := controlplane.Start(ctx, controlplane.Options{
 		Dir: o.StateDir, BinDir: st.K8sBinDir, Progress: o.progress,
-		NodeMonitorGracePeriod: 5 * time.Duration(st.NodeLeaseRenew),
-		Started: func(p cluster.Process) {
+		Detached: true, ControllerManager: true, Scheduler: true,
+		NodeMonitorGracePeriod: 5 * st.NodeLeaseRenew.Duration,
+		Started: func(p controlplane.Process) {
 			st.Processes = append(st.Processes, p)
 			_ = st.save(o.StateDir)
 		},
@@ -293,17 +278,17 @@ func startKubelet(ctx context.Context, o *Options, st *State) error {
 	}
 	shards := st.kubeletShards()
 	leases := ""
-	if d := time.Duration(st.NodeLeaseRenew); d > kubelet.DefaultLeaseRenewInterval {
+	if d := st.NodeLeaseRenew.Duration; d > kubelet.DefaultLeaseRenewInterval {
 		leases = fmt.Sprintf("; node Leases renewed every %s, a kubelet's 10s being too many writes at this size", d)
 	}
 	o.progress("Starting the simulated kubelet for %d nodes in %d process(es) (cdplane's pods run %s%s)", len(st.Nodes), shards, how, leases)
-	var started []cluster.Process
+	var started []controlplane.Process
 	for i := range shards {
 		name := "sim-kubelet"
 		if shards > 1 {
 			name = fmt.Sprintf("sim-kubelet-%d", i)
 		}
-		p, err := cluster.StartDetached(name, filepath.Join(st.BinDir, "cdplane"),
+		p, err := controlplane.StartDetached(name, filepath.Join(st.BinDir, "cdplane"),
 			filepath.Join(o.StateDir, "logs", name+".log"), "sim", "kubelet", "--state-dir", o.StateDir,
 			"--shard", strconv.Itoa(i), "--shards", strconv.Itoa(shards))
 		if err != nil {
@@ -321,7 +306,7 @@ func startKubelet(ctx context.Context, o *Options, st *State) error {
 	}
 	return waitFor(ctx, o, "nodes to be Ready", func(ctx context.Context) (bool, string, error) {
 		for _, p := range started {
-			if !cluster.Alive(p) {
+			if !controlplane.Alive(p) {
 				return false, "", fmt.Errorf("the simulated kubelet %s exited; see %s", p.Name, p.Log)
 			}
 		}
@@ -455,7 +440,7 @@ func Load(dir string) (*State, error) {
 
 func running(st *State) bool {
 	for _, p := range st.Processes {
-		if cluster.Alive(p) {
+		if controlplane.Alive(p) {
 			return true
 		}
 	}
@@ -468,10 +453,10 @@ func Down(st *State, dir string, out io.Writer) error {
 	if st != nil {
 		for i := len(st.Processes) - 1; i >= 0; i-- {
 			p := st.Processes[i]
-			if cluster.Alive(p) {
+			if controlplane.Alive(p) {
 				fmt.Fprintf(out, "Stopping %s (pid %d)\n", p.Name, p.PID)
 			}
-			if err := cluster.Stop([]cluster.Process{p}, 30*time.Second); err != nil {
+			if err := controlplane.Stop([]controlplane.Process{p}, 30*time.Second); err != nil {
 				return err
 			}
 		}
@@ -487,7 +472,7 @@ func RestartComponent(ctx context.Context, st *State, dir, name string, timeout 
 		if p.Name != name {
 			continue
 		}
-		np, err := cluster.Restart(p, 30*time.Second)
+		np, err := controlplane.Restart(p, 30*time.Second)
 		if err != nil {
 			return err
 		}
@@ -501,7 +486,7 @@ func RestartComponent(ctx context.Context, st *State, dir, name string, timeout 
 		}
 		o := &Options{Out: io.Discard, Timeout: timeout}
 		return waitFor(ctx, o, "the apiserver to answer", func(ctx context.Context) (bool, string, error) {
-			if !cluster.Alive(np) {
+			if !controlplane.Alive(np) {
 				return false, "", fmt.Errorf("%s exited; see %s", name, np.Log)
 			}
 			return c.List(ctx, &corev1.NamespaceList{}) == nil, "", nil

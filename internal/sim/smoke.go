@@ -20,7 +20,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/progress"
-	"cdplane/internal/sim/cluster"
+	"cdplane/internal/sim/controlplane"
 )
 
 // JobOptions configure RunJob.
@@ -210,7 +210,7 @@ func PeakMemory(st *State) ([]ProcessMemory, error) {
 	}
 	var kubeletPIDs []int
 	for _, p := range st.Processes {
-		if !cluster.Alive(p) {
+		if !controlplane.Alive(p) {
 			continue
 		}
 		name := p.Name

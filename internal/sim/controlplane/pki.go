@@ -1,4 +1,4 @@
-package cluster
+package controlplane
 
 import (
 	"crypto/ecdsa"
@@ -16,9 +16,9 @@ import (
 	"time"
 )
 
-// pki holds the simulated cluster's credentials, as files under dir: a CA, the apiserver's
+// pki holds the control plane's credentials, as files under dir: a CA, the apiserver's
 // serving certificate, an administrator's client certificate (group system:masters) and the
-// service-account signing key.
+// service-account signing key. issue signs more client certificates with the CA.
 type pki struct {
 	dir string
 }
@@ -78,10 +78,7 @@ func (p pki) generate() error {
 	}); err != nil {
 		return err
 	}
-	if err := leaf("admin", &x509.Certificate{
-		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "cdplane-sim-admin", Organization: []string{"system:masters"}},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}); err != nil {
+	if err := leaf("admin", clientTemplate(big.NewInt(3), "cdplane-sim-admin", []string{"system:masters"})); err != nil {
 		return err
 	}
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -108,4 +105,68 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 		return fmt.Errorf("encoding a key: %w", err)
 	}
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+// clientTemplate is a client certificate of user name in groups.
+func clientTemplate(serial *big.Int, name string, groups []string) *x509.Certificate {
+	return &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: name, Organization: groups},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+}
+
+// issue returns a client certificate and its key, PEM-encoded, for user name in groups, signed
+// by the CA and valid for a year. It only reads the CA's files, so calls may run concurrently.
+func (p pki) issue(name string, groups []string) (certPEM, keyPEM []byte, err error) {
+	ca, caKey, err := p.loadCA()
+	if err != nil {
+		return nil, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := clientTemplate(serial, name, groups)
+	now := time.Now()
+	tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.AddDate(1, 0, 0)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("signing a certificate for %s: %w", name, err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding a key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+func (p pki) loadCA() (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	certPEM, err := os.ReadFile(p.path("ca.crt"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the cluster CA: %w", err)
+	}
+	keyPEM, err := os.ReadFile(p.path("ca.key"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the cluster CA's key: %w", err)
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, fmt.Errorf("the cluster CA in %s is not PEM", p.dir)
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing the cluster CA: %w", err)
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing the cluster CA's key: %w", err)
+	}
+	return ca, key, nil
 }

@@ -1,0 +1,131 @@
+package controlplane
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestStopOrder(t *testing.T) {
+	names := func(ps []Process) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	procs := func(names ...string) []Process {
+		var out []Process
+		for _, n := range names {
+			out = append(out, Process{Name: n})
+		}
+		return out
+	}
+	cases := map[string]struct {
+		in   []Process
+		want []string
+	}{
+		"start order reversed": {
+			in:   procs("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"),
+			want: []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"},
+		},
+		"etcd last whatever its place": {
+			in:   procs("kube-apiserver", "etcd", "sim-kubelet"),
+			want: []string{"sim-kubelet", "kube-apiserver", "etcd"},
+		},
+		"none": {},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, names(stopOrder(tc.in))); diff != "" {
+				t.Errorf("stop order (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A started process is alive until stopped; restarted, it runs again under a new PID with the
+// same command and log; one that ignores SIGTERM is killed after the timeout.
+func TestProcessLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "p.log")
+	p, err := startProcess("looper", "/bin/sh", log, true, "-c", "echo started; sleep 60 & wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = Stop([]Process{p}, time.Second) })
+	if !Alive(p) {
+		t.Fatal("not alive right after start")
+	}
+	if Alive(Process{Name: "other binary", PID: p.PID, Binary: "/bin/other"}) {
+		t.Error("a PID running another binary counts as alive")
+	}
+	waitLines(t, log, "started", 1)
+	np, err := Restart(p, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = Stop([]Process{np}, time.Second) })
+	if Alive(p) {
+		t.Error("the old process still runs after Restart")
+	}
+	if !Alive(np) || np.PID == p.PID || !np.Attached || np.Log != log || !cmp.Equal(np.Args, p.Args) {
+		t.Errorf("restarted process %+v (alive %v), was %+v", np, Alive(np), p)
+	}
+	waitLines(t, log, "started", 2) // the restarted process appends to the same log
+	if err := Stop([]Process{np}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if Alive(np) {
+		t.Error("alive after Stop")
+	}
+
+	stubborn, err := startProcess("stubborn", "/bin/sh", log, true, "-c", `trap "" TERM; echo trapped; sleep 60 & wait`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = Stop([]Process{stubborn}, time.Second) })
+	waitLines(t, log, "trapped", 1)
+	start := time.Now()
+	if err := Stop([]Process{stubborn}, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if Alive(stubborn) {
+		t.Error("a process ignoring SIGTERM survived Stop")
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("killed after %s, before the timeout", d)
+	}
+}
+
+// waitLines waits until log holds n lines that read line.
+func waitLines(t *testing.T, log, line string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		data, _ := os.ReadFile(log)
+		if strings.Count(string(data), line+"\n") == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log holds %q, not %d lines %q, after 10s", data, n, line)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	if err := os.WriteFile(path, []byte("a\nb\nc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := Tail(path, 2); got != "b\nc" {
+		t.Errorf("Tail = %q", got)
+	}
+	if got := Tail(filepath.Join(t.TempDir(), "none"), 2); !strings.Contains(got, "cannot read log") {
+		t.Errorf("Tail of a missing file = %q", got)
+	}
+}

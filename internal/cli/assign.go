@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
 )
 
@@ -32,7 +33,7 @@ node) live ComputeDomains of another plane, the legacy plane included, or when a
 RoleBinding exists that is not the plane's. Assigning what the plane already owns changes
 nothing. Only cluster administrators may change the label (see docs/control-planes.md).`,
 	}
-	cmd.AddCommand(newAssignKindCommand(plane.KindNamespace, false), newAssignKindCommand(plane.KindNode, false))
+	cmd.AddCommand(newAssignKindCommand(lifecycle.KindNamespace, false), newAssignKindCommand(lifecycle.KindNode, false))
 	return cmd
 }
 
@@ -46,11 +47,11 @@ to the legacy plane.
 Refused when another plane owns the target, and while it still holds (namespace) or serves (node)
 live ComputeDomains of the plane, unless --force.`,
 	}
-	cmd.AddCommand(newAssignKindCommand(plane.KindNamespace, true), newAssignKindCommand(plane.KindNode, true))
+	cmd.AddCommand(newAssignKindCommand(lifecycle.KindNamespace, true), newAssignKindCommand(lifecycle.KindNode, true))
 	return cmd
 }
 
-func newAssignKindCommand(kind plane.TargetKind, unassign bool) *cobra.Command {
+func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Command {
 	var f assignFlags
 	verb := "assign"
 	if unassign {
@@ -61,19 +62,19 @@ func newAssignKindCommand(kind plane.TargetKind, unassign bool) *cobra.Command {
 		Short: strings.ToUpper(verb[:1]) + verb[1:] + " a " + string(kind),
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t := plane.Target{Kind: kind, Name: args[0]}
+			t := lifecycle.Target{Kind: kind, Name: args[0]}
 			c, err := assignClient(f.kubeconfig)
 			if err != nil {
 				return err
 			}
-			var res *plane.Result
+			var res *lifecycle.Result
 			if unassign {
-				res, err = plane.Unassign(cmd.Context(), c, f.id, t, f.force)
+				res, err = lifecycle.Unassign(cmd.Context(), c, f.id, t, f.force)
 			} else {
-				res, err = plane.Assign(cmd.Context(), c, f.id, t)
+				res, err = lifecycle.Assign(cmd.Context(), c, f.id, t)
 			}
 			printResult(cmd, verb, t, f.id, res)
-			if plane.IsRefused(err) {
+			if lifecycle.IsRefused(err) {
 				return fmt.Errorf("%s refused: %w", verb, err)
 			}
 			return err
@@ -88,7 +89,7 @@ func newAssignKindCommand(kind plane.TargetKind, unassign bool) *cobra.Command {
 	return cmd
 }
 
-func printResult(cmd *cobra.Command, verb string, t plane.Target, id string, res *plane.Result) {
+func printResult(cmd *cobra.Command, verb string, t lifecycle.Target, id string, res *lifecycle.Result) {
 	if res == nil {
 		return
 	}

@@ -156,20 +156,20 @@ func (m *Manager) unassignAll(ctx context.Context, id, driverNS string) error {
 	if err := m.c.List(ctx, nodes, sel); err != nil {
 		return fmt.Errorf("listing the nodes of %s: %w", describePlane(id), err)
 	}
-	var targets []plane.Target
+	var targets []Target
 	for _, ns := range nss.Items {
 		if ns.Name != driverNS {
-			targets = append(targets, plane.Target{Kind: plane.KindNamespace, Name: ns.Name})
+			targets = append(targets, Target{Kind: KindNamespace, Name: ns.Name})
 		}
 	}
 	for _, n := range nodes.Items {
-		targets = append(targets, plane.Target{Kind: plane.KindNode, Name: n.Name})
+		targets = append(targets, Target{Kind: KindNode, Name: n.Name})
 	}
 	if len(targets) > 0 {
 		m.progress("Unassigning %d namespaces and nodes from %s", len(targets), describePlane(id))
 	}
 	for _, t := range targets {
-		res, err := plane.Unassign(ctx, m.c, id, t, false)
+		res, err := Unassign(ctx, m.c, id, t, false)
 		if err != nil {
 			return fmt.Errorf("unassigning %s: %w", t, err)
 		}

@@ -1,5 +1,7 @@
-// Package plane holds control-plane identity: the id validator every binary, the CLI and the
-// chart schema share, the names derived from it, and ownership checks.
+// Package plane holds control-plane identity and ownership, which every binary uses: the id
+// validator the binaries, the CLI and the chart schema share, the names derived from an id,
+// ownership checks, cache selectors and the foreign-refusal metric. What the administrator's
+// CLI writes to a cluster (assign, unassign, install, destroy) is in internal/lifecycle.
 package plane
 
 import (
@@ -77,3 +79,21 @@ func AddFlag(fs *pflag.FlagSet, into *string) {
 	fs.StringVar(into, FlagName, os.Getenv(EnvVar),
 		"Control-plane id: empty for the legacy single plane, otherwise a DNS-1123 label of at most 20 characters, not \"default\" (env "+EnvVar+")")
 }
+
+// Legacy names of the objects a plane's installation creates, from which the plane's own are
+// derived with Name; the chart uses the same names.
+const (
+	// DriverNamespaceLegacyName is the legacy plane's driver namespace; a plane's is
+	// Name(id, DriverNamespaceLegacyName), "<id>-cdplane".
+	DriverNamespaceLegacyName = "cdplane"
+	// ControllerServiceAccountLegacyName is the controller's service account in the driver namespace.
+	ControllerServiceAccountLegacyName = "cdplane-controller"
+	// DaemonServiceAccountLegacyName is the IMEX daemons' service account in the driver namespace.
+	DaemonServiceAccountLegacyName = "cdplane-daemon"
+	// ControllerNamespacedRoleLegacyName is the ClusterRole the controller is bound to, by a
+	// RoleBinding, in every namespace assigned to its plane.
+	ControllerNamespacedRoleLegacyName = "cdplane-controller-namespaced"
+	// DaemonNamespacedRoleLegacyName is the ClusterRole the daemons are bound to, by a
+	// RoleBinding, in every namespace assigned to their plane.
+	DaemonNamespacedRoleLegacyName = "cdplane-daemon-namespaced"
+)

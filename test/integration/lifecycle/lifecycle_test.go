@@ -43,7 +43,7 @@ func must(t *testing.T, err error) {
 func assign(t *testing.T, id string) string {
 	t.Helper()
 	ns := testCluster.Namespace(t, nil)
-	if _, err := plane.Assign(context.Background(), testCluster.Client, id, plane.Target{Kind: plane.KindNamespace, Name: ns}); err != nil {
+	if _, err := lifecycle.Assign(context.Background(), testCluster.Client, id, lifecycle.Target{Kind: lifecycle.KindNamespace, Name: ns}); err != nil {
 		t.Fatal(err)
 	}
 	return ns

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
 	"cdplane/internal/testutil"
 )
@@ -39,7 +40,7 @@ func assignedNamespace(t *testing.T, id string) string {
 	t.Helper()
 	ctx := testContext(t)
 	ns := testCluster.Namespace(t, nil)
-	if _, err := plane.Assign(ctx, testCluster.Client, id, plane.Target{Kind: plane.KindNamespace, Name: ns}); err != nil {
+	if _, err := lifecycle.Assign(ctx, testCluster.Client, id, lifecycle.Target{Kind: lifecycle.KindNamespace, Name: ns}); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitStamped(ctx, testCluster.Client, ns, id); err != nil {
@@ -145,7 +146,7 @@ func TestForgedDomainLabelRefused(t *testing.T) {
 // labelAttempt is one attempt to set (value non-nil) or remove the plane label of a namespace
 // or node.
 type labelAttempt struct {
-	kind   plane.TargetKind
+	kind   lifecycle.TargetKind
 	name   string
 	value  *string
 	status bool // through the status subresource
@@ -166,7 +167,7 @@ func (a labelAttempt) run(t *testing.T, c client.Client) error {
 	t.Helper()
 	ctx := testContext(t)
 	var obj client.Object = &corev1.Node{}
-	if a.kind == plane.KindNamespace {
+	if a.kind == lifecycle.KindNamespace {
 		obj = &corev1.Namespace{}
 	}
 	if err := c.Get(ctx, client.ObjectKey{Name: a.name}, obj); err != nil {
@@ -212,15 +213,15 @@ func TestTenantCannotChangePlaneLabels(t *testing.T) {
 	owned := newNode(t, map[string]string{cdv1beta1.ControlPlaneLabel: planeA})
 	unowned := newNode(t, nil)
 	attempts := []labelAttempt{
-		{kind: plane.KindNamespace, name: ns, value: ptr(planeB)},
-		{kind: plane.KindNamespace, name: ns},
-		{kind: plane.KindNamespace, name: free, value: ptr(planeA)},
-		{kind: plane.KindNode, name: owned, value: ptr(planeB)},
-		{kind: plane.KindNode, name: owned},
-		{kind: plane.KindNode, name: unowned, value: ptr(planeA)},
+		{kind: lifecycle.KindNamespace, name: ns, value: ptr(planeB)},
+		{kind: lifecycle.KindNamespace, name: ns},
+		{kind: lifecycle.KindNamespace, name: free, value: ptr(planeA)},
+		{kind: lifecycle.KindNode, name: owned, value: ptr(planeB)},
+		{kind: lifecycle.KindNode, name: owned},
+		{kind: lifecycle.KindNode, name: unowned, value: ptr(planeA)},
 	}
 	refusedAttempts(t, tenant(t, ns), false, attempts)
-	if _, err := plane.Assign(ctx, tenant(t, free).c, planeA, plane.Target{Kind: plane.KindNamespace, Name: free}); !apierrors.IsForbidden(err) {
+	if _, err := lifecycle.Assign(ctx, tenant(t, free).c, planeA, lifecycle.Target{Kind: lifecycle.KindNamespace, Name: free}); !apierrors.IsForbidden(err) {
 		t.Errorf("tenant assigning its namespace: %v; want forbidden", err)
 	}
 
@@ -233,9 +234,9 @@ func TestTenantCannotChangePlaneLabels(t *testing.T) {
 	}
 	withStatus := append([]labelAttempt{}, attempts...)
 	withStatus = append(withStatus,
-		labelAttempt{kind: plane.KindNamespace, name: ns, value: ptr(planeB), status: true},
-		labelAttempt{kind: plane.KindNode, name: owned, status: true},
-		labelAttempt{kind: plane.KindNode, name: unowned, value: ptr(planeA), status: true},
+		labelAttempt{kind: lifecycle.KindNamespace, name: ns, value: ptr(planeB), status: true},
+		labelAttempt{kind: lifecycle.KindNode, name: owned, status: true},
+		labelAttempt{kind: lifecycle.KindNode, name: unowned, value: ptr(planeA), status: true},
 	)
 	refusedAttempts(t, editor, true, withStatus)
 }
@@ -260,22 +261,22 @@ func TestOtherPlaneServiceAccountsCannotChangePlaneLabels(t *testing.T) {
 			t.Fatal(err)
 		}
 		refusedAttempts(t, sa, true, []labelAttempt{
-			{kind: plane.KindNamespace, name: ns, value: ptr(planeB)},
-			{kind: plane.KindNamespace, name: ns},
-			{kind: plane.KindNamespace, name: free, value: ptr(planeA)},
-			{kind: plane.KindNode, name: owned, value: ptr(planeB)},
-			{kind: plane.KindNode, name: owned},
-			{kind: plane.KindNode, name: owned, status: true},
-			{kind: plane.KindNode, name: unowned, value: ptr(planeA)},
+			{kind: lifecycle.KindNamespace, name: ns, value: ptr(planeB)},
+			{kind: lifecycle.KindNamespace, name: ns},
+			{kind: lifecycle.KindNamespace, name: free, value: ptr(planeA)},
+			{kind: lifecycle.KindNode, name: owned, value: ptr(planeB)},
+			{kind: lifecycle.KindNode, name: owned},
+			{kind: lifecycle.KindNode, name: owned, status: true},
+			{kind: lifecycle.KindNode, name: unowned, value: ptr(planeA)},
 		})
-		if _, err := plane.Assign(ctx, sa.c, planeB, plane.Target{Kind: plane.KindNamespace, Name: ns}); !plane.IsRefused(err) {
+		if _, err := lifecycle.Assign(ctx, sa.c, planeB, lifecycle.Target{Kind: lifecycle.KindNamespace, Name: ns}); !lifecycle.IsRefused(err) {
 			t.Errorf("%s assigning plane-a's namespace to plane-b: %v; want refused", sa, err)
 		}
 	}
 
 	// A plane's own service accounts may set and remove its own label.
 	own := planeServiceAccount(t, planeB, plane.ControllerServiceAccountLegacyName)
-	for _, a := range []labelAttempt{{kind: plane.KindNode, name: unowned, value: ptr(planeB)}, {kind: plane.KindNode, name: unowned}} {
+	for _, a := range []labelAttempt{{kind: lifecycle.KindNode, name: unowned, value: ptr(planeB)}, {kind: lifecycle.KindNode, name: unowned}} {
 		if err := a.run(t, own.c); err != nil {
 			t.Errorf("%s as %s: %v; want it admitted", a, own, err)
 		}
@@ -284,7 +285,7 @@ func TestOtherPlaneServiceAccountsCannotChangePlaneLabels(t *testing.T) {
 	if err := ownA.bindClusterRole(ctx, labelEditorRole); err != nil {
 		t.Fatal(err)
 	}
-	if err := (labelAttempt{kind: plane.KindNode, name: owned}).run(t, ownA.c); err != nil {
+	if err := (labelAttempt{kind: lifecycle.KindNode, name: owned}).run(t, ownA.c); err != nil {
 		t.Errorf("plane-a's controller removing plane-a's label from its node: %v", err)
 	}
 
@@ -296,7 +297,7 @@ func TestOtherPlaneServiceAccountsCannotChangePlaneLabels(t *testing.T) {
 	if err := outsider.bindClusterRole(ctx, labelEditorRole); err != nil {
 		t.Fatal(err)
 	}
-	refusedAttempts(t, outsider, true, []labelAttempt{{kind: plane.KindNode, name: unowned, value: ptr(planeB)}})
+	refusedAttempts(t, outsider, true, []labelAttempt{{kind: lifecycle.KindNode, name: unowned, value: ptr(planeB)}})
 }
 
 // TestAdministratorGroupIsConfigurable: a member of group platform-admins, allowed by RBAC,
@@ -314,13 +315,13 @@ func TestAdministratorGroupIsConfigurable(t *testing.T) {
 	if err := admin.bindClusterRole(ctx, labelEditorRole); err != nil {
 		t.Fatal(err)
 	}
-	target := plane.Target{Kind: plane.KindNode, Name: node}
+	target := lifecycle.Target{Kind: lifecycle.KindNode, Name: node}
 	// A previous run's restore of the ConfigMap may still be on its way to the policy's cache.
 	eventually(t, 30*time.Second, "the default configuration refuses platform-admin", func() (bool, error) {
 		err := setLabel(ctx, admin.c, &corev1.Node{}, client.ObjectKey{Name: node}, ptr(planeA), client.DryRunAll)
 		return isPolicyRefusal(err), err
 	})
-	if _, err := plane.Assign(ctx, admin.c, planeA, target); !isPolicyRefusal(err) {
+	if _, err := lifecycle.Assign(ctx, admin.c, planeA, target); !isPolicyRefusal(err) {
 		t.Fatalf("platform-admin assigning before the group is configured: %v; want the policy's refusal", err)
 	}
 
@@ -339,10 +340,10 @@ func TestAdministratorGroupIsConfigurable(t *testing.T) {
 	t.Cleanup(func() { _ = setGroups(original) })
 
 	eventually(t, 30*time.Second, "platform-admin can assign a node", func() (bool, error) {
-		_, err := plane.Assign(ctx, admin.c, planeA, target)
+		_, err := lifecycle.Assign(ctx, admin.c, planeA, target)
 		return err == nil, err
 	})
-	if _, err := plane.Unassign(ctx, c, planeA, target, false); err != nil {
+	if _, err := lifecycle.Unassign(ctx, c, planeA, target, false); err != nil {
 		t.Fatalf("system:masters unassigning: %v", err)
 	}
 }

@@ -18,7 +18,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/cli"
 	"cdplane/internal/controller/secretmirror"
-	"cdplane/internal/plane"
+	"cdplane/internal/lifecycle"
 	"cdplane/internal/testutil"
 )
 
@@ -93,18 +93,18 @@ type snapshot struct {
 	RoleBindings    []string
 }
 
-func snap(t *testing.T, kind plane.TargetKind, name string) snapshot {
+func snap(t *testing.T, kind lifecycle.TargetKind, name string) snapshot {
 	t.Helper()
 	ctx := testContext(t)
 	var obj client.Object = &corev1.Node{}
-	if kind == plane.KindNamespace {
+	if kind == lifecycle.KindNamespace {
 		obj = &corev1.Namespace{}
 	}
 	if err := testCluster.Client.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
 		t.Fatal(err)
 	}
 	s := snapshot{ResourceVersion: obj.GetResourceVersion(), Labels: obj.GetLabels()}
-	if kind == plane.KindNamespace {
+	if kind == lifecycle.KindNamespace {
 		var rbs rbacv1.RoleBindingList
 		if err := testCluster.Client.List(ctx, &rbs, client.InNamespace(name)); err != nil {
 			t.Fatal(err)
@@ -164,7 +164,7 @@ func TestAssignNamespaceByAdmin(t *testing.T) {
 
 	mustCLI(t, []string{"RoleBinding " + ns + "/plane-a-cdplane-controller created", `assigned to control plane "plane-a"`},
 		"assign", "namespace", ns, "--control-plane-id", planeA)
-	got := snap(t, plane.KindNamespace, ns)
+	got := snap(t, lifecycle.KindNamespace, ns)
 	if got.Labels[cdv1beta1.ControlPlaneLabel] != planeA {
 		t.Fatalf("namespace labels %v, want %s=%s", got.Labels, cdv1beta1.ControlPlaneLabel, planeA)
 	}
@@ -195,7 +195,7 @@ func TestAssignNamespaceByAdmin(t *testing.T) {
 	}
 
 	mustCLI(t, []string{"already assigned", "nothing changed"}, "assign", "namespace", ns, "--control-plane-id", planeA)
-	sameSnapshot(t, "namespace after a second assign", got, snap(t, plane.KindNamespace, ns))
+	sameSnapshot(t, "namespace after a second assign", got, snap(t, lifecycle.KindNamespace, ns))
 
 	// A plane RoleBinding tampered with is repaired by assigning again.
 	tampered := &rbacv1.RoleBinding{}
@@ -241,12 +241,12 @@ func TestAssignNamespaceByAdmin(t *testing.T) {
 	if diff := cmp.Diff([]string{"legacy-copy", "plane-b-copy", "tenant"}, names); diff != "" {
 		t.Fatalf("Secrets left after unassign (-want +got):\n%s", diff)
 	}
-	after := snap(t, plane.KindNamespace, ns)
+	after := snap(t, lifecycle.KindNamespace, ns)
 	if _, ok := after.Labels[cdv1beta1.ControlPlaneLabel]; ok || len(after.RoleBindings) != 0 {
 		t.Fatalf("after unassign: labels %v, RoleBindings %v; want neither", after.Labels, after.RoleBindings)
 	}
 	mustCLI(t, []string{"nothing changed"}, "unassign", "namespace", ns, "--control-plane-id", planeA)
-	sameSnapshot(t, "namespace after a second unassign", after, snap(t, plane.KindNamespace, ns))
+	sameSnapshot(t, "namespace after a second unassign", after, snap(t, lifecycle.KindNamespace, ns))
 }
 
 // TestAssignNodeByAdmin: an administrator assigns and unassigns a node with the CLI, both
@@ -257,15 +257,15 @@ func TestAssignNodeByAdmin(t *testing.T) {
 	node := newNode(t, map[string]string{"kubernetes.io/hostname": "x"})
 
 	mustCLI(t, []string{"label " + cdv1beta1.ControlPlaneLabel + "=plane-a set on node " + node}, "assign", "node", node, "--control-plane-id", planeA)
-	got := snap(t, plane.KindNode, node)
+	got := snap(t, lifecycle.KindNode, node)
 	if diff := cmp.Diff(map[string]string{"kubernetes.io/hostname": "x", cdv1beta1.ControlPlaneLabel: planeA}, got.Labels); diff != "" {
 		t.Fatalf("node labels (-want +got):\n%s", diff)
 	}
 	mustCLI(t, []string{"nothing changed"}, "assign", "node", node, "--control-plane-id", planeA)
-	sameSnapshot(t, "node after a second assign", got, snap(t, plane.KindNode, node))
+	sameSnapshot(t, "node after a second assign", got, snap(t, lifecycle.KindNode, node))
 
 	mustCLI(t, []string{"removed from node " + node}, "unassign", "node", node, "--control-plane-id", planeA)
-	if diff := cmp.Diff(map[string]string{"kubernetes.io/hostname": "x"}, snap(t, plane.KindNode, node).Labels); diff != "" {
+	if diff := cmp.Diff(map[string]string{"kubernetes.io/hostname": "x"}, snap(t, lifecycle.KindNode, node).Labels); diff != "" {
 		t.Fatalf("node labels after unassign (-want +got):\n%s", diff)
 	}
 }
@@ -280,9 +280,9 @@ func TestAssignRefusedWhenAnotherPlaneOwns(t *testing.T) {
 	node := newNode(t, map[string]string{cdv1beta1.ControlPlaneLabel: planeB})
 
 	for _, target := range []struct {
-		kind plane.TargetKind
+		kind lifecycle.TargetKind
 		name string
-	}{{plane.KindNamespace, ns}, {plane.KindNode, node}} {
+	}{{lifecycle.KindNamespace, ns}, {lifecycle.KindNode, node}} {
 		before := snap(t, target.kind, target.name)
 		refusedCLI(t, []string{string(target.kind) + " " + target.name, `owned by control plane "plane-b"`},
 			"assign", string(target.kind), target.name, "--control-plane-id", planeA)
@@ -316,10 +316,10 @@ func TestAssignRefusedWhenNamespaceHoldsAnotherPlanesDomains(t *testing.T) {
 	t.Run("legacy", func(t *testing.T) {
 		ns := testCluster.Namespace(t, nil)
 		cd := createDomain(t, c, ns, "legacy", "planes.test/hold")
-		before := snap(t, plane.KindNamespace, ns)
+		before := snap(t, lifecycle.KindNamespace, ns)
 		refusedCLI(t, []string{"holds live ComputeDomains of other control planes", ns + "/legacy (the legacy plane (no label))"},
 			"assign", "namespace", ns, "--control-plane-id", planeA)
-		sameSnapshot(t, "namespace after a refused assign", before, snap(t, plane.KindNamespace, ns))
+		sameSnapshot(t, "namespace after a refused assign", before, snap(t, lifecycle.KindNamespace, ns))
 
 		// Being deleted (held by a finalizer), the domain no longer blocks the assignment.
 		if err := c.Delete(ctx, cd); err != nil {
@@ -341,7 +341,7 @@ func TestAssignRefusedWhenNamespaceHoldsAnotherPlanesDomains(t *testing.T) {
 
 	t.Run("plane-b", func(t *testing.T) {
 		ns := testCluster.Namespace(t, nil)
-		if _, err := plane.Assign(ctx, c, planeB, plane.Target{Kind: plane.KindNamespace, Name: ns}); err != nil {
+		if _, err := lifecycle.Assign(ctx, c, planeB, lifecycle.Target{Kind: lifecycle.KindNamespace, Name: ns}); err != nil {
 			t.Fatal(err)
 		}
 		if err := waitStamped(ctx, c, ns, planeB); err != nil {
@@ -351,12 +351,12 @@ func TestAssignRefusedWhenNamespaceHoldsAnotherPlanesDomains(t *testing.T) {
 		if v, _ := domainLabel(t, client.ObjectKeyFromObject(cd)); v != planeB {
 			t.Fatalf("plane-b's domain labelled %q", v)
 		}
-		if _, err := plane.Unassign(ctx, c, planeB, plane.Target{Kind: plane.KindNamespace, Name: ns}, true); err != nil {
+		if _, err := lifecycle.Unassign(ctx, c, planeB, lifecycle.Target{Kind: lifecycle.KindNamespace, Name: ns}, true); err != nil {
 			t.Fatalf("forced unassign: %v", err)
 		}
-		before := snap(t, plane.KindNamespace, ns)
+		before := snap(t, lifecycle.KindNamespace, ns)
 		refusedCLI(t, []string{ns + `/b (control plane "plane-b")`}, "assign", "namespace", ns, "--control-plane-id", planeA)
-		sameSnapshot(t, "namespace after a refused assign", before, snap(t, plane.KindNamespace, ns))
+		sameSnapshot(t, "namespace after a refused assign", before, snap(t, lifecycle.KindNamespace, ns))
 	})
 }
 
@@ -377,10 +377,10 @@ func TestUnassignRefusedWhilePlaneDomainsLive(t *testing.T) {
 	node := newNode(t, map[string]string{cdv1beta1.ControlPlaneLabel: planeA, cdv1beta1.ComputeDomainLabel: string(cd.UID)})
 
 	for _, target := range []struct {
-		kind plane.TargetKind
+		kind lifecycle.TargetKind
 		name string
 		says string
-	}{{plane.KindNamespace, ns, "still holds"}, {plane.KindNode, node, "still serves"}} {
+	}{{lifecycle.KindNamespace, ns, "still holds"}, {lifecycle.KindNode, node, "still serves"}} {
 		before := snap(t, target.kind, target.name)
 		refusedCLI(t, []string{target.says + ` live ComputeDomains of control plane "plane-a": ` + ns + "/a", "force"},
 			"unassign", string(target.kind), target.name, "--control-plane-id", planeA)
@@ -407,7 +407,7 @@ func TestAssignNodeRefusedWhileServingAnotherPlanesDomain(t *testing.T) {
 	ctx := testContext(t)
 	c := testCluster.Client
 	ns := testCluster.Namespace(t, nil)
-	if _, err := plane.Assign(ctx, c, planeB, plane.Target{Kind: plane.KindNamespace, Name: ns}); err != nil {
+	if _, err := lifecycle.Assign(ctx, c, planeB, lifecycle.Target{Kind: lifecycle.KindNamespace, Name: ns}); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitStamped(ctx, c, ns, planeB); err != nil {
@@ -415,10 +415,10 @@ func TestAssignNodeRefusedWhileServingAnotherPlanesDomain(t *testing.T) {
 	}
 	cd := createDomain(t, c, ns, "b")
 	serving := newNode(t, map[string]string{cdv1beta1.ComputeDomainLabel: string(cd.UID)})
-	before := snap(t, plane.KindNode, serving)
+	before := snap(t, lifecycle.KindNode, serving)
 	refusedCLI(t, []string{"node " + serving + ": serves live ComputeDomains of other control planes: " + ns + `/b (control plane "plane-b")`},
 		"assign", "node", serving, "--control-plane-id", planeA)
-	sameSnapshot(t, "node after a refused assign", before, snap(t, plane.KindNode, serving))
+	sameSnapshot(t, "node after a refused assign", before, snap(t, lifecycle.KindNode, serving))
 
 	stale := newNode(t, map[string]string{cdv1beta1.ComputeDomainLabel: "00000000-0000-0000-0000-000000000000"})
 	mustCLI(t, []string{"assigned to"}, "assign", "node", stale, "--control-plane-id", planeA)
@@ -439,8 +439,8 @@ func TestAssignRefusedOverForeignRoleBinding(t *testing.T) {
 	if err := testCluster.Client.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
-	before := snap(t, plane.KindNamespace, ns)
+	before := snap(t, lifecycle.KindNamespace, ns)
 	refusedCLI(t, []string{"RoleBinding " + ns + `/plane-a-cdplane-controller exists and is not control plane "plane-a"'s`},
 		"assign", "namespace", ns, "--control-plane-id", planeA)
-	sameSnapshot(t, "namespace after a refused assign", before, snap(t, plane.KindNamespace, ns))
+	sameSnapshot(t, "namespace after a refused assign", before, snap(t, lifecycle.KindNamespace, ns))
 }

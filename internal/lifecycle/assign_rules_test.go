@@ -1,4 +1,4 @@
-package plane
+package lifecycle
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/plane"
 	"cdplane/internal/testutil"
 )
 
@@ -154,9 +155,9 @@ func TestRoleBindings(t *testing.T) {
 		t.Errorf("RoleBindings (-want +got):\n%s", diff)
 	}
 	// The longest id keeps every derived name unhashed and within 63 characters.
-	for _, rb := range RoleBindings(strings.Repeat("x", MaxIDLength), "team") {
+	for _, rb := range RoleBindings(strings.Repeat("x", plane.MaxIDLength), "team") {
 		for _, n := range []string{rb.Name, rb.RoleRef.Name, rb.Subjects[0].Name, rb.Subjects[0].Namespace} {
-			if !strings.HasPrefix(n, strings.Repeat("x", MaxIDLength)+"-cdplane") || len(n) > 63 {
+			if !strings.HasPrefix(n, strings.Repeat("x", plane.MaxIDLength)+"-cdplane") || len(n) > 63 {
 				t.Errorf("derived name %q", n)
 			}
 		}

@@ -1,4 +1,4 @@
-package plane
+package lifecycle
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/controller/secretmirror"
 )
 
 // Result says what an Assign or Unassign changed, one line per change; none when the target
@@ -257,15 +258,10 @@ func ensureRoleBindings(ctx context.Context, c client.Client, id string, t Targe
 	})
 }
 
-// MirroredFromLabel marks a Secret that a plane's secret mirror copied into a namespace; with
-// the plane label it is the plane's copy (secretmirror.MirroredFromLabel, whose package imports
-// this one; test/integration/planes pins the two together).
-const MirroredFromLabel = "resource.nvidia.com/mirrored-from"
-
-// MirroredCopiesSelector selects the Secrets a plane's secret mirror made: MirroredFromLabel
-// present (any source) and the plane label equal to id.
-func MirroredCopiesSelector(id string) labels.Selector {
-	from, err := labels.NewRequirement(MirroredFromLabel, selection.Exists, nil)
+// mirroredCopiesSelector selects the Secrets a plane's secret mirror made: the mirror's marker
+// secretmirror.MirroredFromLabel present (any source) and the plane label equal to id.
+func mirroredCopiesSelector(id string) labels.Selector {
+	from, err := labels.NewRequirement(secretmirror.MirroredFromLabel, selection.Exists, nil)
 	if err != nil {
 		panic(err) // a constant key
 	}
@@ -282,7 +278,7 @@ func removeMirroredCopies(ctx context.Context, c client.Client, id string, t Tar
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
-		if err := c.List(ctx, list, client.InNamespace(t.Name), client.MatchingLabelsSelector{Selector: MirroredCopiesSelector(id)}); err != nil {
+		if err := c.List(ctx, list, client.InNamespace(t.Name), client.MatchingLabelsSelector{Selector: mirroredCopiesSelector(id)}); err != nil {
 			return fmt.Errorf("listing control plane %q's mirrored Secrets in %s: %w", id, t, err)
 		}
 		for i := range list.Items {

@@ -1,4 +1,4 @@
-package plane
+package lifecycle
 
 import (
 	"errors"
@@ -11,23 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cdv1beta1 "cdplane/api/v1beta1"
-)
-
-// Legacy names from which a plane's names for assignment are derived with Name.
-const (
-	// DriverNamespaceLegacyName is the legacy plane's driver namespace; a plane's is
-	// Name(id, DriverNamespaceLegacyName), "<id>-cdplane".
-	DriverNamespaceLegacyName = "cdplane"
-	// ControllerServiceAccountLegacyName is the controller's service account in the driver namespace.
-	ControllerServiceAccountLegacyName = "cdplane-controller"
-	// DaemonServiceAccountLegacyName is the IMEX daemons' service account in the driver namespace.
-	DaemonServiceAccountLegacyName = "cdplane-daemon"
-	// ControllerNamespacedRoleLegacyName is the ClusterRole the controller is bound to, by a
-	// RoleBinding, in every namespace assigned to its plane.
-	ControllerNamespacedRoleLegacyName = "cdplane-controller-namespaced"
-	// DaemonNamespacedRoleLegacyName is the ClusterRole the daemons are bound to, by a
-	// RoleBinding, in every namespace assigned to their plane.
-	DaemonNamespacedRoleLegacyName = "cdplane-daemon-namespaced"
+	"cdplane/internal/plane"
 )
 
 // TargetKind is what can be assigned to a plane.
@@ -70,9 +54,9 @@ func IsRefused(err error) bool {
 // plane owns what carries no plane label, so it is never assigned anything.
 func validateAssignID(id string) error {
 	if id == "" {
-		return fmt.Errorf("a control-plane id is required (--%s): the legacy plane owns whatever carries no %s label, so nothing is assigned to it or unassigned from it; name the plane whose label to set or remove", FlagName, cdv1beta1.ControlPlaneLabel)
+		return fmt.Errorf("a control-plane id is required (--%s): the legacy plane owns whatever carries no %s label, so nothing is assigned to it or unassigned from it; name the plane whose label to set or remove", plane.FlagName, cdv1beta1.ControlPlaneLabel)
 	}
-	return ValidateID(id)
+	return plane.ValidateID(id)
 }
 
 // planeLabel returns an object's plane label and whether it has one.
@@ -124,7 +108,7 @@ func holds(t Target) string {
 // checkNotDriverNamespace refuses the plane's own driver namespace: its label and RoleBindings
 // come with the plane's installation, and the assignment's RoleBindings share their names.
 func checkNotDriverNamespace(t Target, id string) error {
-	if t.Kind == KindNamespace && t.Name == Name(id, DriverNamespaceLegacyName) {
+	if t.Kind == KindNamespace && t.Name == plane.Name(id, plane.DriverNamespaceLegacyName) {
 		return &RefusedError{Target: t, ID: id, Reason: fmt.Sprintf(
 			"it is control plane %q's driver namespace, which its installation labels and destroy removes", id)}
 	}
@@ -199,31 +183,31 @@ func CheckUnassign(t Target, id string, targetLabels map[string]string, domains 
 
 // RoleBindings returns the RoleBindings that assigning a namespace to plane id creates there:
 // the plane's controller and daemon service accounts, in its driver namespace, bound to the
-// plane's namespaced ClusterRoles (Name(id, "cdplane-controller-namespaced"),
-// Name(id, "cdplane-daemon-namespaced")). Each is named like its service account
-// (Name(id, "cdplane-controller"), Name(id, "cdplane-daemon")) and labelled with the plane.
+// plane's namespaced ClusterRoles (plane.Name(id, "cdplane-controller-namespaced"),
+// plane.Name(id, "cdplane-daemon-namespaced")). Each is named like its service account
+// (plane.Name(id, "cdplane-controller"), plane.Name(id, "cdplane-daemon")) and labelled with the plane.
 func RoleBindings(id, namespace string) []*rbacv1.RoleBinding {
-	driverNS := Name(id, DriverNamespaceLegacyName)
+	driverNS := plane.Name(id, plane.DriverNamespaceLegacyName)
 	bind := func(sa, role string) *rbacv1.RoleBinding {
 		return &rbacv1.RoleBinding{
 			TypeMeta: metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
 			ObjectMeta: metav1.ObjectMeta{
-				Name:      Name(id, sa),
+				Name:      plane.Name(id, sa),
 				Namespace: namespace,
 				Labels: map[string]string{
 					cdv1beta1.ControlPlaneLabel:    id,
 					"app.kubernetes.io/managed-by": "cdplane",
 				},
 			},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: Name(id, role)},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: plane.Name(id, role)},
 			Subjects: []rbacv1.Subject{{
-				Kind: rbacv1.ServiceAccountKind, Name: Name(id, sa), Namespace: driverNS,
+				Kind: rbacv1.ServiceAccountKind, Name: plane.Name(id, sa), Namespace: driverNS,
 			}},
 		}
 	}
 	return []*rbacv1.RoleBinding{
-		bind(ControllerServiceAccountLegacyName, ControllerNamespacedRoleLegacyName),
-		bind(DaemonServiceAccountLegacyName, DaemonNamespacedRoleLegacyName),
+		bind(plane.ControllerServiceAccountLegacyName, plane.ControllerNamespacedRoleLegacyName),
+		bind(plane.DaemonServiceAccountLegacyName, plane.DaemonNamespacedRoleLegacyName),
 	}
 }
 

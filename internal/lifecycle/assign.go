@@ -34,10 +34,11 @@ func (r *Result) add(format string, args ...any) {
 // resource.nvidia.com/control-plane-id=<id> and, for a namespace, creates the plane's
 // RoleBindings there (RoleBindings). Ownership is checked on a fresh read before the first
 // change, and the label is written with that read's resourceVersion, so a concurrent change
-// makes it read and check again. Refusals (CheckAssign, PlanRoleBinding) are RefusedErrors and
-// change nothing. Assigning what the plane already owns is a no-op.
+// makes it read and check again. A bad id or target (ValidateAssignment) is refused before
+// anything is read. Refusals (CheckAssign, PlanRoleBinding) are RefusedErrors and change
+// nothing. Assigning what the plane already owns is a no-op.
 func Assign(ctx context.Context, c client.Client, id string, t Target) (*Result, error) {
-	if err := validateAssignID(id); err != nil {
+	if err := ValidateAssignment(id, t); err != nil {
 		return nil, err
 	}
 	res := &Result{Target: t, ID: id}
@@ -81,12 +82,13 @@ func Assign(ctx context.Context, c client.Client, id string, t Target) (*Result,
 }
 
 // Unassign removes a namespace or node from plane id: it removes the plane label and, for a
-// namespace, the plane's mirrored Secrets and then its RoleBindings there. It is refused when another plane owns the target,
-// and, unless force, while the target holds (a namespace) or serves (a node) live
-// ComputeDomains of this plane. Unassigning what carries no label only removes RoleBindings
-// the plane left behind.
+// namespace, the plane's mirrored Secrets and then its RoleBindings there. A bad id or target
+// (ValidateAssignment) is refused before anything is read. It is refused when another plane
+// owns the target, and, unless force, while the target holds (a namespace) or serves (a node)
+// live ComputeDomains of this plane. Unassigning what carries no label only removes
+// RoleBindings the plane left behind.
 func Unassign(ctx context.Context, c client.Client, id string, t Target, force bool) (*Result, error) {
-	if err := validateAssignID(id); err != nil {
+	if err := ValidateAssignment(id, t); err != nil {
 		return nil, err
 	}
 	res := &Result{Target: t, ID: id}

@@ -9,6 +9,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/plane"
@@ -50,13 +51,34 @@ func IsRefused(err error) bool {
 	return errors.As(err, &r)
 }
 
-// validateAssignID checks the id of an assign or unassign: a valid, non-legacy id. The legacy
-// plane owns what carries no plane label, so it is never assigned anything.
-func validateAssignID(id string) error {
+// ValidateAssignment checks an assign or unassign before anything is read: the id is a valid,
+// non-legacy id (the legacy plane owns what carries no plane label, so it is never assigned
+// anything); the target is a namespace with a valid namespace name (a DNS-1123 label) or a
+// node with a valid node name (a DNS-1123 subdomain); and it is not the plane's own driver
+// namespace, which is a RefusedError. A bad id, kind or name is a plain error.
+func ValidateAssignment(id string, t Target) error {
 	if id == "" {
 		return fmt.Errorf("a control-plane id is required (--%s): the legacy plane owns whatever carries no %s label, so nothing is assigned to it or unassigned from it; name the plane whose label to set or remove", plane.FlagName, cdv1beta1.ControlPlaneLabel)
 	}
-	return plane.ValidateID(id)
+	if err := plane.ValidateID(id); err != nil {
+		return err
+	}
+	var problems []string
+	switch t.Kind {
+	case KindNamespace:
+		problems = validation.IsDNS1123Label(t.Name)
+	case KindNode:
+		problems = validation.IsDNS1123Subdomain(t.Name)
+	default:
+		return fmt.Errorf("unknown kind of target %q: want %s or %s", t.Kind, KindNamespace, KindNode)
+	}
+	switch {
+	case t.Name == "":
+		return fmt.Errorf("a %s name is required", t.Kind)
+	case len(problems) > 0:
+		return fmt.Errorf("invalid %s name %q: %s", t.Kind, t.Name, strings.Join(problems, "; "))
+	}
+	return checkNotDriverNamespace(t, id)
 }
 
 // planeLabel returns an object's plane label and whether it has one.
@@ -117,14 +139,12 @@ func checkNotDriverNamespace(t Target, id string) error {
 
 // CheckAssign decides whether a target with these labels, holding (a namespace) or serving (a
 // node, through its resource.nvidia.com/computeDomain label) these ComputeDomains, may be
-// assigned to plane id. It returns whether the target is already the plane's, or a
-// RefusedError: another plane owns the target (its label names another id, or is empty), or
-// the target holds live ComputeDomains of another plane, the legacy one included.
+// assigned to plane id; ValidateAssignment's checks come first. It returns whether the target
+// is already the plane's, or a RefusedError: another plane owns the target (its label names
+// another id, or is empty), or the target holds live ComputeDomains of another plane, the
+// legacy one included.
 func CheckAssign(t Target, id string, targetLabels map[string]string, domains []*cdv1beta1.ComputeDomain) (already bool, err error) {
-	if err := validateAssignID(id); err != nil {
-		return false, err
-	}
-	if err := checkNotDriverNamespace(t, id); err != nil {
+	if err := ValidateAssignment(id, t); err != nil {
 		return false, err
 	}
 	if v, ok := planeLabel(targetLabels); ok && v != id {
@@ -145,15 +165,12 @@ func CheckAssign(t Target, id string, targetLabels map[string]string, domains []
 	return ok && v == id, nil
 }
 
-// CheckUnassign decides whether a target may be unassigned from plane id. It returns whether
-// the target carries the plane's label (false: nothing to unassign but leftovers), or a
-// RefusedError: another plane owns the target, or (unless force) the target still holds or
-// serves live ComputeDomains of this plane.
+// CheckUnassign decides whether a target may be unassigned from plane id; ValidateAssignment's
+// checks come first. It returns whether the target carries the plane's label (false: nothing
+// to unassign but leftovers), or a RefusedError: another plane owns the target, or (unless
+// force) the target still holds or serves live ComputeDomains of this plane.
 func CheckUnassign(t Target, id string, targetLabels map[string]string, domains []*cdv1beta1.ComputeDomain, force bool) (owned bool, err error) {
-	if err := validateAssignID(id); err != nil {
-		return false, err
-	}
-	if err := checkNotDriverNamespace(t, id); err != nil {
+	if err := ValidateAssignment(id, t); err != nil {
 		return false, err
 	}
 	v, ok := planeLabel(targetLabels)

@@ -206,3 +206,83 @@ func TestPlanRoleBinding(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateAssignment(t *testing.T) {
+	long := strings.Repeat("a", 64)
+	cases := map[string]struct {
+		id      string
+		target  Target
+		want    string // "" admits
+		refused bool   // a RefusedError rather than a plain error
+	}{
+		"namespace":                 {id: "plane-a", target: Target{Kind: KindNamespace, Name: "team-a"}},
+		"node with dots":            {id: "plane-a", target: Target{Kind: KindNode, Name: "gpu-node-1.rack-2.example.com"}},
+		"legacy id":                 {id: "", target: Target{Kind: KindNamespace, Name: "team-a"}, want: "a control-plane id is required (--control-plane-id)"},
+		"uppercase id":              {id: "Plane-A", target: Target{Kind: KindNamespace, Name: "team-a"}, want: `invalid control-plane id "Plane-A": must be lowercase`},
+		"reserved id":               {id: "default", target: Target{Kind: KindNode, Name: "n1"}, want: `"default" is reserved`},
+		"id checked before name":    {id: "Plane-A", target: Target{Kind: KindNamespace, Name: ""}, want: "must be lowercase"},
+		"empty namespace name":      {id: "plane-a", target: Target{Kind: KindNamespace, Name: ""}, want: "a namespace name is required"},
+		"empty node name":           {id: "plane-a", target: Target{Kind: KindNode, Name: ""}, want: "a node name is required"},
+		"uppercase namespace":       {id: "plane-a", target: Target{Kind: KindNamespace, Name: "Team"}, want: `invalid namespace name "Team"`},
+		"namespace with a dot":      {id: "plane-a", target: Target{Kind: KindNamespace, Name: "team.a"}, want: `invalid namespace name "team.a"`},
+		"namespace over 63":         {id: "plane-a", target: Target{Kind: KindNamespace, Name: long}, want: "must be no more than 63 characters"},
+		"node over 63 is fine":      {id: "plane-a", target: Target{Kind: KindNode, Name: long}},
+		"node with a slash":         {id: "plane-a", target: Target{Kind: KindNode, Name: "n1/../x"}, want: `invalid node name "n1/../x"`},
+		"unknown kind":              {id: "plane-a", target: Target{Kind: "pod", Name: "p"}, want: `unknown kind of target "pod": want namespace or node`},
+		"own driver namespace":      {id: "plane-a", target: Target{Kind: KindNamespace, Name: "plane-a-cdplane"}, want: `it is control plane "plane-a"'s driver namespace`, refused: true},
+		"a node named like it":      {id: "plane-a", target: Target{Kind: KindNode, Name: "plane-a-cdplane"}},
+		"legacy driver namespace":   {id: "plane-a", target: Target{Kind: KindNamespace, Name: "cdplane"}},
+		"another plane's namespace": {id: "plane-a", target: Target{Kind: KindNamespace, Name: "plane-b-cdplane"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := ValidateAssignment(tc.id, tc.target)
+			checkRefusal(t, err, tc.want, !tc.refused)
+		})
+	}
+}
+
+// FuzzValidateAssignment: whatever the CLI is given as id and name, an admitted request names
+// a valid plane and a name the apiserver would accept, so nothing malformed reaches a request
+// path.
+func FuzzValidateAssignment(f *testing.F) {
+	for _, seed := range []struct{ id, kind, name string }{
+		{"plane-a", "namespace", "team-a"},
+		{"plane-a", "node", "gpu-1.example.com"},
+		{"", "namespace", "team-a"},
+		{"Plane-A", "namespace", "team-a"},
+		{"default", "node", "n1"},
+		{"plane-a", "namespace", ""},
+		{"plane-a", "namespace", "plane-a-cdplane"},
+		{"plane-a", "node", "n1/../x"},
+		{"plane-a", "node", "../../secrets"},
+		{"plane-a", "namespace", "team a"},
+		{"plane-a", "node", "n1."},
+		{"plane-a", "pod", "p"},
+		{"plane-a-", "namespace", "x"},
+	} {
+		f.Add(seed.id, seed.kind, seed.name)
+	}
+	f.Fuzz(func(t *testing.T, id, kind, name string) {
+		tgt := Target{Kind: TargetKind(kind), Name: name}
+		err := ValidateAssignment(id, tgt)
+		if err != nil {
+			return
+		}
+		if id == "" || plane.ValidateID(id) != nil {
+			t.Fatalf("admitted id %q", id)
+		}
+		limit := 253
+		if tgt.Kind == KindNamespace {
+			limit = 63
+		} else if tgt.Kind != KindNode {
+			t.Fatalf("admitted kind %q", kind)
+		}
+		if name == "" || len(name) > limit || strings.ContainsAny(name, "/ %\\\x00") || strings.ToLower(name) != name {
+			t.Fatalf("admitted %s name %q", kind, name)
+		}
+		if tgt.Kind == KindNamespace && name == plane.Name(id, plane.DriverNamespaceLegacyName) {
+			t.Fatalf("admitted plane %q's driver namespace", id)
+		}
+	})
+}

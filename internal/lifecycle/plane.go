@@ -31,18 +31,46 @@ func (m *Manager) ApplyPlane(ctx context.Context, id string, values map[string]a
 	return m.deployPlane(ctx, id, values, true)
 }
 
-func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]any, upgrade bool) error {
+// RenderPlane checks, without reading a cluster, what installing or upgrading plane id with
+// these chart values would write: the id is valid, a controlPlaneID value does not contradict
+// it, the chart's schema admits the values, and every cluster-scoped object the chart renders
+// carries the plane's canonical name (CheckCanonical). It returns the values, with
+// controlPlaneID set, and the rendered manifests. Commands call it before they load a
+// kubeconfig, so that a bad flag is reported as such.
+func RenderPlane(id string, values map[string]any) (map[string]any, []charts.Manifest, error) {
 	if err := plane.ValidateID(id); err != nil {
-		return err
+		return nil, nil, err
 	}
 	vals := maps.Clone(values)
 	if vals == nil {
 		vals = map[string]any{}
 	}
 	if v, ok := vals["controlPlaneID"]; ok && v != id {
-		return fmt.Errorf("value controlPlaneID=%v contradicts --%s=%q", v, plane.FlagName, id)
+		return nil, nil, fmt.Errorf("value controlPlaneID=%v contradicts --%s=%q", v, plane.FlagName, id)
 	}
 	vals["controlPlaneID"] = id
+	release, ns := PlaneRelease(id)
+	manifests, err := charts.Render(charts.Plane, release, ns, vals)
+	if err != nil {
+		return nil, nil, err
+	}
+	legacyVals := maps.Clone(vals)
+	legacyVals["controlPlaneID"] = ""
+	legacy, err := charts.Render(charts.Plane, plane.DriverNamespaceLegacyName, plane.DriverNamespaceLegacyName, legacyVals)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := CheckCanonical(id, manifests, legacy); err != nil {
+		return nil, nil, err
+	}
+	return vals, manifests, nil
+}
+
+func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]any, upgrade bool) error {
+	vals, manifests, err := RenderPlane(id, values)
+	if err != nil {
+		return err
+	}
 	release, ns := PlaneRelease(id)
 	m.progress("Checking %s (Helm release %s in namespace %s)", describePlane(id), release, ns)
 
@@ -61,8 +89,7 @@ func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]
 	case !upgrade && rel != nil:
 		return fmt.Errorf("%s is already installed (release %s/%s, revision %d): use `cdplane apply plane` to upgrade it", describePlane(id), ns, release, rel.Version)
 	}
-	manifests, err := m.checkPlaneObjects(ctx, id, release, ns, vals)
-	if err != nil {
+	if err := m.checkPlaneObjects(ctx, id, release, ns, manifests); err != nil {
 		return err
 	}
 
@@ -89,29 +116,16 @@ func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]
 	return nil
 }
 
-// checkPlaneObjects renders the chart and checks, before any change, every namespace the plane
-// will use and every cluster-scoped object it will write.
-func (m *Manager) checkPlaneObjects(ctx context.Context, id, release, ns string, vals map[string]any) ([]charts.Manifest, error) {
-	manifests, err := charts.Render(charts.Plane, release, ns, vals)
-	if err != nil {
-		return nil, err
-	}
-	legacyVals := maps.Clone(vals)
-	legacyVals["controlPlaneID"] = ""
-	legacy, err := charts.Render(charts.Plane, plane.DriverNamespaceLegacyName, plane.DriverNamespaceLegacyName, legacyVals)
-	if err != nil {
-		return nil, err
-	}
-	if err := CheckCanonical(id, manifests, legacy); err != nil {
-		return nil, err
-	}
+// checkPlaneObjects checks, before any change, every namespace the plane will use and every
+// cluster-scoped object it will write (the manifests RenderPlane returned).
+func (m *Manager) checkPlaneObjects(ctx context.Context, id, release, ns string, manifests []charts.Manifest) error {
 	for _, name := range namespacesOf(ns, manifests) {
 		cur, err := m.getNamespace(ctx, name)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := CheckNamespace(id, name, nsObject(cur)); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, mf := range manifests {
@@ -120,16 +134,16 @@ func (m *Manager) checkPlaneObjects(ctx context.Context, id, release, ns string,
 		}
 		cur, err := m.current(ctx, mf.Object)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if cur == nil {
 			continue
 		}
 		if err := CheckClusterScoped(release, ns, mf.Object.GetKind(), cur); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return manifests, nil
+	return nil
 }
 
 // namespacesOf returns the driver namespace and every other namespace the manifests use.

@@ -25,7 +25,18 @@ func (m *Manager) ApplyPrerequisites(ctx context.Context, values map[string]any)
 	return m.deployPrerequisites(ctx, values, true)
 }
 
+// RenderPrerequisites renders the prerequisites chart with these values without reading a
+// cluster; an error names the values its schema refuses. Commands call it before they load a
+// kubeconfig.
+func RenderPrerequisites(values map[string]any) ([]charts.Manifest, error) {
+	return charts.Render(charts.Prerequisites, PrerequisitesRelease, PrerequisitesNamespace, values)
+}
+
 func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any, upgrade bool) error {
+	manifests, err := RenderPrerequisites(values)
+	if err != nil {
+		return err
+	}
 	m.progress("Checking the prerequisites (Helm release %s in namespace %s)", PrerequisitesRelease, PrerequisitesNamespace)
 	rel, err := m.release(PrerequisitesRelease, PrerequisitesNamespace)
 	if err != nil {
@@ -36,10 +47,6 @@ func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any
 		return errors.New("the prerequisites are not installed: run `cdplane install prerequisites` first")
 	case !upgrade && rel != nil:
 		return fmt.Errorf("the prerequisites are already installed (release %s/%s, revision %d): use `cdplane apply prerequisites` to upgrade them", PrerequisitesNamespace, PrerequisitesRelease, rel.Version)
-	}
-	manifests, err := charts.Render(charts.Prerequisites, PrerequisitesRelease, PrerequisitesNamespace, values)
-	if err != nil {
-		return err
 	}
 	for _, mf := range manifests {
 		cur, err := m.current(ctx, mf.Object)

@@ -60,9 +60,18 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 	cmd := &cobra.Command{
 		Use:   string(kind) + " NAME --" + plane.FlagName + " ID",
 		Short: strings.ToUpper(verb[:1]) + verb[1:] + " a " + string(kind),
-		Args:  cobra.ExactArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("want exactly one %s name, got %d arguments (usage: %s)", kind, len(args), cmd.UseLine())
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t := lifecycle.Target{Kind: kind, Name: args[0]}
+			// The id and the name are checked before the kubeconfig is read.
+			if err := lifecycle.ValidateAssignment(f.id, t); err != nil {
+				return refused(verb, err)
+			}
 			c, err := assignClient(f.kubeconfig)
 			if err != nil {
 				return err
@@ -74,10 +83,7 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 				res, err = lifecycle.Assign(cmd.Context(), c, f.id, t)
 			}
 			printResult(cmd, verb, t, f.id, res)
-			if lifecycle.IsRefused(err) {
-				return fmt.Errorf("%s refused: %w", verb, err)
-			}
-			return err
+			return refused(verb, err)
 		},
 	}
 	fs := cmd.Flags()
@@ -87,6 +93,15 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 		fs.BoolVar(&f.force, "force", false, "Unassign even though live ComputeDomains of the plane remain; the plane stops reconciling them")
 	}
 	return cmd
+}
+
+// refused says that an ownership rule refused the command (nothing changed); other errors pass
+// unchanged.
+func refused(verb string, err error) error {
+	if lifecycle.IsRefused(err) {
+		return fmt.Errorf("%s refused: %w", verb, err)
+	}
+	return err
 }
 
 func printResult(cmd *cobra.Command, verb string, t lifecycle.Target, id string, res *lifecycle.Result) {

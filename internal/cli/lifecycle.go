@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -36,6 +37,20 @@ func (f *lifecycleFlags) addCommon(cmd *cobra.Command) {
 func (f *lifecycleFlags) addValues(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVarP(&f.valueFiles, "values", "f", nil, "Chart values from a YAML file (repeatable; later files win)")
 	cmd.Flags().StringArrayVar(&f.sets, "set", nil, "A chart value, key=value as with helm --set (repeatable; wins over files)")
+}
+
+// validate checks the common flags; like every check of flags and arguments, it runs before the
+// kubeconfig is loaded.
+func (f *lifecycleFlags) validate() error {
+	if f.timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", f.timeout)
+	}
+	return nil
+}
+
+// validateID checks --control-plane-id.
+func (f *lifecycleFlags) validateID() error {
+	return plane.ValidateID(f.id)
 }
 
 func (f *lifecycleFlags) manager(cmd *cobra.Command) (*lifecycle.Manager, error) {
@@ -86,8 +101,14 @@ then waits until the ComputeDomain API is served and its admission policies admi
 existing object with one of its names that the release does not own stops it before any change.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := pf.validate(); err != nil {
+				return err
+			}
 			vals, err := pf.values()
 			if err != nil {
+				return err
+			}
+			if _, err := lifecycle.RenderPrerequisites(vals); err != nil {
 				return err
 			}
 			m, err := pf.manager(cmd)
@@ -116,8 +137,14 @@ the namespace labelled for the plane, installs the release and, with --wait (the
 waits for the controller and the kubelet plugin to be ready, printing progress.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := errors.Join(f.validate(), f.validateID()); err != nil {
+				return err
+			}
 			vals, err := f.values()
 			if err != nil {
+				return err
+			}
+			if _, _, err := lifecycle.RenderPlane(f.id, vals); err != nil {
 				return err
 			}
 			m, err := f.manager(cmd)
@@ -146,6 +173,9 @@ func newDestroyCommand() *cobra.Command {
 		Short: "Uninstall the shared prerequisites (refused while any plane or ComputeDomain exists)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := pf.validate(); err != nil {
+				return err
+			}
 			m, err := pf.manager(cmd)
 			if err != nil {
 				return err
@@ -163,9 +193,13 @@ func newDestroyCommand() *cobra.Command {
 plane's namespaces and nodes are unassigned (labels, RoleBindings, mirrored Secrets), its Helm
 release is uninstalled and its namespace deleted. Anything still carrying the plane's label or
 one of its canonical cluster-scoped names afterwards is reported, never swept. The legacy plane
-(empty id) is removed by its canonical names only.`,
+(empty id) is removed by its canonical names only, and only when named explicitly
+(--` + plane.FlagName + `=): without the flag or $` + plane.EnvVar + `, destroy refuses.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := errors.Join(f.validate(), explicitID(cmd), f.validateID()); err != nil {
+				return err
+			}
 			m, err := f.manager(cmd)
 			if err != nil {
 				return err
@@ -178,6 +212,15 @@ one of its canonical cluster-scoped names afterwards is reported, never swept. T
 	planeCmd.Flags().BoolVar(&f.deleteDomains, "delete-domains", false, "Delete the plane's ComputeDomains and wait for their clean-up first")
 	cmd.AddCommand(prereq, planeCmd)
 	return cmd
+}
+
+// explicitID refuses a destructive command whose plane was not named: neither the flag nor the
+// environment variable gave an id, so the default, the legacy plane, would be destroyed.
+func explicitID(cmd *cobra.Command) error {
+	if cmd.Flags().Changed(plane.FlagName) || os.Getenv(plane.EnvVar) != "" {
+		return nil
+	}
+	return fmt.Errorf("name the control plane to destroy: --%s ID, or --%s= for the legacy plane", plane.FlagName, plane.FlagName)
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

@@ -3,9 +3,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -30,6 +32,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(newAssignCommand(), newUnassignCommand())
 	root.AddCommand(newInstallCommand(), newApplyCommand(), newDestroyCommand())
 	root.AddCommand(newSimCommand())
+	strictArgs(root)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {
@@ -37,4 +40,36 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// strictArgs makes every command below the root refuse arguments it does not take. Cobra
+// would print a group's help and exit 0 for `cdplane assign nmespace x`, so a typo would pass
+// for success; a group now refuses the unknown subcommand, and without arguments still prints
+// its help. A command that declares no argument rule takes no arguments, instead of ignoring
+// them.
+func strictArgs(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		switch {
+		case c.HasSubCommands() && !c.Runnable():
+			c.Args = unknownSubcommand
+			c.SuggestionsMinimumDistance = 2 // cobra's default, set only where it suggests itself
+			c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		case c.Args == nil:
+			c.Args = cobra.NoArgs
+		}
+		strictArgs(c)
+	}
+}
+
+// unknownSubcommand refuses any argument of a group command: it can only be a subcommand that
+// does not exist.
+func unknownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return errors.New(msg)
 }

@@ -13,8 +13,8 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: generate
-generate: ## Generate deepcopy code for the API types
-	$(GO) tool controller-gen object paths=./api/...
+generate: ## Generate deepcopy code and typed apply configurations for the API types
+	$(GO) tool controller-gen object applyconfiguration paths=./api/...
 
 .PHONY: manifests
 manifests: ## Generate the CRD manifests into the prerequisites chart
@@ -42,7 +42,7 @@ k8s-bins: ## Build etcd and the Kubernetes control plane for tests into the cach
 	hack/k8s-bins.sh
 
 .PHONY: test
-test: ## Unit, integration and end-to-end tests (builds the control plane on first run)
+test: verify lint ## Generated code and lint, then unit, integration and end-to-end tests (builds the control plane on first run)
 	@dir="$$(hack/k8s-bins.sh | tail -n1)"; \
 	echo ">> control-plane binaries: $$dir"; \
 	CDPLANE_K8S_BINS="$$dir" $(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v /test/e2e)

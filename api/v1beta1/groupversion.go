@@ -5,6 +5,7 @@
 // unchanged.
 //
 // +kubebuilder:object:generate=true
+// +kubebuilder:ac:generate=true
 // +groupName=resource.nvidia.com
 package v1beta1
 
@@ -23,6 +24,8 @@ const (
 var (
 	// GroupVersion is the group and version of this package.
 	GroupVersion = schema.GroupVersion{Group: GroupName, Version: Version}
+	// SchemeGroupVersion is GroupVersion under the name generated code expects.
+	SchemeGroupVersion = GroupVersion
 
 	// SchemeBuilder registers the types of this package with a scheme.
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)

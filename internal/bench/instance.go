@@ -74,7 +74,7 @@ func runInstance(ctx context.Context, w *world, inst instance, mode string, o Op
 		// The daemon outlives this function (it runs until the benchmark ends): its directory
 		// goes when it returns, not before, or its writes would recreate it.
 		go func() {
-			_ = daemon.Run(ctx, cfg, daemon.Deps{Client: dc, IMEX: x, Log: logr.Discard()})
+			_ = daemon.Serve(ctx, cfg, daemon.Deps{Client: dc, IMEX: x, Log: logr.Discard()})
 			_ = os.RemoveAll(dir)
 		}()
 	case modeFloor:

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
-	"cdplane/internal/controller"
+	"cdplane/internal/scheme"
 )
 
 const (
@@ -230,4 +230,4 @@ func (w *world) cleanup(ctx context.Context, c client.Client) {
 	}
 }
 
-var newScheme = controller.NewScheme
+var newScheme = scheme.New

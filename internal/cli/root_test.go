@@ -39,7 +39,7 @@ func run(t *testing.T, env string, args ...string) (code int, stdout, stderr str
 		t.Setenv(plane.EnvVar, env)
 	} else {
 		t.Setenv(plane.EnvVar, "")
-		os.Unsetenv(plane.EnvVar) // restored by t.Setenv's cleanup
+		_ = os.Unsetenv(plane.EnvVar) // restored by t.Setenv's cleanup
 	}
 	empty := filepath.Join(dir, "empty")
 	values := filepath.Join(dir, "values.yaml")

@@ -3,6 +3,7 @@
 package controller
 
 import (
+	"cdplane/internal/scheme"
 	"context"
 	"fmt"
 	"maps"
@@ -13,9 +14,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -26,10 +25,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/component"
 	"cdplane/internal/controller/cleanup"
 	"cdplane/internal/controller/computedomain"
 	"cdplane/internal/controller/secretmirror"
-	"cdplane/internal/flags"
 	"cdplane/internal/plane"
 )
 
@@ -75,17 +74,6 @@ func (o *Options) Defaults() {
 	if o.ProbeAddr == "" {
 		o.ProbeAddr = "0"
 	}
-}
-
-// NewScheme returns the scheme the controller uses.
-func NewScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, cdv1beta1.AddToScheme} {
-		if err := add(s); err != nil {
-			panic(err)
-		}
-	}
-	return s
 }
 
 // NewManager returns a manager running the controllers. Every watch is scoped at the cache:
@@ -136,7 +124,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		maps.Copy(byObject, secretmirror.CacheByObject(o.SecretMirror))
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        NewScheme(),
+		Scheme:                        scheme.New(),
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:        o.ProbeAddr,
 		LeaderElection:                o.LeaderElection,
@@ -145,7 +133,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		LeaderElectionReleaseOnCancel: true,
 		// Lease renewals on a connection of their own: behind slow watch streams on the shared
 		// one they stalled past their deadline at 1,152 nodes and cost the leadership.
-		LeaderElectionConfig: flags.OwnConnection(cfg),
+		LeaderElectionConfig: component.OwnConnection(cfg),
 		LeaseDuration:        durationOrNil(o.LeaseDuration),
 		RenewDeadline:        durationOrNil(o.RenewDeadline),
 		RetryPeriod:          durationOrNil(o.RetryPeriod),

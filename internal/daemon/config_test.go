@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -87,10 +88,18 @@ func TestConfigFromEnv(t *testing.T) {
 func ptr(s string) *string { return &s }
 
 func TestDiscoverClique(t *testing.T) {
-	ok := &nvml.Sim{Node: "n", GPUs: 2, Fabric: nvml.SimFabric{ClusterUUID: "7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11", CliqueID: 3, State: nvml.FabricStateCompleted}}
-	failed := &nvml.Sim{Node: "n", GPUs: 2, Fabric: nvml.SimFabric{ClusterUUID: "7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11", CliqueID: 3, State: nvml.FabricStateCompleted, Status: 1}}
-	notReady := &nvml.Sim{Node: "n", GPUs: 2, Fabric: nvml.SimFabric{ClusterUUID: "7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11", CliqueID: 3, State: nvml.FabricStateInProgress}}
-	unavailable := &nvml.Sim{Node: "n", Unavailable: true}
+	cluster, err := nvml.ParseUUID("7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reading := func(state nvml.FabricState, status nvml.FabricStatus) discoverer {
+		f := nvml.FabricInfo{Supported: true, ClusterUUID: cluster, CliqueID: 3, State: state, Status: status}
+		return discoverer{gpus: []nvml.GPU{{Index: 0, UUID: "GPU-a", Fabric: f}, {Index: 1, UUID: "GPU-b", Fabric: f}}}
+	}
+	ok := reading(nvml.FabricStateCompleted, 0)
+	failed := reading(nvml.FabricStateCompleted, 1)
+	notReady := reading(nvml.FabricStateInProgress, 0)
+	unavailable := discoverer{err: fmt.Errorf("%w: no library", nvml.ErrNVMLUnavailable)}
 
 	if id, err := DiscoverClique(context.Background(), ok, true, time.Millisecond, logr.Discard()); err != nil || id != "7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11.3" {
 		t.Errorf("completed fabric: id=%q err=%v", id, err)
@@ -109,4 +118,18 @@ func TestDiscoverClique(t *testing.T) {
 			t.Errorf("%s: err=%v, want retries until the context ends", name, err)
 		}
 	}
+}
+
+// discoverer answers with fixed GPU readings, derived the way every backend derives them.
+type discoverer struct {
+	gpus []nvml.GPU
+	err  error
+}
+
+func (d discoverer) Discover(context.Context) (nvml.Result, error) {
+	if d.err != nil {
+		return nvml.Result{}, d.err
+	}
+	id, err := nvml.DeriveCliqueID(d.gpus)
+	return nvml.Result{GPUs: d.gpus, CliqueID: id}, err
 }

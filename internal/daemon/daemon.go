@@ -29,9 +29,9 @@ type Deps struct {
 	RestartBackoff time.Duration
 }
 
-// Run labels the pod with its clique and, on a node with a fabric, supervises IMEX until ctx
+// Serve labels the pod with its clique and, on a node with a fabric, supervises IMEX until ctx
 // ends, then stops IMEX cleanly. A node without a fabric only labels its pod and idles.
-func Run(ctx context.Context, cfg Config, deps Deps) error {
+func Serve(ctx context.Context, cfg Config, deps Deps) error {
 	log := deps.Log
 	if err := LabelPod(ctx, deps.Client, cfg); err != nil {
 		return err

@@ -30,9 +30,6 @@ var Specs = map[featuregate.Feature]featuregate.FeatureSpec{
 	CrashOnNVLinkFabricErrors: {Default: true, PreRelease: featuregate.Beta},
 }
 
-// Gates is the process-wide gate set, set from --feature-gates.
-var Gates featuregate.MutableFeatureGate = NewGates()
-
 // NewGates returns a gate set with every cdplane gate at its default.
 func NewGates() featuregate.MutableFeatureGate {
 	g := featuregate.NewFeatureGate()
@@ -46,11 +43,6 @@ func NewGates() featuregate.MutableFeatureGate {
 	return g
 }
 
-// Enabled reports whether a gate of the process-wide set is on.
-func Enabled(f featuregate.Feature) bool {
-	return Gates.Enabled(f)
-}
-
 // Validate returns an error naming the gates when their combination is invalid.
 func Validate(g featuregate.FeatureGate) error {
 	if g.Enabled(ComputeDomainCliques) && !g.Enabled(IMEXDaemonsWithDNSNames) {
@@ -59,23 +51,23 @@ func Validate(g featuregate.FeatureGate) error {
 	return nil
 }
 
-// SetForTest sets a gate of the process-wide set for the duration of a test and restores it
-// afterwards. Tests using it must not run in parallel with tests reading the same gate.
-func SetForTest(t interface {
+// NewGatesForTest returns a gate set at the defaults with the given gates set, failing the test
+// on an unknown gate. Every component takes its gates as an option, so tests flip a gate for one
+// instance, not for the process.
+func NewGatesForTest(t interface {
 	Helper()
-	Cleanup(func())
 	Fatalf(string, ...any)
-}, f featuregate.Feature, value bool) {
+}, set map[featuregate.Feature]bool) featuregate.MutableFeatureGate {
 	t.Helper()
-	old := Gates.Enabled(f)
-	if err := Gates.SetFromMap(map[string]bool{string(f): value}); err != nil {
-		t.Fatalf("setting feature gate %s=%v: %v", f, value, err)
+	g := NewGates()
+	m := map[string]bool{}
+	for f, v := range set {
+		m[string(f)] = v
 	}
-	t.Cleanup(func() {
-		if err := Gates.SetFromMap(map[string]bool{string(f): old}); err != nil {
-			t.Fatalf("restoring feature gate %s=%v: %v", f, old, err)
-		}
-	})
+	if err := g.SetFromMap(m); err != nil {
+		t.Fatalf("setting feature gates %v: %v", set, err)
+	}
+	return g
 }
 
 // daemonGates are the gates the daemons read. ComputeDomainCliques is not among them: daemons

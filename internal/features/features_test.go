@@ -1,6 +1,7 @@
 package features
 
 import (
+	"k8s.io/component-base/featuregate"
 	"strings"
 	"testing"
 )
@@ -38,15 +39,13 @@ func TestParseAndValidate(t *testing.T) {
 	}
 }
 
-func TestSetForTest(t *testing.T) {
-	before := Enabled(ComputeDomainCliques)
-	t.Run("flip", func(t *testing.T) {
-		SetForTest(t, ComputeDomainCliques, !before)
-		if Enabled(ComputeDomainCliques) == before {
-			t.Fatal("gate not flipped")
-		}
-	})
-	if Enabled(ComputeDomainCliques) != before {
-		t.Fatal("gate not restored after the test")
+// NewGatesForTest sets a gate for one instance's gate set and leaves every other set alone.
+func TestNewGatesForTest(t *testing.T) {
+	flipped := NewGatesForTest(t, map[featuregate.Feature]bool{ComputeDomainCliques: false, IMEXDaemonsWithDNSNames: true})
+	if flipped.Enabled(ComputeDomainCliques) {
+		t.Error("gate not set in the returned set")
+	}
+	if !NewGates().Enabled(ComputeDomainCliques) {
+		t.Error("a fresh gate set saw another set's flip")
 	}
 }

@@ -1,13 +1,11 @@
 package imex
 
 import (
-	"bytes"
+	"cdplane/internal/atomicfile"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"syscall"
 )
 
 // Action is what a running IMEX daemon needs after its files changed.
@@ -90,62 +88,15 @@ func WriteConfig(s Settings, peers []Peer) (Changes, error) {
 		if err != nil {
 			return changes, fmt.Errorf("rendering hosts file: %w", err)
 		}
-		if changes.Hosts, err = WriteFileAtomic(s.HostsPath, hosts, 0o644); err != nil {
+		if changes.Hosts, err = atomicfile.WriteIfChanged(s.HostsPath, hosts, 0o644); err != nil {
 			return changes, err
 		}
 	}
-	if changes.NodesConfig, err = WriteFileAtomic(s.NodesConfigPath, nodesCfg, 0o644); err != nil {
+	if changes.NodesConfig, err = atomicfile.WriteIfChanged(s.NodesConfigPath, nodesCfg, 0o644); err != nil {
 		return changes, err
 	}
-	if changes.IMEXConfig, err = WriteFileAtomic(s.IMEXConfigPath, imexCfg, 0o644); err != nil {
+	if changes.IMEXConfig, err = atomicfile.WriteIfChanged(s.IMEXConfigPath, imexCfg, 0o644); err != nil {
 		return changes, err
 	}
 	return changes, nil
-}
-
-// WriteFileAtomic makes path hold data and reports whether its content changed. An unchanged
-// file is not written. Otherwise data goes to a temporary file in the same directory, which is
-// synced and renamed over path, so readers see the old or the new content, never a mix. A
-// target that cannot be replaced by rename because it is a mount point (a container's
-// /etc/hosts is bind-mounted by the kubelet) is rewritten in place instead.
-func WriteFileAtomic(path string, data []byte, perm fs.FileMode) (bool, error) {
-	old, err := os.ReadFile(path)
-	switch {
-	case err == nil && bytes.Equal(old, data):
-		return false, nil
-	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return false, fmt.Errorf("reading %s: %w", path, err)
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return false, fmt.Errorf("creating directory for %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return false, fmt.Errorf("creating temporary file for %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return false, fmt.Errorf("writing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		_ = tmp.Close()
-		return false, fmt.Errorf("setting mode of %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return false, fmt.Errorf("syncing %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return false, fmt.Errorf("closing %s: %w", tmp.Name(), err)
-	}
-	err = os.Rename(tmp.Name(), path)
-	if errors.Is(err, syscall.EBUSY) || errors.Is(err, syscall.EXDEV) {
-		err = os.WriteFile(path, data, perm)
-	}
-	if err != nil {
-		return false, fmt.Errorf("replacing %s: %w", path, err)
-	}
-	return true, nil
 }

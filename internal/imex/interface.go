@@ -20,8 +20,6 @@ var (
 	ErrNotRunning = errors.New("IMEX is not running")
 	// ErrNotReady is wrapped by Ready's error when IMEX answered but is not ready.
 	ErrNotReady = errors.New("IMEX is not ready")
-	// ErrCrashed ends a simulated IMEX run that was told to crash.
-	ErrCrashed = errors.New("simulated IMEX crashed on request")
 )
 
 // Interface supervises one IMEX daemon. One value serves one node; it runs at most one IMEX at
@@ -37,9 +35,9 @@ type Interface interface {
 	// Start starts IMEX and returns once it was launched, not once it is ready (see Ready).
 	// ctx bounds the start-up only; the run lasts until Stop or until IMEX exits. The channel
 	// receives how the run ended, exactly once, and is then closed: nil when it ended because
-	// of Stop, otherwise an error (an *ExitError for a process, ErrCrashed for a simulated crash).
-	// A configuration the simulated IMEX in this process refuses fails Start itself; a process
-	// with a bad configuration exits soon after starting, with the reason in ExitError.Stderr.
+	// of Stop, otherwise an error (an *ExitError for a process).
+	// An implementation may refuse a bad configuration in Start itself; a process with a bad
+	// configuration exits soon after starting, with the reason in ExitError.Stderr.
 	Start(ctx context.Context) (<-chan error, error)
 	// Reload asks the running IMEX to re-read its peers and reconnect (SIGUSR1 for a process).
 	// It returns ErrNotRunning when no run is in progress. A process that has not installed its
@@ -59,13 +57,13 @@ type Interface interface {
 type Options struct {
 	// ConfigPath is the imexd config (Settings.IMEXConfigPath).
 	ConfigPath string
-	// HostsPath is the hosts file a simulated IMEX resolves peer names with; empty means
-	// /etc/hosts. The real IMEX uses the system resolver, which reads /etc/hosts.
+	// HostsPath is the hosts file the daemon writes peer names into; the real IMEX reads it
+	// through the system resolver (it must then be /etc/hosts), an implementation in this
+	// process reads it directly.
 	HostsPath string
-	// Binary is the IMEX executable: "nvidia-imex" for NewReal by default; for NewSimProcess,
-	// a binary that runs SimMain (cmd/imex-sim, or a binary with a hidden subcommand).
+	// Binary is the IMEX executable; default "nvidia-imex", looked up on PATH.
 	Binary string
-	// Args come before the generated arguments, e.g. the hidden subcommand's name.
+	// Args come before the generated arguments.
 	Args []string
 	// CtlBinary is the readiness query tool for NewReal; default "nvidia-imex-ctl".
 	CtlBinary string

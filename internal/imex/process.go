@@ -21,7 +21,7 @@ import (
 const stderrTail = 4096
 
 // Process runs IMEX as a child process: the real nvidia-imex (NewReal) or the simulated one
-// (NewSimProcess). It implements Interface with real signals.
+// (an nvidia-imex found the same way). It implements Interface with real signals.
 type Process struct {
 	opts   Options
 	binary string
@@ -57,28 +57,6 @@ func NewReal(o Options) *Process {
 	}
 }
 
-// NewSimProcess supervises the simulated IMEX as a child process:
-// `<Binary> <Args...> -c <ConfigPath> -hosts-file <HostsPath>`, where Binary runs SimMain.
-// Ready asks the simulated command service directly (see SimReady).
-func NewSimProcess(o Options) (*Process, error) {
-	if o.Binary == "" {
-		return nil, fmt.Errorf("simulated IMEX process: no binary given")
-	}
-	args := append(slices.Clone(o.Args), "-c", o.ConfigPath)
-	if o.HostsPath != "" {
-		args = append(args, "-hosts-file", o.HostsPath)
-	}
-	return &Process{
-		opts:   o,
-		binary: o.Binary,
-		args:   args,
-		ready: func(ctx context.Context) error {
-			return SimReady(ctx, o.ConfigPath)
-		},
-	}, nil
-}
-
-// Start launches the process; see Interface.
 func (p *Process) Start(ctx context.Context) (<-chan error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", p.binary, err)

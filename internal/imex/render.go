@@ -1,6 +1,8 @@
 package imex
 
 import (
+	cdv1beta1 "cdplane/api/v1beta1"
+
 	"bytes"
 	"cmp"
 	"fmt"
@@ -13,7 +15,7 @@ import (
 const (
 	// DefaultMaxNodes is the largest number of nodes in one IMEX domain (an NVL72 rack holds 18
 	// compute nodes). In DNS-names mode nodes.cfg always lists this many names.
-	DefaultMaxNodes = 18
+	DefaultMaxNodes = cdv1beta1.DefaultMaxNodesPerIMEXDomain
 	// DefaultServerPort is the TCP port IMEX daemons use to talk to each other (SERVER_PORT).
 	DefaultServerPort = 50000
 	// DefaultCmdPort is the TCP port of IMEX's command service (IMEX_CMD_PORT), which the

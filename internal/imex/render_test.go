@@ -332,43 +332,6 @@ func TestWriteConfig(t *testing.T) {
 	}
 }
 
-func TestWriteFileAtomic(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sub", "file")
-	steps := []struct {
-		content     string
-		wantChanged bool
-	}{
-		{"one\n", true},
-		{"one\n", false},
-		{"two\n", true},
-		{"", true},
-		{"", false},
-	}
-	for i, st := range steps {
-		changed, err := WriteFileAtomic(path, []byte(st.content), 0o640)
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		if changed != st.wantChanged {
-			t.Errorf("step %d: changed %v, want %v", i, changed, st.wantChanged)
-		}
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		if string(got) != st.content {
-			t.Errorf("step %d: content %q, want %q", i, got, st.content)
-		}
-	}
-	info, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Mode().Perm() != 0o640 {
-		t.Errorf("mode %v, want 0640", info.Mode().Perm())
-	}
-}
-
 // checkErr fails the test unless err matches want: nil for "", else containing want.
 func checkErr(t *testing.T, err error, want string) {
 	t.Helper()

@@ -10,6 +10,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/daemonenv"
 )
 
 // CDI names of this driver's transient, per-claim specs.
@@ -20,9 +21,6 @@ const (
 
 	// ContainerChannelDir is where IMEX channels appear in a container.
 	ContainerChannelDir = "/dev/nvidia-caps-imex-channels"
-	// ContainerIMEXConfigDir is where a daemon container finds its domain's IMEX config
-	// directory (the daemon's IMEX_CONFIG_DIR default).
-	ContainerIMEXConfigDir = "/etc/nvidia-imex"
 )
 
 // CDISpecName is the file name (without directory) of a claim's CDI spec.
@@ -90,45 +88,19 @@ func channelSpec(claimUID types.UID, plan claimPlan, nodes []*cdispec.DeviceNode
 	return spec
 }
 
-// daemonEnv is what a daemon container learns about its domain and node.
-type daemonEnv struct {
-	CliqueID    string
-	DomainUID   string
-	DomainName  string
-	DomainNS    string
-	ConfigDir   string // host directory mounted at ContainerIMEXConfigDir
-	IMEXMgmtDev *cdispec.DeviceNode
-	// Simulated: the node's GPUs are simulated, so the daemon runs the simulated IMEX, and is
-	// told its config directory and hosts file explicitly (a simulated kubelet remaps paths it
-	// is given, not the defaults compiled into the daemon).
-	Simulated bool
-}
-
 // daemonSpec is the CDI spec of a daemon claim: the domain's identity and clique in the
-// environment, the domain's config directory, and the IMEX management device when the node has
-// a clique.
-func daemonSpec(claimUID types.UID, device string, env daemonEnv) *cdispec.Spec {
+// environment (the daemonenv contract), the domain's config directory, and the IMEX management
+// device when the node has a clique.
+func daemonSpec(claimUID types.UID, device string, env daemonenv.Claim, configDir string, mgmtDev *cdispec.DeviceNode) *cdispec.Spec {
 	edits := cdispec.ContainerEdits{
-		Env: []string{
-			"CLIQUE_ID=" + env.CliqueID,
-			"COMPUTE_DOMAIN_UUID=" + env.DomainUID,
-			"COMPUTE_DOMAIN_NAME=" + env.DomainName,
-			"COMPUTE_DOMAIN_NAMESPACE=" + env.DomainNS,
-		},
+		Env: env.Environ(),
 		Mounts: []*cdispec.Mount{{
-			HostPath: env.ConfigDir, ContainerPath: ContainerIMEXConfigDir,
+			HostPath: configDir, ContainerPath: env.IMEXConfigDir,
 			Options: []string{"rw", "nosuid", "nodev", "bind"},
 		}},
 	}
-	if env.Simulated {
-		edits.Env = append(edits.Env,
-			"IMEX_BACKEND=sim",
-			"IMEX_CONFIG_DIR="+ContainerIMEXConfigDir,
-			"IMEX_HOSTS_FILE="+ContainerIMEXConfigDir+"/hosts",
-		)
-	}
-	if env.CliqueID != "" && env.IMEXMgmtDev != nil {
-		edits.DeviceNodes = []*cdispec.DeviceNode{env.IMEXMgmtDev}
+	if env.CliqueID != "" && mgmtDev != nil {
+		edits.DeviceNodes = []*cdispec.DeviceNode{mgmtDev}
 	}
 	return &cdispec.Spec{
 		Kind:    CDIKind,

@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"cdplane/internal/atomicfile"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,49 +146,9 @@ func (s *checkpointStore) update(change func(map[types.UID]ClaimEntry)) error {
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)
 	}
-	if err := WriteFileAtomic(s.path, data, 0o600); err != nil {
+	if err := atomicfile.Write(s.path, data, 0o600); err != nil {
 		return fmt.Errorf("writing checkpoint: %w", err)
 	}
 	s.cp = next
 	return nil
-}
-
-// WriteFileAtomic replaces path with data so that a reader, or a restart after a crash at any
-// point, sees either the old content or the new, never a mix: it writes a temporary file in the
-// same directory, syncs it, renames it over path and syncs the directory.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"cdplane/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,10 +70,14 @@ func TestCheckpointFailedWriteKeepsState(t *testing.T) {
 	if err := s.put("a", ClaimEntry{State: PrepareStarted}); err != nil {
 		t.Fatal(err)
 	}
-	// A directory where the temporary file would go makes the write fail.
-	s.path = filepath.Join(dir, "missing", CheckpointFile)
+	// A file where the checkpoint's directory would be makes the write fail.
+	notDir := filepath.Join(dir, "not-a-directory")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.path = filepath.Join(notDir, CheckpointFile)
 	if err := s.put("b", ClaimEntry{State: PrepareStarted}); err == nil {
-		t.Fatal("write into a missing directory succeeded")
+		t.Fatal("write below a regular file succeeded")
 	}
 	if _, ok := s.get("b"); ok {
 		t.Error("a failed write changed the in-memory state")
@@ -100,7 +105,7 @@ func TestReadCheckpointRefusesWhatItCannotTrust(t *testing.T) {
 func TestWriteFileAtomicReplaces(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "f")
 	for _, content := range []string{"one", "two"} {
-		if err := WriteFileAtomic(path, []byte(content), 0o644); err != nil {
+		if err := atomicfile.Write(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(path)

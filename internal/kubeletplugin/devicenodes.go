@@ -26,16 +26,13 @@ const (
 	DefaultIMEXMgmtCapability = "/proc/driver/nvidia/capabilities/fabric-imex-mgmt"
 	// DefaultProcDevices lists the character devices' major numbers.
 	DefaultProcDevices = "/proc/devices"
-	// SimIMEXMgmtMinor is the minor number of the simulated IMEX management device.
-	SimIMEXMgmtMinor = 1
 )
 
 // deviceNodes knows where the node's IMEX device nodes are and how to create missing channels.
-// On a GPU node root is /dev and the device numbers come from /proc; simulated, root is a
-// directory and the "device nodes" are empty regular files that stand for them.
+// The device numbers come from the host's /proc files (read through readFile); root is the
+// host directory standing for /dev (/dev on a GPU node).
 type deviceNodes struct {
 	root           string
-	simulated      bool
 	procDevices    string
 	mgmtCapFile    string
 	readFile       func(string) ([]byte, error)
@@ -60,17 +57,13 @@ func (d deviceNodes) onHost(containerPath string) string {
 // channels returns the CDI device nodes of the given channels, creating the ones missing on the
 // host.
 func (d deviceNodes) channels(ids []int) ([]*cdispec.DeviceNode, error) {
-	var major int64
-	if !d.simulated {
-		data, err := d.readFile(d.procDevices)
-		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", d.procDevices, err)
-		}
-		m, ok := ParseProcDevices(data, channelMajorName)
-		if !ok {
-			return nil, fmt.Errorf("%s lists no %s character device: is the NVIDIA driver loaded?", d.procDevices, channelMajorName)
-		}
-		major = m
+	data, err := d.readFile(d.procDevices)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", d.procDevices, err)
+	}
+	major, ok := ParseProcDevices(data, channelMajorName)
+	if !ok {
+		return nil, fmt.Errorf("%s lists no %s character device: is the NVIDIA driver loaded?", d.procDevices, channelMajorName)
 	}
 	if err := os.MkdirAll(filepath.Join(d.root, channelDirName), 0o755); err != nil {
 		return nil, fmt.Errorf("creating the channel directory: %w", err)
@@ -78,10 +71,7 @@ func (d deviceNodes) channels(ids []int) ([]*cdispec.DeviceNode, error) {
 	nodes := make([]*cdispec.DeviceNode, 0, len(ids))
 	for _, n := range ids {
 		path := fmt.Sprintf("%s/channel%d", ContainerChannelDir, n)
-		node := &cdispec.DeviceNode{Path: path, HostPath: d.hostPath(path)}
-		if !d.simulated {
-			node.Type, node.Major, node.Minor = "c", major, int64(n)
-		}
+		node := &cdispec.DeviceNode{Path: path, HostPath: d.hostPath(path), Type: "c", Major: major, Minor: int64(n)}
 		if err := d.ensure(d.onHost(path), major, int64(n)); err != nil {
 			return nil, err
 		}
@@ -92,13 +82,6 @@ func (d deviceNodes) channels(ids []int) ([]*cdispec.DeviceNode, error) {
 
 // imexMgmt returns the CDI device node of the IMEX management device.
 func (d deviceNodes) imexMgmt() (*cdispec.DeviceNode, error) {
-	if d.simulated {
-		path := fmt.Sprintf("/dev/%s/nvidia-cap%d", capsDirName, SimIMEXMgmtMinor)
-		if err := d.ensure(d.onHost(path), 0, SimIMEXMgmtMinor); err != nil {
-			return nil, err
-		}
-		return &cdispec.DeviceNode{Path: path, HostPath: d.hostPath(path)}, nil
-	}
 	capData, err := d.readFile(d.mgmtCapFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading the IMEX management capability %s: %w", d.mgmtCapFile, err)
@@ -116,11 +99,13 @@ func (d deviceNodes) imexMgmt() (*cdispec.DeviceNode, error) {
 		return nil, fmt.Errorf("%s lists no %s character device", d.procDevices, capsMajorName)
 	}
 	path := fmt.Sprintf("/dev/%s/nvidia-cap%d", capsDirName, minor)
+	if err := d.ensure(d.onHost(path), major, minor); err != nil {
+		return nil, err
+	}
 	return &cdispec.DeviceNode{Path: path, HostPath: d.hostPath(path), Type: "c", Major: major, Minor: minor}, nil
 }
 
-// ensure creates a missing device node: a character device on a GPU node, an empty file
-// standing for it in simulation.
+// ensure creates a missing character device node.
 func (d deviceNodes) ensure(path string, major, minor int64) error {
 	if _, err := os.Stat(path); err == nil {
 		return nil
@@ -129,13 +114,6 @@ func (d deviceNodes) ensure(path string, major, minor int64) error {
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
-	}
-	if d.simulated {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o666)
-		if err != nil {
-			return fmt.Errorf("creating simulated device %s: %w", path, err)
-		}
-		return f.Close()
 	}
 	if err := d.makeCharDevice(path, uint32(major), uint32(minor)); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("creating device node %s (%d:%d): %w", path, major, minor, err)

@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"cdplane/internal/scheme"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/featuregate"
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -46,11 +46,13 @@ type Options struct {
 	DriverNamespace string
 	// Config reaches the apiserver. Required.
 	Config *rest.Config
-	// Discoverer finds the node's clique (real NVML or simulated). Required.
+	// Discoverer finds the node's clique. Required.
 	Discoverer nvml.Discoverer
-	// SimulatedDevices makes channel and IMEX management device nodes empty files under
-	// DeviceRoot instead of character devices (no GPU, no NVIDIA driver).
-	SimulatedDevices bool
+	// ReadHostFile reads the host's /proc files (ProcDevices, IMEXMgmtCapability); nil:
+	// os.ReadFile.
+	ReadHostFile func(path string) ([]byte, error)
+	// MakeCharDevice creates a missing character device node; nil: mknod.
+	MakeCharDevice func(path string, major, minor uint32) error
 
 	// RegistrarDir is the kubelet's plugin registry directory.
 	RegistrarDir string
@@ -71,7 +73,7 @@ type Options struct {
 	// ControlPlaneID is published in every device's controlPlane attribute ("" legacy plane);
 	// it must pass plane.ValidateID. It also scopes the cache to the plane's ComputeDomains.
 	ControlPlaneID string
-	// Gates are the feature gates; the process-wide set when nil.
+	// Gates are the feature gates; every gate at its default when nil.
 	Gates featuregate.FeatureGate
 	// CliqueNodeLabel keeps the node's nvidia.com/gpu.clique label equal to its clique.
 	CliqueNodeLabel bool
@@ -107,7 +109,13 @@ func (o *Options) defaults() error {
 	set(&o.ProcDevices, DefaultProcDevices)
 	set(&o.IMEXMgmtCapability, DefaultIMEXMgmtCapability)
 	if o.Gates == nil {
-		o.Gates = features.Gates
+		o.Gates = features.NewGates()
+	}
+	if o.ReadHostFile == nil {
+		o.ReadHostFile = os.ReadFile
+	}
+	if o.MakeCharDevice == nil {
+		o.MakeCharDevice = mknodChar
 	}
 	if o.CliqueRefreshPeriod <= 0 {
 		o.CliqueRefreshPeriod = DefaultCliqueRefreshPeriod
@@ -147,18 +155,6 @@ var _ draplugin.DRAPlugin = (*Driver)(nil)
 // errStopped is the cause of a plugin stopped by Stop.
 var errStopped = errors.New("kubelet plugin stopped")
 
-// NewScheme returns the scheme the plugin's clients use.
-func NewScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := cdv1beta1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
-
 // Start discovers the clique, syncs the watch cache, recovers claims left PrepareStarted by a
 // previous run, then serves the kubelet (registration and DRA sockets) and publishes the node's
 // devices. It returns once the plugin serves; Stop ends it, as does ctx.
@@ -188,7 +184,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 		close(d.done)
 	}()
 
-	scheme := NewScheme()
+	scheme := scheme.New()
 	if d.api, err = client.New(opts.Config, client.Options{Scheme: scheme}); err != nil {
 		return nil, fmt.Errorf("creating the API client: %w", err)
 	}
@@ -203,8 +199,8 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 		return nil, err
 	}
 	d.nodes = deviceNodes{
-		root: opts.DeviceRoot, simulated: opts.SimulatedDevices, procDevices: opts.ProcDevices,
-		mgmtCapFile: opts.IMEXMgmtCapability, readFile: os.ReadFile, makeCharDevice: mknodChar,
+		root: opts.DeviceRoot, procDevices: opts.ProcDevices,
+		mgmtCapFile: opts.IMEXMgmtCapability, readFile: opts.ReadHostFile, makeCharDevice: opts.MakeCharDevice,
 	}
 	d.label = nodeLabeler{api: d.api, node: opts.NodeName}
 	d.clique = &cliqueTracker{disc: opts.Discoverer, crash: opts.Gates.Enabled(features.CrashOnNVLinkFabricErrors)}

@@ -2,10 +2,15 @@ package kubeletplugin
 
 import (
 	"bytes"
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/atomicfile"
+	"cdplane/internal/daemonenv"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
@@ -21,12 +26,12 @@ const PodIPPlaceholder = "{{POD_IP}}"
 
 // IMEXConfigTemplate is the imexd config of a domain's daemons with the pod address left as
 // PodIPPlaceholder: the same keys and values the daemon renders, with the node list at
-// ContainerIMEXConfigDir/nodes.cfg.
+// cdv1beta1.DaemonIMEXConfigDir/nodes.cfg.
 func IMEXConfigTemplate() ([]byte, error) {
 	const sentinel = "192.0.2.254" // TEST-NET-1: never a pod address
 	data, err := imex.RenderIMEXConfig(imex.Settings{
 		BindIP:          sentinel,
-		NodesConfigPath: ContainerIMEXConfigDir + "/nodes.cfg",
+		NodesConfigPath: cdv1beta1.DaemonIMEXConfigDir + "/nodes.cfg",
 	})
 	if err != nil {
 		return nil, err
@@ -67,19 +72,21 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	if err != nil {
 		return nil, "", fmt.Errorf("rendering the IMEX config template: %w", err)
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, IMEXConfigTemplateFile), tmpl, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, IMEXConfigTemplateFile), tmpl, 0o644); err != nil {
 		return nil, "", fmt.Errorf("writing the IMEX config template: %w", err)
 	}
-	env := daemonEnv{CliqueID: cliqueID, DomainUID: string(cd.UID), DomainName: cd.Name, DomainNS: cd.Namespace, ConfigDir: dir, Simulated: d.opts.SimulatedDevices}
+	env := daemonenv.Claim{CliqueID: cliqueID, DomainUID: string(cd.UID), DomainName: cd.Name, DomainNamespace: cd.Namespace,
+		IMEXConfigDir: cdv1beta1.DaemonIMEXConfigDir}
+	var mgmtDev *cdispec.DeviceNode
 	if cliqueID != "" {
-		if env.IMEXMgmtDev, err = d.nodes.imexMgmt(); err != nil {
+		if mgmtDev, err = d.nodes.imexMgmt(); err != nil {
 			return nil, "", retryablef("IMEX management device: %w", err)
 		}
 	}
 	// A node publishes one daemon device, so a daemon claim holds exactly one.
 	device := plan.Devices[0].Device
 	name := CDISpecName(claim.UID)
-	if err := d.cdi.write(daemonSpec(claim.UID, device, env), name); err != nil {
+	if err := d.cdi.write(daemonSpec(claim.UID, device, env, dir, mgmtDev), name); err != nil {
 		return nil, "", err
 	}
 	withCDI := map[string]bool{device: true}

@@ -177,7 +177,7 @@ func (v *domainView) clique(ctx context.Context, cdUID, cliqueID string) (*cdv1b
 	if cliqueID != v.cachedClique {
 		opts = append(opts, fromWatchCache)
 	}
-	err := r.Get(ctx, types.NamespacedName{Namespace: v.driverNS, Name: cdUID + "." + cliqueID}, c, opts...)
+	err := r.Get(ctx, types.NamespacedName{Namespace: v.driverNS, Name: cdv1beta1.CliqueName(cdUID, cliqueID)}, c, opts...)
 	if client.IgnoreNotFound(err) != nil {
 		return nil, err
 	}

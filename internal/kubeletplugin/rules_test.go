@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"cdplane/internal/daemonenv"
 	"context"
 	"errors"
 	"fmt"
@@ -204,16 +205,17 @@ func TestDeviceNodes(t *testing.T) {
 		t.Errorf("without the driver: %v", err)
 	}
 
-	sim := deviceNodes{root: filepath.Join(root, "sim"), simulated: true}
-	nodes, err = sim.channels([]int{2047})
-	if err != nil {
+	// A node that exists already is used as it is.
+	existing := filepath.Join(root, "dev/nvidia-caps-imex-channels/channel7")
+	if err := os.WriteFile(existing, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if nodes[0].Type != "" || nodes[0].Major != 0 {
-		t.Errorf("simulated channel %+v carries device numbers", nodes[0])
+	made = nil
+	if _, err := real.channels([]int{7}); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(nodes[0].HostPath); err != nil {
-		t.Errorf("simulated channel device not created: %v", err)
+	if len(made) != 0 {
+		t.Errorf("an existing device node was made again: %v", made)
 	}
 }
 
@@ -278,9 +280,11 @@ func TestDaemonSpec(t *testing.T) {
 		clique    string
 		wantNodes int
 	}{"clique": {"c.1", 1}, "no fabric": {"", 0}} {
-		spec := daemonSpec("u1", DaemonDeviceName, daemonEnv{CliqueID: tc.clique, DomainUID: "d", DomainName: "n", DomainNS: "ns", ConfigDir: "/state/d", IMEXMgmtDev: mgmt})
+		env := daemonenv.Claim{CliqueID: tc.clique, DomainUID: "d", DomainName: "n", DomainNamespace: "ns", IMEXConfigDir: "/etc/nvidia-imex"}
+		spec := daemonSpec("u1", DaemonDeviceName, env, "/state/d", mgmt)
 		edits := spec.Devices[0].ContainerEdits
-		if diff := cmp.Diff([]string{"CLIQUE_ID=" + tc.clique, "COMPUTE_DOMAIN_UUID=d", "COMPUTE_DOMAIN_NAME=n", "COMPUTE_DOMAIN_NAMESPACE=ns"}, edits.Env); diff != "" {
+		want := []string{"CLIQUE_ID=" + tc.clique, "COMPUTE_DOMAIN_UUID=d", "COMPUTE_DOMAIN_NAME=n", "COMPUTE_DOMAIN_NAMESPACE=ns", "IMEX_CONFIG_DIR=/etc/nvidia-imex"}
+		if diff := cmp.Diff(want, edits.Env); diff != "" {
 			t.Errorf("%s: env (-want +got):\n%s", name, diff)
 		}
 		if len(edits.DeviceNodes) != tc.wantNodes {
@@ -289,15 +293,6 @@ func TestDaemonSpec(t *testing.T) {
 		if edits.Mounts[0].HostPath != "/state/d" || edits.Mounts[0].ContainerPath != "/etc/nvidia-imex" {
 			t.Errorf("%s: mount %+v", name, edits.Mounts[0])
 		}
-	}
-}
-
-func TestDaemonSpecSimulated(t *testing.T) {
-	spec := daemonSpec("u1", DaemonDeviceName, daemonEnv{CliqueID: "c.1", DomainUID: "d", DomainName: "n", DomainNS: "ns", ConfigDir: "/state/d", Simulated: true})
-	want := []string{"CLIQUE_ID=c.1", "COMPUTE_DOMAIN_UUID=d", "COMPUTE_DOMAIN_NAME=n", "COMPUTE_DOMAIN_NAMESPACE=ns",
-		"IMEX_BACKEND=sim", "IMEX_CONFIG_DIR=/etc/nvidia-imex", "IMEX_HOSTS_FILE=/etc/nvidia-imex/hosts"}
-	if diff := cmp.Diff(want, spec.Devices[0].ContainerEdits.Env); diff != "" {
-		t.Errorf("env (-want +got):\n%s", diff)
 	}
 }
 

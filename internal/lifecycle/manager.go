@@ -7,6 +7,7 @@
 package lifecycle
 
 import (
+	"cdplane/internal/scheme"
 	"fmt"
 	"io"
 	"time"
@@ -17,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	charts "cdplane/deployments/helm"
-	"cdplane/internal/controller"
 	"cdplane/internal/plane"
 )
 
@@ -77,7 +77,7 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
-	scheme := controller.NewScheme()
+	scheme := scheme.New()
 	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}

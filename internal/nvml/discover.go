@@ -1,10 +1,10 @@
 // Package nvml discovers which NVLink clique a node belongs to.
 //
 // A node's clique id is "<clusterUUID>.<cliqueId>", read from NVML's GPU fabric
-// info; every GPU on the node must agree. Two backends sit behind [Discoverer]:
-// the real one reads NVML through go-nvml, the simulated one ([Sim]) gives a
-// simulated node its GPUs and fabric info. Both feed their readings through
-// [DeriveCliqueID], so both yield the same ids and the same errors:
+// info; every GPU on the node must agree. The real backend (package nvmlreal)
+// reads NVML through go-nvml behind [Discoverer]; a simulated one (the
+// simulated cluster's) implements the same interface. Every backend feeds its
+// readings through [DeriveCliqueID], so all yield the same ids and errors:
 //
 //   - "" (no fabric): no GPUs, fabric info not supported, or a zero cluster UUID.
 //   - [ErrFabricNotReady] ([*NotReadyError]): registration not started or in
@@ -22,16 +22,8 @@ import (
 	"strings"
 )
 
-// Backend names accepted by [New], as given on the command line.
-const (
-	// BackendNVML reads the real NVML library through go-nvml.
-	BackendNVML = "nvml"
-	// BackendSim answers from a [Sim] spec.
-	BackendSim = "sim"
-	// BackendAuto is BackendNVML when the NVML library can be loaded, and an
-	// error otherwise; it never falls back to the simulation silently.
-	BackendAuto = "auto"
-)
+// BackendNVML names the real backend in [Result.Backend].
+const BackendNVML = "nvml"
 
 // DefaultLibraryPath is the NVML library the real backend loads when
 // [Options.LibraryPath] is empty.
@@ -48,7 +40,7 @@ type Discoverer interface {
 
 // Result is what a Discoverer found on a node.
 type Result struct {
-	// Backend is the backend that produced the result (BackendNVML or BackendSim).
+	// Backend is the backend that produced the result (BackendNVML for the real one).
 	Backend string
 	// GPUs are the node's GPUs, in NVML index order.
 	GPUs []GPU
@@ -130,42 +122,11 @@ func (s *FabricState) UnmarshalText(text []byte) error {
 	return fmt.Errorf("unknown fabric state %q (want one of NOT_SUPPORTED, NOT_STARTED, IN_PROGRESS, COMPLETED)", string(text))
 }
 
-// Options configure [New].
-type Options struct {
-	// Sim is the simulated node; required for BackendSim, refused otherwise.
-	Sim *Sim
-	// LibraryPath is the NVML library to load; DefaultLibraryPath when empty.
-	LibraryPath string
-}
-
-// New returns the Discoverer named by backend: BackendNVML, BackendSim or
-// BackendAuto. BackendAuto checks that the NVML library loads and fails,
-// wrapping ErrNVMLUnavailable, when it does not, asking for BackendSim to be
-// chosen explicitly.
-func New(backend string, opts Options) (Discoverer, error) {
-	if opts.Sim != nil && backend != BackendSim {
-		return nil, fmt.Errorf("nvml backend %q: a sim spec was given, which only backend %q uses", backend, BackendSim)
-	}
-	switch backend {
-	case BackendNVML:
-		return newNVML(opts.LibraryPath)
-	case BackendAuto:
-		path := libraryPathOrDefault(opts.LibraryPath)
-		if err := probeLibrary(path); err != nil {
-			return nil, fmt.Errorf("nvml backend %q: %w; choose backend %q explicitly to run without GPUs", backend, err, BackendSim)
-		}
-		return newNVML(opts.LibraryPath)
-	case BackendSim:
-		if opts.Sim == nil {
-			return nil, fmt.Errorf("nvml backend %q needs a sim spec", backend)
-		}
-		if err := opts.Sim.Validate(); err != nil {
-			return nil, fmt.Errorf("nvml backend %q: %w", backend, err)
-		}
-		return *opts.Sim, nil
-	default:
-		return nil, fmt.Errorf("unknown nvml backend %q (want %q, %q or %q)", backend, BackendNVML, BackendSim, BackendAuto)
-	}
+// New returns the real NVML backend reading the library at libraryPath
+// (DefaultLibraryPath when empty). An error wrapping ErrNVMLUnavailable says
+// the library cannot be used in this binary or on this node.
+func New(libraryPath string) (Discoverer, error) {
+	return newNVML(libraryPath)
 }
 
 // RealBackend is the real NVML backend, registered by package nvmlreal (imported for its side
@@ -182,7 +143,7 @@ type RealBackend struct {
 
 var realBackend *RealBackend
 
-// RegisterRealBackend makes backends BackendNVML and BackendAuto available.
+// RegisterRealBackend makes the real backend available to [New].
 func RegisterRealBackend(b RealBackend) { realBackend = &b }
 
 func newNVML(libraryPath string) (Discoverer, error) {
@@ -192,15 +153,8 @@ func newNVML(libraryPath string) (Discoverer, error) {
 	return realBackend.New(libraryPath)
 }
 
-func probeLibrary(path string) error {
-	if realBackend == nil {
-		return errNoRealBackend()
-	}
-	return realBackend.Probe(path)
-}
-
 func errNoRealBackend() error {
-	return fmt.Errorf("%w: this binary has no real NVML backend (cdplane-kubelet-plugin, cdplane-daemon and cdplane-nvml do); choose backend %q to run without GPUs", ErrNVMLUnavailable, BackendSim)
+	return fmt.Errorf("%w: this binary has no real NVML backend (cdplane-kubelet-plugin, cdplane-daemon and cdplane-nvml do)", ErrNVMLUnavailable)
 }
 
 // LibraryPathOrDefault returns path, or DefaultLibraryPath when it is empty.

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -17,8 +16,10 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"cdplane/internal/app"
+	"cdplane/internal/component"
+	"cdplane/internal/daemon"
 	"cdplane/internal/sim/kubelet"
+	"cdplane/internal/sim/nodehost"
 )
 
 // RunKubelet is the background process `cdplane sim kubelet`: the simulated kubelet for every
@@ -54,7 +55,17 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 	for _, n := range nodes {
 		specs = append(specs, kubelet.NodeSpec{Name: n.Name, Labels: n.Labels, Capacity: capacity(), InternalIP: n.InternalIP})
 	}
+	// Every node's driver root holds the simulated IMEX as nvidia-imex and nvidia-imex-ctl,
+	// on the PATH of every container, as a GPU node's driver root provides the real ones.
+	driverBin, err := nodehost.InstallDriverRoot(filepath.Join(stateDir, "driver-root"), filepath.Join(st.BinDir, "imex-sim"))
+	if err != nil {
+		return fmt.Errorf("simulated driver root: %w", err)
+	}
+	path := driverBin + string(filepath.ListSeparator) + os.Getenv("PATH")
 	k, err := kubelet.New(kubelet.Config{
+		HostEnv: func(_, nodeDir string) []kubelet.EnvVar {
+			return []kubelet.EnvVar{{Name: "PATH", Value: path}, {Name: nodehost.NodeDirEnv, Value: nodeDir}}
+		},
 		RESTConfig: cfg,
 		StateDir:   stateDir,
 		Nodes:      specs,
@@ -68,15 +79,7 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		return err
 	}
 	for _, n := range nodes {
-		path := filepath.Join(k.NodeDir(n.Name), NVMLSpecPath)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
-		}
-		data, err := json.Marshal(n.NVML)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(path, data, 0o644); err != nil {
+		if err := nodehost.WriteNode(k.NodeDir(n.Name), n.NVML); err != nil {
 			return err
 		}
 	}
@@ -110,17 +113,19 @@ func router(st *State) kubelet.Runner {
 	raiseFileLimit()
 	r.ByRepository["cdplane"] = &kubelet.InProcessRunner{
 		Programs: map[string]kubelet.Program{
-			"cdplane-kubelet-plugin": program(app.KubeletPlugin),
-			"cdplane-daemon":         program(app.Daemon),
+			"cdplane-kubelet-plugin": program(nodehost.RunPlugin),
+			"cdplane-daemon": program(func(ctx context.Context, inv component.Invocation) error {
+				return daemon.Run(ctx, inv, nodehost.InProcessDaemon())
+			}),
 		},
 		Fallback: r.ByRepository["cdplane"],
 	}
 	return r
 }
 
-func program(run func(context.Context, app.Invocation) error) kubelet.Program {
+func program(run func(context.Context, component.Invocation) error) kubelet.Program {
 	return func(ctx context.Context, args []string, env func(string) (string, bool), out io.Writer) error {
-		return run(ctx, app.Invocation{Args: args, LookupEnv: env, Stdout: out, Stderr: out})
+		return run(ctx, component.Invocation{Args: args, LookupEnv: env, Stdout: out, Stderr: out})
 	}
 }
 

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cdplane/internal/scheme"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,9 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"cdplane/internal/controller"
 	"cdplane/internal/lifecycle"
-	"cdplane/internal/plane"
 	"cdplane/internal/progress"
 	"cdplane/internal/sim/controlplane"
 	"cdplane/internal/sim/kubelet"
@@ -235,8 +234,11 @@ func build(ctx context.Context, o *Options, st *State) error {
 	}
 	st.BinDir = filepath.Join(o.StateDir, "bin")
 	o.progress("Building cdplane's binaries into %s", st.BinDir)
+	// The simulated image: the product's controller and daemon, the kubelet plugin on the
+	// simulated node's host (nodehost), and the simulated IMEX for the nodes' driver root.
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", st.BinDir+"/",
-		"./cmd/cdplane", "./cmd/cdplane-controller", "./cmd/cdplane-daemon", "./cmd/cdplane-kubelet-plugin")
+		"./cmd/cdplane", "./cmd/cdplane-controller", "./cmd/cdplane-daemon",
+		"./internal/sim/cmd/cdplane-kubelet-plugin", "./internal/sim/cmd/imex-sim")
 	cmd.Dir, cmd.Stdout, cmd.Stderr = o.Repo, o.Out, o.Out
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("building cdplane: %w", err)
@@ -350,7 +352,7 @@ func install(ctx context.Context, o *Options, st *State) error {
 			n := 0
 			for _, node := range st.Nodes {
 				if node.Plane == id {
-					if _, err := plane.Assign(ctx, c, id, plane.Target{Kind: plane.KindNode, Name: node.Name}); err != nil {
+					if _, err := lifecycle.Assign(ctx, c, id, lifecycle.Target{Kind: lifecycle.KindNode, Name: node.Name}); err != nil {
 						return err
 					}
 					n++
@@ -361,7 +363,7 @@ func install(ctx context.Context, o *Options, st *State) error {
 			if err := c.Create(ctx, ns); client.IgnoreAlreadyExists(err) != nil {
 				return err
 			}
-			if _, err := plane.Assign(ctx, c, id, plane.Target{Kind: plane.KindNamespace, Name: ns.Name}); err != nil {
+			if _, err := lifecycle.Assign(ctx, c, id, lifecycle.Target{Kind: lifecycle.KindNamespace, Name: ns.Name}); err != nil {
 				return err
 			}
 			o.progress("Assigned %d nodes and namespace %s to control plane %q", n, ns.Name, id)
@@ -374,13 +376,13 @@ func install(ctx context.Context, o *Options, st *State) error {
 }
 
 // PlaneValues are the plane chart's values on the sim: the sim's image (run from its binaries),
-// simulated NVML from each node's spec file, the sim's channel count; for in-process (large)
+// the sim's channel count; for in-process (large)
 // sims, tolerant leader-election timing. An upgrade (`cdplane
 // apply plane`) on the sim starts from these.
 func (st *State) PlaneValues() map[string]any {
 	v := map[string]any{
 		"image":         map[string]any{"repository": "cdplane", "tag": "sim"},
-		"kubeletPlugin": map[string]any{"nvml": "sim", "nvmlSimSpecFile": NVMLSpecPath, "numChannels": st.NumChannels},
+		"kubeletPlugin": map[string]any{"numChannels": st.NumChannels},
 	}
 	if st.InProcess {
 		// A large sim loads its 2-core apiserver past the default 10s renew deadline: at 1,152
@@ -390,15 +392,12 @@ func (st *State) PlaneValues() map[string]any {
 	return v
 }
 
-// NVMLSpecPath is where, on each simulated node, the kubelet plugin finds its simulated NVML.
-const NVMLSpecPath = "/etc/cdplane/nvml-sim.json"
-
 func (st *State) client() (client.Client, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", st.ControlPlane.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: controller.NewScheme()})
+	return client.New(cfg, client.Options{Scheme: scheme.New()})
 }
 
 // Clientset returns a clientset for the sim's administrator.

@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"cdplane/internal/nvml"
 	"cdplane/internal/plane"
+	"cdplane/internal/sim/nvmlsim"
 )
 
 // NodeSpecLabel marks the simulated nodes.
@@ -26,7 +26,7 @@ type Node struct {
 	InternalIP string            `json:"internalIP"`
 	Labels     map[string]string `json:"labels"`
 	Plane      string            `json:"plane,omitempty"`
-	NVML       nvml.Sim          `json:"nvml"`
+	NVML       nvmlsim.Node      `json:"nvml"`
 }
 
 // Topology is what `sim up` builds.
@@ -87,12 +87,12 @@ func BuildNodes(t Topology) []Node {
 		n := Node{
 			Name: name, Rack: rack, InternalIP: ip.String(),
 			Labels: map[string]string{NodeSpecLabel: "true", "nvidia.com/gpu.present": "true", "sim.cdplane.io/rack": fmt.Sprint(rack)},
-			NVML:   nvml.RackSim(rack, name),
+			NVML:   nvmlsim.Rack(rack, name),
 		}
 		n.NVML.GPUs = t.GPUsPerNode
 		switch {
 		case i >= t.Nodes-t.FabricLess:
-			n.NVML.Fabric = nvml.SimFabric{NoFabric: true}
+			n.NVML.Fabric = nvmlsim.Fabric{NoFabric: true}
 		case i >= t.Nodes-t.FabricLess-t.FailedFabric:
 			n.NVML.Fabric.Status = 1 // NVML_ERROR_UNINITIALIZED: registration failed
 		}

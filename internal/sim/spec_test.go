@@ -1,12 +1,11 @@
 package sim
 
 import (
+	"cdplane/internal/sim/nvmlsim"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"cdplane/internal/nvml"
 )
 
 func TestBuildNodes(t *testing.T) {
@@ -27,7 +26,7 @@ func TestBuildNodes(t *testing.T) {
 	if diff := cmp.Diff([]string{"a", "a", "a", "b", "b", "b", "b"}, planes); diff != "" {
 		t.Errorf("planes (-want +got):\n%s", diff)
 	}
-	if nodes[0].NVML.GPUs != 2 || nodes[0].NVML.Fabric.ClusterUUID != nvml.RackClusterUUID(0) || nodes[3].NVML.Fabric.ClusterUUID != nvml.RackClusterUUID(1) {
+	if nodes[0].NVML.GPUs != 2 || nodes[0].NVML.Fabric.ClusterUUID != nvmlsim.RackClusterUUID(0) || nodes[3].NVML.Fabric.ClusterUUID != nvmlsim.RackClusterUUID(1) {
 		t.Errorf("racks' fabrics: %+v, %+v", nodes[0].NVML, nodes[3].NVML)
 	}
 	if !nodes[6].NVML.Fabric.NoFabric || nodes[5].NVML.Fabric.Status == 0 || nodes[4].NVML.Fabric.Status != 0 {

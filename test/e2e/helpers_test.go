@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"cdplane/internal/lifecycle"
+	"cdplane/internal/sim/imexsim"
 	"context"
 	"fmt"
 	"io"
@@ -20,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
-	"cdplane/internal/imex"
 	"cdplane/internal/plane"
 	"cdplane/internal/testutil"
 )
@@ -48,7 +49,7 @@ func namespace(t *testing.T, id string) string {
 	}
 	name = strings.TrimRight(name, "-") + "-" + fmt.Sprint(time.Now().UnixNano()%100000)
 	must(t, c.Create(ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
-	if _, err := plane.Assign(ctx(), c, id, plane.Target{Kind: plane.KindNamespace, Name: name}); err != nil {
+	if _, err := lifecycle.Assign(ctx(), c, id, lifecycle.Target{Kind: lifecycle.KindNamespace, Name: name}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -284,7 +285,7 @@ func checkIMEXPeers(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) {
 				if err != nil || cfg == "" {
 					return false, err
 				}
-				st, err := imex.QuerySim(ctx(), cfg)
+				st, err := imexsim.Query(ctx(), cfg)
 				if err != nil {
 					return false, nil // not serving yet
 				}

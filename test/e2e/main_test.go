@@ -8,6 +8,7 @@
 package e2e
 
 import (
+	"cdplane/internal/scheme"
 	"context"
 	"fmt"
 	"os"
@@ -20,7 +21,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"cdplane/internal/controller"
 	"cdplane/internal/sim"
 )
 
@@ -74,7 +74,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	cfg.QPS, cfg.Burst = 50, 100
-	if c, err = client.New(cfg, client.Options{Scheme: controller.NewScheme()}); err != nil {
+	if c, err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

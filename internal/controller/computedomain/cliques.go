@@ -9,8 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -81,7 +79,7 @@ func (r *Reconciler) clique(cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, c
 	return &cdv1beta1.ComputeDomainClique{
 		TypeMeta: metav1.TypeMeta{APIVersion: cdv1beta1.GroupVersion.String(), Kind: "ComputeDomainClique"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: CliqueName(string(cd.UID), cliqueID), Namespace: r.opts.DriverNamespace, Labels: labels,
+			Name: cdv1beta1.CliqueName(string(cd.UID), cliqueID), Namespace: r.opts.DriverNamespace, Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
@@ -105,14 +103,7 @@ func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomain
 	if ok, err := r.ownedOnServer(ctx, &cdv1beta1.ComputeDomainClique{}, client.ObjectKeyFromObject(c), c.Labels[cdv1beta1.ComputeDomainLabel], true); !ok || err != nil {
 		return err
 	}
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(c)
-	if err != nil {
-		return fmt.Errorf("converting clique: %w", err)
-	}
-	delete(raw["metadata"].(map[string]any), "creationTimestamp")
-	u := &unstructured.Unstructured{Object: raw}
-	if err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
-		client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
+	if err := r.client.Apply(ctx, cliqueApply(c), client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("writing clique %s: %w", c.Name, err)
 	}
 	return nil

@@ -33,8 +33,8 @@ func (r *Reconciler) finalize(ctx context.Context, cd *cdv1beta1.ComputeDomain) 
 	uid := string(cd.UID)
 	for _, obj := range []client.Object{
 		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: cd.Namespace, Name: cd.Spec.Channel.ResourceClaimTemplate.Name}},
-		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: r.opts.DriverNamespace, Name: DaemonSetName(uid)}},
-		&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: r.opts.DriverNamespace, Name: DaemonSetName(uid)}},
+		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: r.opts.DriverNamespace, Name: cdv1beta1.DaemonSetName(uid)}},
+		&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: r.opts.DriverNamespace, Name: cdv1beta1.DaemonSetName(uid)}},
 	} {
 		if err := r.deleteOwned(ctx, obj, uid); err != nil {
 			return ctrl.Result{}, err

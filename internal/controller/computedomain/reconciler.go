@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
@@ -47,7 +45,7 @@ type Options struct {
 	BatchWindow time.Duration
 	// FieldManager names the controller's server-side apply field manager.
 	FieldManager string
-	// Gates are the feature gates read by the reconciler; default: the process-wide gates.
+	// Gates are the feature gates read by the reconciler; default: every gate at its default.
 	Gates featuregate.FeatureGate
 	// ControlPlaneID is the plane this controller serves ("" for the legacy plane).
 	ControlPlaneID string
@@ -59,7 +57,7 @@ func (o *Options) Defaults() {
 		o.DaemonBinary = "cdplane-daemon"
 	}
 	if o.MaxNodesPerIMEXDomain == 0 {
-		o.MaxNodesPerIMEXDomain = 18
+		o.MaxNodesPerIMEXDomain = cdv1beta1.DefaultMaxNodesPerIMEXDomain
 	}
 	if o.BatchWindow == 0 {
 		o.BatchWindow = 200 * time.Millisecond
@@ -68,7 +66,7 @@ func (o *Options) Defaults() {
 		o.FieldManager = "cdplane-controller"
 	}
 	if o.Gates == nil {
-		o.Gates = features.Gates
+		o.Gates = features.NewGates()
 	}
 }
 
@@ -219,18 +217,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, cd *cdv1beta1.ComputeDomai
 	if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
 		return err
 	}
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
-	if err != nil {
-		return fmt.Errorf("converting status: %w", err)
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": cdv1beta1.GroupVersion.String(),
-		"kind":       "ComputeDomain",
-		"metadata":   map[string]any{"name": cd.Name, "namespace": cd.Namespace, "uid": string(cd.UID)},
-		"status":     raw,
-	}}
-	if err := r.client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u),
-		client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
+	if err := r.client.Status().Apply(ctx, statusApply(cd, st), client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Wrote status", "computeDomain", klog.KObj(cd), "status", st.Status,

@@ -1,9 +1,9 @@
 package computedomain
 
 import (
+	"cdplane/internal/daemonenv"
 	"encoding/json"
 	"fmt"
-	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,12 +15,6 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/plane"
 )
-
-// DaemonSetName returns the name of a domain's daemon DaemonSet and daemon ResourceClaimTemplate.
-func DaemonSetName(cdUID string) string { return "computedomain-daemon-" + cdUID }
-
-// CliqueName returns the name of a domain's clique object.
-func CliqueName(cdUID, cliqueID string) string { return cdUID + "." + cliqueID }
 
 // Container and claim names of the daemon pod.
 const (
@@ -85,7 +79,7 @@ func (r *Reconciler) workloadClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourc
 // daemonClaimTemplate is the daemon ResourceClaimTemplate in the driver namespace.
 func (r *Reconciler) daemonClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClaimTemplate {
 	return &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: DaemonSetName(string(cd.UID)), Namespace: r.opts.DriverNamespace, Labels: r.ownedLabels(cd)},
+		ObjectMeta: metav1.ObjectMeta{Name: cdv1beta1.DaemonSetName(string(cd.UID)), Namespace: r.opts.DriverNamespace, Labels: r.ownedLabels(cd)},
 		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
 			Requests: []resourcev1.DeviceRequest{{
 				Name:    daemonRequestName,
@@ -109,24 +103,14 @@ func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 			FailureThreshold: failures,
 		}
 	}
-	env := []corev1.EnvVar{
-		fieldEnv("NODE_NAME", "spec.nodeName"),
-		fieldEnv("POD_IP", "status.podIP"),
-		fieldEnv("POD_NAME", "metadata.name"),
-		fieldEnv("POD_NAMESPACE", "metadata.namespace"),
-		fieldEnv("POD_UID", "metadata.uid"),
-		{Name: "COMPUTE_DOMAIN_UUID", Value: uid},
-		{Name: "COMPUTE_DOMAIN_NAME", Value: cd.Name},
-		{Name: "COMPUTE_DOMAIN_NAMESPACE", Value: cd.Namespace},
-		{Name: "MAX_NODES_PER_IMEX_DOMAIN", Value: strconv.Itoa(r.opts.MaxNodesPerIMEXDomain)},
-		{Name: "LOG_VERBOSITY", Value: strconv.Itoa(r.opts.DaemonLogVerbosity)},
-	}
-	if r.opts.DaemonFeatureGates != "" {
-		env = append(env, corev1.EnvVar{Name: "FEATURE_GATES", Value: r.opts.DaemonFeatureGates})
-	}
+	env := daemonenv.Pod{
+		DomainUID: uid, DomainName: cd.Name, DomainNamespace: cd.Namespace,
+		MaxNodesPerIMEXDomain: r.opts.MaxNodesPerIMEXDomain, LogVerbosity: r.opts.DaemonLogVerbosity,
+		FeatureGates: r.opts.DaemonFeatureGates, HostsFile: cdv1beta1.DaemonHostsFile,
+	}.EnvVars()
 	labels := r.ownedLabels(cd)
 	return &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: DaemonSetName(uid), Namespace: r.opts.DriverNamespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: cdv1beta1.DaemonSetName(uid), Namespace: r.opts.DriverNamespace, Labels: labels},
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
 			Template: corev1.PodTemplateSpec{
@@ -147,16 +131,12 @@ func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 						Resources:      corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: DaemonClaimName}}},
 					}},
 					ResourceClaims: []corev1.PodResourceClaim{{
-						Name: DaemonClaimName, ResourceClaimTemplateName: ptr.To(DaemonSetName(uid)),
+						Name: DaemonClaimName, ResourceClaimTemplateName: ptr.To(cdv1beta1.DaemonSetName(uid)),
 					}},
 				},
 			},
 		},
 	}
-}
-
-func fieldEnv(name, path string) corev1.EnvVar {
-	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 }
 
 // CreatedByController reports whether an object carries the labels the controller puts on what

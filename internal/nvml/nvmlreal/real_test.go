@@ -302,7 +302,7 @@ func TestNVMLWithoutLibrary(t *testing.T) {
 	const missing = "/nonexistent/libnvidia-ml.so.1"
 	cases := map[string]struct {
 		backend string
-		// wantNewErr: New itself fails (auto probes the library).
+		// wantNewErr: New itself fails.
 		wantNewErr bool
 		wantMsg    []string
 	}{
@@ -310,15 +310,10 @@ func TestNVMLWithoutLibrary(t *testing.T) {
 			backend: nvml.BackendNVML,
 			wantMsg: []string{"NVML cannot be initialised", missing, "cannot be loaded", "No such file"},
 		},
-		"auto fails at once and asks for sim": {
-			backend:    nvml.BackendAuto,
-			wantNewErr: true,
-			wantMsg:    []string{"NVML cannot be initialised", missing, `choose backend "sim" explicitly`},
-		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			d, err := nvml.New(tc.backend, nvml.Options{LibraryPath: missing})
+			d, err := nvml.New(missing)
 			if !tc.wantNewErr {
 				if err != nil {
 					t.Fatalf("New(%q): %v", tc.backend, err)
@@ -349,7 +344,7 @@ func TestNVMLWithoutLibrary(t *testing.T) {
 // TestNVMLDefaultLibrary runs the real backend with the default library:
 // on a machine without a driver it must fail cleanly, with one it must read.
 func TestNVMLDefaultLibrary(t *testing.T) {
-	d, err := nvml.New(nvml.BackendNVML, nvml.Options{})
+	d, err := nvml.New("")
 	if err != nil {
 		t.Fatalf("New(%q): %v", nvml.BackendNVML, err)
 	}

@@ -1,6 +1,9 @@
 package kubelet
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
+	"cdplane/internal/sim/imexsim"
 	"context"
 	"fmt"
 	"os"
@@ -32,6 +35,15 @@ func (w *podWorker) containerSpec(ctx context.Context, c *ctr) (*instance, error
 	lookup := func(k string) (string, bool) { v, ok := values[k]; return v, ok }
 	for i := range env {
 		env[i].Value = pm.Value(env[i].Value)
+	}
+	// What the node's host gives every container, already in host paths: the host's own
+	// variables (Config.HostEnv), and where the container's /etc/hosts lies, for programs that
+	// resolve names as the container's resolver would (the simulated IMEX).
+	if hosts, ok := pm.Path(EtcHostsPath); ok {
+		env = mergeEnv(env, EnvVar{Name: imexsim.HostsFileEnv, Value: hosts})
+	}
+	if w.k.cfg.HostEnv != nil {
+		env = mergeEnv(env, w.k.cfg.HostEnv(w.n.spec.Name, w.k.NodeDir(w.n.spec.Name))...)
 	}
 	if _, set := values["KUBECONFIG"]; kubeconfig != "" && !set {
 		env = append(env, EnvVar{Name: "KUBECONFIG", Value: kubeconfig})
@@ -93,6 +105,9 @@ func (w *podWorker) containerMounts(c *ctr) ([]Mount, *PathMap, error) {
 		}
 		mounts = append(mounts, Mount{ContainerPath: vm.MountPath, HostPath: host, ReadOnly: vm.ReadOnly})
 	}
+	if !hasMount(mounts, EtcHostsPath) {
+		mounts = append(mounts, Mount{ContainerPath: EtcHostsPath, HostPath: w.hostsFilePath()})
+	}
 	if saDir != "" && !hasMount(mounts, ServiceAccountMountPath) {
 		mounts = append(mounts, Mount{ContainerPath: ServiceAccountMountPath, HostPath: saDir, ReadOnly: true})
 	}
@@ -129,4 +144,23 @@ func replaceMounts(ms []Mount, extra []Mount) []Mount {
 		out = append(kept, e)
 	}
 	return out
+}
+
+// EtcHostsPath is the container path of the pod's hosts file, which the kubelet manages.
+const EtcHostsPath = "/etc/hosts"
+
+// hostsFilePath is where the pod's hosts file lies on the host.
+func (w *podWorker) hostsFilePath() string { return filepath.Join(w.dir, "etc-hosts") }
+
+// writeHostsFile writes the pod's hosts file once, as the kubelet does when it creates the
+// sandbox: localhost and the pod's own name. Containers may rewrite it; a container restart
+// keeps what they wrote.
+func (w *podWorker) writeHostsFile(pod *corev1.Pod) error {
+	path := w.hostsFilePath()
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	content := fmt.Sprintf("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n",
+		w.addresses().PodIP, pod.Name)
+	return os.WriteFile(path, []byte(content), 0o644)
 }

@@ -69,6 +69,9 @@ type Config struct {
 	Burst int
 	// KubeletVersion is reported in each Node's nodeInfo.
 	KubeletVersion string
+	// HostEnv, when set, is added to the environment of every container on a node: what the
+	// node's host gives its containers (a driver root on PATH, where the host's files are).
+	HostEnv func(node, nodeDir string) []EnvVar
 }
 
 // NodeSpec is one simulated node.

@@ -277,6 +277,9 @@ func (w *podWorker) setup(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := w.writeHostsFile(pod); err != nil {
+		return err
+	}
 	saDir, kubeconfig, err := w.setupCredentials(ctx, pod)
 	if err != nil {
 		return err

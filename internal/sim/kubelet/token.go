@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"cdplane/internal/atomicfile"
 	"context"
 	"fmt"
 	"os"
@@ -75,7 +76,7 @@ func (t *podTokens) refresh(ctx context.Context, f *tokenFile) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := writeFileAtomic(p, []byte(got.Status.Token), 0o600); err != nil {
+		if err := atomicfile.Write(p, []byte(got.Status.Token), 0o600); err != nil {
 			return err
 		}
 	}
@@ -142,7 +143,7 @@ func (w *podWorker) setupCredentials(ctx context.Context, pod *corev1.Pod) (saDi
 		return "", "", err
 	}
 	kubeconfig = filepath.Join(w.dir, "kubeconfig")
-	if err := writeFileAtomic(kubeconfig, data, 0o600); err != nil {
+	if err := atomicfile.Write(kubeconfig, data, 0o600); err != nil {
 		return "", "", err
 	}
 	return saDir, kubeconfig, nil

@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"cdplane/internal/atomicfile"
 	"context"
 	"fmt"
 	"os"
@@ -122,21 +123,11 @@ func writeFiles(dir string, files map[string][]byte, perm os.FileMode) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := writeFileAtomic(p, data, perm); err != nil {
+		if err := atomicfile.Write(p, data, perm); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// writeFileAtomic replaces a file through a temporary file and a rename, so that a reader never
-// sees half a file (a token being renewed).
-func writeFileAtomic(p string, data []byte, perm os.FileMode) error {
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
 }
 
 func selectKeys[V any](data map[string]V, items []corev1.KeyToPath, conv func(V) []byte) (map[string][]byte, error) {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cdplane/internal/sim/imexsim"
 	"context"
 	"fmt"
 	"os"
@@ -182,7 +183,7 @@ func (n *node) createPod() {
 	e.t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: computedomain.DaemonSetName(string(n.cd.UID))[:30] + "-",
+			GenerateName: cdv1beta1.DaemonSetName(string(n.cd.UID))[:30] + "-",
 			Namespace:    e.driverNS,
 			Labels:       map[string]string{cdv1beta1.ComputeDomainLabel: string(n.cd.UID), "app.kubernetes.io/managed-by": "cdplane"},
 		},
@@ -218,11 +219,11 @@ func (n *node) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	n.imex = imex.NewSim(imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath})
+	n.imex = imexsim.New(imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath})
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.done = cancel, make(chan error, 1)
 	go func() {
-		n.done <- daemon.Run(ctx, cfg, daemon.Deps{Client: c, IMEX: n.imex, Log: testr.New(e.t).WithValues("node", n.name), RestartBackoff: 100 * time.Millisecond})
+		n.done <- daemon.Serve(ctx, cfg, daemon.Deps{Client: c, IMEX: n.imex, Log: testr.New(e.t).WithValues("node", n.name), RestartBackoff: 100 * time.Millisecond})
 	}()
 	go n.kubelet(ctx, cfg)
 	e.t.Cleanup(n.stop)
@@ -278,10 +279,10 @@ func (n *node) forceDeletePod() {
 }
 
 // status asks the node's simulated IMEX for its state.
-func (n *node) status() (imex.SimStatus, error) {
+func (n *node) status() (imexsim.Status, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return imex.QuerySim(ctx, n.config().IMEXConfigPath())
+	return imexsim.Query(ctx, n.config().IMEXConfigPath())
 }
 
 // entry returns the node's entry in the domain's status.

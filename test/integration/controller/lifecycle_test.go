@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
-	"cdplane/internal/controller/computedomain"
 )
 
 // TestCreatedObjects checks the exact names, labels, selectors and owners of what a domain gets.
@@ -153,10 +152,10 @@ func TestReadinessAndDeletion(t *testing.T) {
 	})
 	uid := string(cd.UID)
 	for _, obj := range []client.Object{
-		&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: e.driverNS, Name: computedomain.DaemonSetName(uid)}},
-		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: e.driverNS, Name: computedomain.DaemonSetName(uid)}},
+		&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: e.driverNS, Name: cdv1beta1.DaemonSetName(uid)}},
+		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: e.driverNS, Name: cdv1beta1.DaemonSetName(uid)}},
 		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "lifecycle-channel"}},
-		&cdv1beta1.ComputeDomainClique{ObjectMeta: metav1.ObjectMeta{Namespace: e.driverNS, Name: computedomain.CliqueName(uid, testClique)}},
+		&cdv1beta1.ComputeDomainClique{ObjectMeta: metav1.ObjectMeta{Namespace: e.driverNS, Name: cdv1beta1.CliqueName(uid, testClique)}},
 	} {
 		if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
 			t.Errorf("%T %s left behind (err=%v)", obj, obj.GetName(), err)

@@ -5,10 +5,11 @@
 package controller
 
 import (
-	"github.com/go-logr/logr"
 	"os"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"testing"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"cdplane/internal/testutil/cluster"
 )

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cdplane/internal/sim/imexsim"
 	"context"
 	"fmt"
 	"testing"
@@ -14,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
-	"cdplane/internal/imex"
 )
 
 func TestFabriclessNodes(t *testing.T) {
@@ -145,7 +145,7 @@ func TestIMEXCrashRestartsAndReloadsOnlyOnChange(t *testing.T) {
 	// Crash IMEX on n2: the domain goes NotReady, the daemon restarts IMEX, Ready again.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := imex.CrashSim(ctx, d2.config().IMEXConfigPath()); err != nil {
+	if err := imexsim.Crash(ctx, d2.config().IMEXConfigPath()); err != nil {
 		t.Fatal(err)
 	}
 	e.waitStatus(cd, cdv1beta1.StatusNotReady, 10*time.Second)

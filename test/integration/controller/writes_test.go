@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cdv1beta1 "cdplane/api/v1beta1"
-	"cdplane/internal/controller/computedomain"
 )
 
 // reconciles reads controller-runtime's count of finished ComputeDomain reconciles.
@@ -70,7 +69,7 @@ func TestWritesOnlyOnChange(t *testing.T) {
 	e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
 
 	clique := &cdv1beta1.ComputeDomainClique{}
-	cliqueKey := client.ObjectKey{Namespace: e.driverNS, Name: computedomain.CliqueName(string(cd.UID), testClique)}
+	cliqueKey := client.ObjectKey{Namespace: e.driverNS, Name: cdv1beta1.CliqueName(string(cd.UID), testClique)}
 	settled := func() (string, string) {
 		if err := e.c.Get(e.ctx(), cliqueKey, clique); err != nil {
 			t.Fatal(err)

@@ -81,7 +81,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func hasDaemonSet(p *planeEnv, cd *cdv1beta1.ComputeDomain) bool {
-	return testCluster.Client.Get(context.Background(), client.ObjectKey{Namespace: p.driverNS, Name: computedomain.DaemonSetName(string(cd.UID))}, &appsv1.DaemonSet{}) == nil
+	return testCluster.Client.Get(context.Background(), client.ObjectKey{Namespace: p.driverNS, Name: cdv1beta1.DaemonSetName(string(cd.UID))}, &appsv1.DaemonSet{}) == nil
 }
 
 // versions returns the resourceVersions of a plane's objects for a domain.
@@ -96,7 +96,7 @@ func versions(t *testing.T, p *planeEnv, cd *cdv1beta1.ComputeDomain) map[string
 		out[name] = obj.GetResourceVersion()
 	}
 	get("ComputeDomain", &cdv1beta1.ComputeDomain{}, client.ObjectKeyFromObject(cd))
-	get("DaemonSet", &appsv1.DaemonSet{}, client.ObjectKey{Namespace: p.driverNS, Name: computedomain.DaemonSetName(string(cd.UID))})
+	get("DaemonSet", &appsv1.DaemonSet{}, client.ObjectKey{Namespace: p.driverNS, Name: cdv1beta1.DaemonSetName(string(cd.UID))})
 	return out
 }
 
@@ -182,10 +182,10 @@ func TestStaleCacheMakesNoForeignWrites(t *testing.T) {
 	eventually(t, "plane-a reconciled alpha", func() bool { return hasDaemonSet(a, cdA) })
 	// Give plane-a a clique too, as its controller would write it.
 	ds := &appsv1.DaemonSet{}
-	if err := testCluster.Client.Get(context.Background(), client.ObjectKey{Namespace: a.driverNS, Name: computedomain.DaemonSetName(string(cdA.UID))}, ds); err != nil {
+	if err := testCluster.Client.Get(context.Background(), client.ObjectKey{Namespace: a.driverNS, Name: cdv1beta1.DaemonSetName(string(cdA.UID))}, ds); err != nil {
 		t.Fatal(err)
 	}
-	clique := testutil.MakeClique(computedomain.CliqueName(string(cdA.UID), "u.1"), a.driverNS).Daemon("n1", "127.0.0.1", "u.1", 0, "Ready").Obj()
+	clique := testutil.MakeClique(cdv1beta1.CliqueName(string(cdA.UID), "u.1"), a.driverNS).Daemon("n1", "127.0.0.1", "u.1", 0, "Ready").Obj()
 	clique.Labels = map[string]string{cdv1beta1.ComputeDomainLabel: string(cdA.UID), "app.kubernetes.io/managed-by": "cdplane", cdv1beta1.ControlPlaneLabel: "plane-a"}
 	if err := testCluster.Client.Create(context.Background(), clique); err != nil {
 		t.Fatal(err)

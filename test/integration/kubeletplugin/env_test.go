@@ -1,15 +1,19 @@
 package kubeletplugin
 
 import (
+	"cdplane/internal/component"
+	"cdplane/internal/sim/nodehost"
+	"cdplane/internal/sim/nvmlsim"
 	"context"
 	"encoding/json"
 	"fmt"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/go-logr/logr/testr"
 	"google.golang.org/grpc"
@@ -30,7 +34,6 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin"
-	"cdplane/internal/nvml"
 	"cdplane/internal/testutil"
 )
 
@@ -72,7 +75,7 @@ type node struct {
 	dir     string
 	clique  string
 	plane   string // the plugin's control-plane id: the node's plane label ("" legacy)
-	sim     nvml.Sim
+	sim     nvmlsim.Node
 	drv     *kubeletplugin.Driver
 	dra     drapbv1.DRAPluginClient
 	conn    *grpc.ClientConn
@@ -80,12 +83,12 @@ type node struct {
 }
 
 // nodeOption changes a node before it starts.
-type nodeOption func(*corev1.Node, *nvml.Sim)
+type nodeOption func(*corev1.Node, *nvmlsim.Node)
 
 // schedulable gives the node what kube-scheduler needs: allocatable pods, CPU and memory, a
 // Ready condition and a hostname label.
 func schedulable() nodeOption {
-	return func(n *corev1.Node, _ *nvml.Sim) {
+	return func(n *corev1.Node, _ *nvmlsim.Node) {
 		n.Labels[corev1.LabelHostname] = n.Name
 		n.Status.Capacity = corev1.ResourceList{
 			corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("8"),
@@ -98,20 +101,20 @@ func schedulable() nodeOption {
 
 // noFabric makes the node's GPUs report no NVLink fabric.
 func noFabric() nodeOption {
-	return func(_ *corev1.Node, s *nvml.Sim) { s.Fabric = nvml.SimFabric{NoFabric: true} }
+	return func(_ *corev1.Node, s *nvmlsim.Node) { s.Fabric = nvmlsim.Fabric{NoFabric: true} }
 }
 
 // inPlane assigns the node to control plane id (its plane label), so that its plugin runs
 // for that plane and publishes id in every device's controlPlane attribute.
 func inPlane(id string) nodeOption {
-	return func(n *corev1.Node, _ *nvml.Sim) { n.Labels[cdv1beta1.ControlPlaneLabel] = id }
+	return func(n *corev1.Node, _ *nvmlsim.Node) { n.Labels[cdv1beta1.ControlPlaneLabel] = id }
 }
 
 // addNode creates a Node in rack rack (its clique is the rack's) with its host directories.
 func (e *env) addNode(rack int, opts ...nodeOption) *node {
 	e.t.Helper()
 	name := fmt.Sprintf("kp-%d-%s", nodeSeq.Add(1), e.ns[len(e.ns)-5:])
-	sim := nvml.RackSim(rack, name)
+	sim := nvmlsim.Rack(rack, name)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
 	for _, o := range opts {
 		o(n, &sim)
@@ -139,11 +142,26 @@ func (e *env) addNode(rack int, opts ...nodeOption) *node {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := nodehost.WriteNode(dir, sim); err != nil {
+		e.t.Fatal(err)
+	}
 	clique := ""
 	if !sim.Fabric.NoFabric {
-		clique = nvml.RackCliqueID(rack)
+		clique = nvmlsim.RackCliqueID(rack)
 	}
 	return &node{e: e, name: name, dir: dir, clique: clique, plane: n.Labels[cdv1beta1.ControlPlaneLabel], sim: sim}
+}
+
+// host is what the simulated node's host gives a plugin: its /proc files and file device nodes.
+func (n *node) host() kubeletplugin.Host {
+	n.e.t.Helper()
+	host, err := nodehost.Plugin(component.Invocation{LookupEnv: func(k string) (string, bool) {
+		return n.dir, k == nodehost.NodeDirEnv
+	}})
+	if err != nil {
+		n.e.t.Fatal(err)
+	}
+	return host
 }
 
 func (n *node) path(elem ...string) string { return filepath.Join(append([]string{n.dir}, elem...)...) }
@@ -151,9 +169,10 @@ func (n *node) path(elem ...string) string { return filepath.Join(append([]strin
 // options are the plugin options of this node.
 func (n *node) options(numChannels int) kubeletplugin.Options {
 	gates := features.NewGates()
+	host := n.host()
 	return kubeletplugin.Options{
 		NodeName: n.name, DriverNamespace: n.e.driverNS, Config: testCluster.Config,
-		Discoverer: n.sim, SimulatedDevices: true,
+		Discoverer: n.sim, ReadHostFile: host.ReadHostFile, MakeCharDevice: host.MakeCharDevice,
 		RegistrarDir: n.path("registry"), PluginDataDir: n.path("plugin"), CDIRoot: n.path("cdi"),
 		DeviceRoot: n.path("dev"), StateDir: n.path("state"),
 		NumChannels: numChannels, ControlPlaneID: n.plane, Gates: gates, CliqueNodeLabel: true,

@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"cdplane/internal/sim/nvmlsim"
 	"context"
 	"fmt"
 	"strings"
@@ -20,7 +21,6 @@ import (
 	"cdplane/internal/controller"
 	"cdplane/internal/controller/computedomain"
 	"cdplane/internal/kubeletplugin"
-	"cdplane/internal/nvml"
 	"cdplane/internal/testutil"
 )
 
@@ -130,7 +130,7 @@ func TestPlaneWorkloadScheduledOnlyOnItsNodes(t *testing.T) {
 
 // cordoned creates the node with spec.unschedulable set.
 func cordoned() nodeOption {
-	return func(n *corev1.Node, _ *nvml.Sim) { n.Spec.Unschedulable = true }
+	return func(n *corev1.Node, _ *nvmlsim.Node) { n.Spec.Unschedulable = true }
 }
 
 // setUnschedulable sets the node's spec.unschedulable, as kubectl cordon and uncordon do.

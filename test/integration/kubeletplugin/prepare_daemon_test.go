@@ -46,10 +46,9 @@ func TestDaemonClaim(t *testing.T) {
 				"COMPUTE_DOMAIN_UUID=" + string(cd.UID),
 				"COMPUTE_DOMAIN_NAME=" + cd.Name,
 				"COMPUTE_DOMAIN_NAMESPACE=" + cd.Namespace,
-				// The node's GPUs are simulated: the daemon is told to run the simulated IMEX.
-				"IMEX_BACKEND=sim",
+				// Where the plugin mounted the config directory; nothing says the node is
+				// simulated (the plugin does not know).
 				"IMEX_CONFIG_DIR=/etc/nvidia-imex",
-				"IMEX_HOSTS_FILE=/etc/nvidia-imex/hosts",
 			}
 			if diff := cmp.Diff(wantEnv, edits.Env); diff != "" {
 				t.Errorf("daemon env (-want +got):\n%s", diff)

@@ -1,8 +1,8 @@
 package kubeletplugin
 
 import (
+	"cdplane/internal/sim/nodehost"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,7 +50,7 @@ func pluginBinary(t *testing.T) string {
 			return
 		}
 		binaryPath = filepath.Join(dir, "cdplane-kubelet-plugin")
-		cmd := exec.Command("go", "build", "-o", binaryPath, "./cmd/cdplane-kubelet-plugin")
+		cmd := exec.Command("go", "build", "-o", binaryPath, "./internal/sim/cmd/cdplane-kubelet-plugin")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binaryErr = err
@@ -75,8 +75,7 @@ type process struct {
 func (n *node) startProcess(kubeconfig string) *process {
 	t := n.e.t
 	t.Helper()
-	sim, err := json.Marshal(n.sim)
-	if err != nil {
+	if err := nodehost.WriteNode(n.dir, n.sim); err != nil {
 		t.Fatal(err)
 	}
 	o := n.options(4)
@@ -90,10 +89,11 @@ func (n *node) startProcess(kubeconfig string) *process {
 		"--kubeconfig="+kubeconfig, "--node-name="+n.name, "--namespace="+n.e.driverNS,
 		"--plugin-registration-path="+o.RegistrarDir, "--plugin-data-path="+o.PluginDataDir,
 		"--cdi-root="+o.CDIRoot, "--device-root="+o.DeviceRoot, "--state-dir="+o.StateDir,
-		"--num-channels=4", "--nvml=sim", "--nvml-sim-spec="+string(sim),
+		"--num-channels=4",
 		"--prepare-wait-timeout=2m", "-v=2",
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), nodehost.NodeDirEnv+"="+n.dir)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

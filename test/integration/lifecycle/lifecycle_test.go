@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cdplane/internal/scheme"
 	"context"
 	"strings"
 	"testing"
@@ -19,7 +20,6 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	charts "cdplane/deployments/helm"
-	"cdplane/internal/controller"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
 	"cdplane/internal/testutil"
@@ -208,7 +208,7 @@ func checkRBAC(t *testing.T, nsA, nsB string) {
 	must(t, testCluster.Client.Create(ctx, clique))
 
 	as := func(id, sa string) client.Client {
-		c, err := client.New(serviceAccount(id, sa), client.Options{Scheme: controller.NewScheme()})
+		c, err := client.New(serviceAccount(id, sa), client.Options{Scheme: scheme.New()})
 		must(t, err)
 		return c
 	}
@@ -240,7 +240,7 @@ func checkRBAC(t *testing.T, nsA, nsB string) {
 		if node != "" {
 			cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
 		}
-		c, err := client.New(cfg, client.Options{Scheme: controller.NewScheme()})
+		c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 		must(t, err)
 		return c
 	}
@@ -280,7 +280,7 @@ func checkRBAC(t *testing.T, nsA, nsB string) {
 	must(t, testCluster.Client.Create(ctx, rolebinding(nsB, "tenant-edit", "edit", "tenant")))
 	tenantCfg := rest.CopyConfig(testCluster.Config)
 	tenantCfg.Impersonate = rest.ImpersonationConfig{UserName: "tenant", Groups: []string{"system:authenticated"}}
-	tenant, err := client.New(tenantCfg, client.Options{Scheme: controller.NewScheme()})
+	tenant, err := client.New(tenantCfg, client.Options{Scheme: scheme.New()})
 	must(t, err)
 	for who, c := range map[string]client.Client{"plane-b controller": as("plane-b", "cdplane-controller"), "tenant editor": tenant} {
 		for what, obj := range map[string]client.Object{"namespace " + nsA: &corev1.Namespace{}, "node " + node.Name: &corev1.Node{}} {

@@ -1,6 +1,9 @@
 package simkubelet
 
 import (
+	"cdplane/internal/component"
+	"cdplane/internal/sim/nodehost"
+	"cdplane/internal/sim/nvmlsim"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,7 +28,6 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin"
-	"cdplane/internal/nvml"
 	"cdplane/internal/testutil"
 )
 
@@ -40,9 +42,18 @@ func startPlugin(t *testing.T, driverNS string) string {
 	dataDir := filepath.Join(nodeDir, "var/lib/kubelet/plugins", cdv1beta1.DriverName)
 	logger := testr.NewWithOptions(t, testr.Options{Verbosity: 1}).WithValues("node", nodeA)
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	if err := nodehost.WriteNode(nodeDir, nvmlsim.Rack(rack, nodeA)); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	host, err := nodehost.Plugin(component.Invocation{LookupEnv: func(k string) (string, bool) { return nodeDir, k == nodehost.NodeDirEnv }})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	drv, err := kubeletplugin.Start(ctx, kubeletplugin.Options{
 		NodeName: nodeA, DriverNamespace: driverNS, Config: testCluster.Config,
-		Discoverer: nvml.RackSim(rack, nodeA), SimulatedDevices: true,
+		Discoverer: host.Discoverer, ReadHostFile: host.ReadHostFile, MakeCharDevice: host.MakeCharDevice,
 		RegistrarDir:  filepath.Join(nodeDir, "var/lib/kubelet/plugins_registry"),
 		PluginDataDir: dataDir, CDIRoot: filepath.Join(nodeDir, "var/run/cdi"),
 		DeviceRoot: filepath.Join(nodeDir, "dev"), StateDir: filepath.Join(dataDir, "state"),
@@ -171,12 +182,12 @@ func TestClaimPreparedAndUnprepared(t *testing.T) {
 	}
 	nodeDir := sim.NodeDir(nodeA)
 	record := waitLogs(t, ns, pod.Name, "main", func(s string) bool { return strings.Contains(s, "ARGS") })
-	mgmt := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", kubeletplugin.SimIMEXMgmtMinor)
+	mgmt := fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", nodehost.IMEXMgmtMinor)
 	want := map[string]string{
 		"ENV COMPUTE_DOMAIN_UUID=":      string(cd.UID),
 		"ENV COMPUTE_DOMAIN_NAME=":      cd.Name,
 		"ENV COMPUTE_DOMAIN_NAMESPACE=": ns,
-		"ENV CLIQUE_ID=":                nvml.RackCliqueID(rack),
+		"ENV CLIQUE_ID=":                nvmlsim.RackCliqueID(rack),
 		"MOUNT /etc/nvidia-imex ":       filepath.Join(pluginState, "domains", string(cd.UID)),
 		"DEVICE " + mgmt + " ":          filepath.Join(nodeDir, mgmt),
 	}

@@ -1,8 +1,22 @@
-package imex
+// Package imexsim is the simulated IMEX daemon of the simulated cluster. It keeps the real one's
+// contract: it reads the same imexd config keys, parses nodes.cfg and the hosts file strictly
+// (a bad line fails start and names the line), listens on BIND_INTERFACE_IP:SERVER_PORT,
+// connects to every listed peer, answers the readiness query on
+// IMEX_CMD_BIND_INTERFACE_IP:IMEX_CMD_PORT, re-reads its node list on reload, and can be made to
+// crash on demand. Several simulated nodes share one machine by binding distinct loopback
+// addresses (127.x.y.z) on the same ports.
+//
+// It runs two ways: as a program (Main) installed in a simulated node's driver root as
+// nvidia-imex and nvidia-imex-ctl, which the daemon finds and runs exactly as it runs the real
+// ones; or in the simulated kubelet's process (New), for in-process daemons.
+package imexsim
 
 import (
+	"cdplane/internal/imex"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,29 +29,42 @@ import (
 	"github.com/go-logr/logr/funcr"
 )
 
-// SimCrashExitCode is the exit status of a simulated IMEX process that was told to crash.
-const SimCrashExitCode = 3
+// ErrCrashed ends a simulated IMEX run that was told to crash.
+var ErrCrashed = errors.New("simulated IMEX crashed on request")
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// CrashExitCode is the exit status of a simulated IMEX process that was told to crash.
+const CrashExitCode = 3
 
 // Sim is the simulated IMEX running inside this process, goroutine-backed. It implements
-// Interface without signals: Reload re-reads the node list directly and returns its error.
+// imex.Interface without signals: Reload re-reads the node list directly and returns its error.
 type Sim struct {
-	opts Options
+	opts imex.Options
 
 	mu  sync.Mutex
 	srv *simServer
 }
 
-var _ Interface = (*Sim)(nil)
+var _ imex.Interface = (*Sim)(nil)
 
-// NewSim returns a simulated IMEX that serves the imexd config at o.ConfigPath and resolves
+// New returns a simulated IMEX that serves the imexd config at o.ConfigPath and resolves
 // peer names through o.HostsPath. Binary, Args, CtlBinary, Env and the output writers are not
 // used.
-func NewSim(o Options) *Sim {
+func New(o imex.Options) *Sim {
 	return &Sim{opts: o}
 }
 
 // Start parses the configuration and starts listening and connecting; a configuration the
-// real IMEX would refuse fails Start with a *ConfigError naming the line.
+// real IMEX would refuse fails Start with a *imex.ConfigError naming the line.
 func (s *Sim) Start(ctx context.Context) (<-chan error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
@@ -45,9 +72,9 @@ func (s *Sim) Start(ctx context.Context) (<-chan error, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.srv != nil && !isClosed(s.srv.done) {
-		return nil, ErrAlreadyRunning
+		return nil, imex.ErrAlreadyRunning
 	}
-	srv := newSimServer(s.opts.ConfigPath, s.opts.HostsPath, s.opts.logger())
+	srv := newSimServer(s.opts.ConfigPath, s.opts.HostsPath, s.opts.Log)
 	if err := srv.start(); err != nil {
 		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
 	}
@@ -75,7 +102,7 @@ func (s *Sim) current() *simServer {
 func (s *Sim) Reload() error {
 	srv := s.current()
 	if srv == nil {
-		return ErrNotRunning
+		return imex.ErrNotRunning
 	}
 	return srv.reload()
 }
@@ -95,24 +122,29 @@ func (s *Sim) Stop(ctx context.Context) error {
 	}
 }
 
-// Ready asks the command service, exactly as a separate check process would (SimReady).
+// Ready asks the command service, exactly as a separate check process would (Ready).
 func (s *Sim) Ready(ctx context.Context) error {
-	return SimReady(ctx, s.opts.ConfigPath)
+	return Ready(ctx, s.opts.ConfigPath)
 }
 
-// SimMain runs the simulated IMEX as a program and returns its exit status; cmd/imex-sim
-// calls it, and so can a hidden subcommand of another binary. Its flags mirror nvidia-imex
-// (-c CONFIG) and, for queries, nvidia-imex-ctl (-q prints READY):
+// HostsFileEnv names the file that stands for /etc/hosts for a simulated IMEX process: the
+// simulated kubelet sets it to the pod's hosts file, as a real container's resolver reads the
+// pod's /etc/hosts.
+const HostsFileEnv = "CDPLANE_SIM_HOSTS_FILE"
+
+// Main runs the simulated IMEX as a program and returns its exit status; the imex-sim binary
+// calls it, installed in a simulated node's driver root as nvidia-imex and nvidia-imex-ctl. Its
+// flags mirror nvidia-imex (-c CONFIG) and, for queries, nvidia-imex-ctl (-q prints READY):
 //
-//	imex-sim -c /etc/nvidia-imex/config.cfg [-hosts-file /etc/hosts] [-v 1]
+//	imex-sim -c /etc/nvidia-imex/config.cfg [-hosts-file FILE] [-v 1]
 //	imex-sim -q -c CONFIG         # readiness query: prints READY, exit status 0 when ready
 //	imex-sim -status -c CONFIG    # prints the status as JSON
 //	imex-sim -crash -c CONFIG     # tells the running instance to crash
 //
 // Running, it reloads on SIGUSR1, stops cleanly (status 0) on SIGTERM or SIGINT, exits with
 // status 1 when its configuration is refused (the message names the line) and with
-// SimCrashExitCode when told to crash.
-func SimMain(args []string, stdout, stderr io.Writer) int {
+// CrashExitCode when told to crash.
+func Main(args []string, stdout, stderr io.Writer) int {
 	// Catch signals first, so that an early SIGUSR1 does not kill the process.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
@@ -121,7 +153,7 @@ func SimMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("imex-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	config := fs.String("c", "/etc/nvidia-imex/config.cfg", "imexd config `path`")
-	hosts := fs.String("hosts-file", "/etc/hosts", "hosts `file` that maps peer names to addresses")
+	hosts := fs.String("hosts-file", cmp.Or(os.Getenv(HostsFileEnv), "/etc/hosts"), "hosts `file` that maps peer names to addresses (default $"+HostsFileEnv+", else /etc/hosts)")
 	query := fs.Bool("q", false, "query readiness once and print READY (like nvidia-imex-ctl -q)")
 	status := fs.Bool("status", false, "print the running instance's status as JSON")
 	crash := fs.Bool("crash", false, "tell the running instance to crash")
@@ -155,28 +187,28 @@ func SimMain(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case <-srv.done:
 			fmt.Fprintf(stderr, "imex-sim: %v\n", srv.result)
-			return SimCrashExitCode
+			return CrashExitCode
 		}
 	}
 }
 
-// simClient runs one of SimMain's query modes.
+// simClient runs one of Main's query modes.
 func simClient(config string, query, status bool, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var err error
 	switch {
 	case query:
-		if err = SimReady(ctx, config); err == nil {
+		if err = Ready(ctx, config); err == nil {
 			fmt.Fprintln(stdout, answerReady)
 		}
 	case status:
-		var st SimStatus
-		if st, err = QuerySim(ctx, config); err == nil {
+		var st Status
+		if st, err = Query(ctx, config); err == nil {
 			err = writeJSON(stdout, st)
 		}
 	default:
-		err = CrashSim(ctx, config)
+		err = Crash(ctx, config)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "imex-sim: %v\n", err)
@@ -185,7 +217,7 @@ func simClient(config string, query, status bool, stdout, stderr io.Writer) int 
 	return 0
 }
 
-func writeJSON(w io.Writer, st SimStatus) error {
+func writeJSON(w io.Writer, st Status) error {
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding status: %w", err)

@@ -1,6 +1,7 @@
-package imex
+package imexsim
 
 import (
+	"cdplane/internal/imex"
 	"context"
 	"errors"
 	"net"
@@ -16,7 +17,7 @@ import (
 // startSim starts an in-process simulated IMEX for n and stops it when the test ends.
 func startSim(t *testing.T, n *testNode) (*Sim, <-chan error) {
 	t.Helper()
-	sim := NewSim(n.options(t))
+	sim := New(n.options(t))
 	exited, err := sim.Start(withTimeout(t))
 	if err != nil {
 		t.Fatalf("starting simulated IMEX on %s: %v", n.ip, err)
@@ -40,7 +41,7 @@ func TestSimClique(t *testing.T) {
 	sims := map[*testNode]*Sim{}
 	exits := map[*testNode]<-chan error{}
 	for _, n := range nodes {
-		if got := n.write(t, all).Action(); got != ActionRestart {
+		if got := n.write(t, all).Action(); got != imex.ActionRestart {
 			t.Fatalf("first write on %s: action %v, want Restart (a fresh start, no reload)", n.ip, got)
 		}
 		sims[n], exits[n] = startSim(t, n)
@@ -60,7 +61,7 @@ func TestSimClique(t *testing.T) {
 			t.Errorf("Ready on %s: %v", n.ip, err)
 		}
 		// The check subcommand is a separate process with a fresh value: no Start needed.
-		if err := NewSim(n.options(t)).Ready(ctx); err != nil {
+		if err := New(n.options(t)).Ready(ctx); err != nil {
 			t.Errorf("Ready from a fresh value on %s: %v", n.ip, err)
 		}
 	}
@@ -68,7 +69,7 @@ func TestSimClique(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := SimStatus{
+	want := Status{
 		Ready:      true,
 		Address:    "127.0.0.11:" + portOf(n11),
 		Peers:      []string{"127.0.0.12", "127.0.0.13"},
@@ -83,7 +84,7 @@ func TestSimClique(t *testing.T) {
 	// 127.0.0.13 leaves the clique: the others rewrite their hosts file and reload.
 	start = time.Now()
 	for _, n := range []*testNode{n11, n12} {
-		if got := n.write(t, all[:2]).Action(); got != ActionReload {
+		if got := n.write(t, all[:2]).Action(); got != imex.ActionReload {
 			t.Fatalf("membership change on %s: action %v, want Reload", n.ip, got)
 		}
 		if err := sims[n].Reload(); err != nil {
@@ -98,14 +99,14 @@ func TestSimClique(t *testing.T) {
 	t.Logf("removed peer dropped in %s", time.Since(start))
 
 	// 127.0.0.12 crashes on demand; its run ends with an error and 127.0.0.11 loses it.
-	if err := CrashSim(ctx, n12.settings.IMEXConfigPath); err != nil {
-		t.Fatalf("CrashSim: %v", err)
+	if err := Crash(ctx, n12.settings.IMEXConfigPath); err != nil {
+		t.Fatalf("Crash: %v", err)
 	}
 	if err := receive(t, "the crashed run to end", exits[n12]); !errors.Is(err, ErrCrashed) {
 		t.Fatalf("crashed run ended with %v, want ErrCrashed", err)
 	}
-	if err := sims[n12].Reload(); !errors.Is(err, ErrNotRunning) {
-		t.Errorf("Reload after the crash: %v, want ErrNotRunning", err)
+	if err := sims[n12].Reload(); !errors.Is(err, imex.ErrNotRunning) {
+		t.Errorf("Reload after the crash: %v, want imex.ErrNotRunning", err)
 	}
 	if err := sims[n12].Ready(ctx); err == nil {
 		t.Errorf("Ready after the crash passed")
@@ -117,8 +118,8 @@ func TestSimClique(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restarting after the crash: %v", err)
 	}
-	if _, err := sims[n12].Start(ctx); !errors.Is(err, ErrAlreadyRunning) {
-		t.Errorf("second Start: %v, want ErrAlreadyRunning", err)
+	if _, err := sims[n12].Start(ctx); !errors.Is(err, imex.ErrAlreadyRunning) {
+		t.Errorf("second Start: %v, want imex.ErrAlreadyRunning", err)
 	}
 	eventually(t, "the restarted peer to reconnect", allOf(
 		n11.connectedTo("127.0.0.12"),
@@ -152,7 +153,7 @@ func TestSimReloadKeepsRunningOnBadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := sim.Reload()
-	checkConfigErr(t, err, &ConfigError{File: nodes[0].settings.NodesConfigPath, Line: 2, Text: "bad line",
+	checkConfigErr(t, err, &imex.ConfigError{File: nodes[0].settings.NodesConfigPath, Line: 2, Text: "bad line",
 		Reason: "expected one address or name"})
 	st, err := nodes[0].status()
 	if err != nil {
@@ -175,47 +176,47 @@ func TestSimRefusesBadConfig(t *testing.T) {
 		nodes    string // replaces nodes.cfg when set
 		hosts    string // replaces the hosts file when set
 		imexCfg  string // replaces the imexd config when set
-		want     func(n *testNode) *ConfigError
+		want     func(n *testNode) *imex.ConfigError
 	}{
 		"unparsable nodes.cfg line": {
 			nodes: "127.0.0.16\n127.0.0.17 extra\n",
-			want: func(n *testNode) *ConfigError {
-				return &ConfigError{File: n.settings.NodesConfigPath, Line: 2, Text: "127.0.0.17 extra",
+			want: func(n *testNode) *imex.ConfigError {
+				return &imex.ConfigError{File: n.settings.NodesConfigPath, Line: 2, Text: "127.0.0.17 extra",
 					Reason: "expected one address or name"}
 			},
 		},
 		"invalid address": {
 			nodes: "127.0.0.16\n127.0.0.300\n",
-			want: func(n *testNode) *ConfigError {
-				return &ConfigError{File: n.settings.NodesConfigPath, Line: 2, Text: "127.0.0.300", Reason: "invalid IP address"}
+			want: func(n *testNode) *imex.ConfigError {
+				return &imex.ConfigError{File: n.settings.NodesConfigPath, Line: 2, Text: "127.0.0.300", Reason: "invalid IP address"}
 			},
 		},
 		"duplicate": {
 			nodes: "127.0.0.16\n127.0.0.17\n127.0.0.16\n",
-			want: func(n *testNode) *ConfigError {
-				return &ConfigError{File: n.settings.NodesConfigPath, Line: 3, Text: "127.0.0.16", Reason: "duplicate of line 1"}
+			want: func(n *testNode) *imex.ConfigError {
+				return &imex.ConfigError{File: n.settings.NodesConfigPath, Line: 3, Text: "127.0.0.16", Reason: "duplicate of line 1"}
 			},
 		},
 		"own name not in the hosts file": {
 			dnsNames: true,
 			hosts:    "127.0.0.17\tcompute-domain-daemon-0001\n",
-			want: func(n *testNode) *ConfigError {
-				return &ConfigError{File: n.settings.NodesConfigPath, Reason: "this node's address 127.0.0.16 is " +
+			want: func(n *testNode) *imex.ConfigError {
+				return &imex.ConfigError{File: n.settings.NodesConfigPath, Reason: "this node's address 127.0.0.16 is " +
 					"not in the node list (is its name missing from " + n.settings.HostsPath + "?)"}
 			},
 		},
 		"invalid address in the hosts file": {
 			dnsNames: true,
 			hosts:    "127.0.0.16\tcompute-domain-daemon-0000\n127.0.0.1234\tcompute-domain-daemon-0001\n",
-			want: func(n *testNode) *ConfigError {
-				return &ConfigError{File: n.settings.HostsPath, Line: 2, Text: "127.0.0.1234\tcompute-domain-daemon-0001",
+			want: func(n *testNode) *imex.ConfigError {
+				return &imex.ConfigError{File: n.settings.HostsPath, Line: 2, Text: "127.0.0.1234\tcompute-domain-daemon-0001",
 					Reason: "invalid IP address"}
 			},
 		},
 		"no bind address": {
 			imexCfg: "IMEX_NODE_CONFIG_FILE=/nonexistent\n",
-			want: func(n *testNode) *ConfigError {
-				return &ConfigError{File: n.settings.IMEXConfigPath, Reason: "BIND_INTERFACE_IP must be set: the simulated " +
+			want: func(n *testNode) *imex.ConfigError {
+				return &imex.ConfigError{File: n.settings.IMEXConfigPath, Reason: "BIND_INTERFACE_IP must be set: the simulated " +
 					"IMEX cannot pick its address by matching local interfaces (all of 127/8 is local)"}
 			},
 		},
@@ -223,7 +224,7 @@ func TestSimRefusesBadConfig(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			n := newTestNodes(t, tc.dnsNames, "127.0.0.16")[0]
-			n.write(t, []Peer{{NodeName: "a", IPAddress: "127.0.0.16", Index: 0}})
+			n.write(t, []imex.Peer{{NodeName: "a", IPAddress: "127.0.0.16", Index: 0}})
 			for path, content := range map[string]string{
 				n.settings.NodesConfigPath: tc.nodes, n.settings.HostsPath: tc.hosts, n.settings.IMEXConfigPath: tc.imexCfg,
 			} {
@@ -234,7 +235,7 @@ func TestSimRefusesBadConfig(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			sim := NewSim(n.options(t))
+			sim := New(n.options(t))
 			_, err := sim.Start(withTimeout(t))
 			checkConfigErr(t, err, tc.want(n))
 			checkListenersGone(t, n)
@@ -272,11 +273,11 @@ func allOf(conds ...func() (bool, string)) func() (bool, string) {
 
 func portOf(n *testNode) string { return strconv.Itoa(n.settings.ServerPort) }
 
-// unresolvedFrom lists the DNS names from index from up to DefaultMaxNodes.
+// unresolvedFrom lists the DNS names from index from up to imex.DefaultMaxNodes.
 func unresolvedFrom(from int) []string {
 	var out []string
-	for i := from; i < DefaultMaxNodes; i++ {
-		out = append(out, DNSName(i))
+	for i := from; i < imex.DefaultMaxNodes; i++ {
+		out = append(out, imex.DNSName(i))
 	}
 	return out
 }

@@ -1,7 +1,11 @@
-package nvml
+// Package nvmlsim is the simulated NVML of the simulated cluster: a simulated node's GPUs and
+// their fabric info, read through the product's clique derivation (nvml.DeriveCliqueID) like
+// real readings.
+package nvmlsim
 
 import (
 	"bytes"
+	"cdplane/internal/nvml"
 	"context"
 	"crypto/sha1"
 	"encoding/json"
@@ -10,15 +14,18 @@ import (
 	"io"
 )
 
-// SimGPUsPerNode is the GPU count RackSim gives a node (a GB200 compute tray).
-const SimGPUsPerNode = 4
+// Backend names this backend in nvml.Result.Backend.
+const Backend = "sim"
 
-// SimRackCliqueID is the fabric clique id RackSim gives every rack: one
+// GPUsPerNode is the GPU count Rack gives a node (a GB200 compute tray).
+const GPUsPerNode = 4
+
+// RackCliqueNumber is the fabric clique id Rack gives every rack: one
 // partition per rack, so racks differ by cluster UUID only.
-const SimRackCliqueID uint32 = 1
+const RackCliqueNumber uint32 = 1
 
-// SimFabric is the fabric info a simulated GPU reports.
-type SimFabric struct {
+// Fabric is the fabric info a simulated GPU reports.
+type Fabric struct {
 	// NoFabric makes the fabric info call answer ERROR_NOT_SUPPORTED; the
 	// other fields must then be empty.
 	NoFabric bool `json:"noFabric,omitempty"`
@@ -27,64 +34,64 @@ type SimFabric struct {
 	// CliqueID is the partition within the NVLink domain.
 	CliqueID uint32 `json:"cliqueID,omitempty"`
 	// State is the registration state; it must be set when ClusterUUID is.
-	State FabricState `json:"state"`
+	State nvml.FabricState `json:"state"`
 	// Status is the registration's NVML return code (0 is success).
-	Status FabricStatus `json:"status,omitempty"`
+	Status nvml.FabricStatus `json:"status,omitempty"`
 }
 
-// Sim is a simulated node's NVML: its GPUs and their fabric info. It is a
-// Discoverer; its readings go through DeriveCliqueID like real ones.
-type Sim struct {
+// Node is a simulated node's NVML: its GPUs and their fabric info. It is a
+// Discoverer; its readings go through nvml.DeriveCliqueID like real ones.
+type Node struct {
 	// Node names the simulated node; GPU UUIDs derive from it, so that they
 	// are stable and differ between nodes.
 	Node string `json:"node"`
 	// GPUs is the number of GPUs.
 	GPUs int `json:"gpus"`
 	// Fabric is what every GPU reports, unless PerGPU says otherwise.
-	Fabric SimFabric `json:"fabric"`
+	Fabric Fabric `json:"fabric"`
 	// PerGPU overrides Fabric for single GPUs, by index: a failed GPU, or
 	// GPUs that disagree.
-	PerGPU map[int]SimFabric `json:"perGPU,omitempty"`
+	PerGPU map[int]Fabric `json:"perGPU,omitempty"`
 	// Unavailable makes Discover fail as if NVML could not be initialised.
 	Unavailable bool `json:"unavailable,omitempty"`
 }
 
-// RackSim returns the simulated node named node in rack rack: SimGPUsPerNode
+// Rack returns the simulated node named node in rack rack: GPUsPerNode
 // GPUs, registration completed, in the rack's clique (RackCliqueID). All nodes
 // of a rack share a clique; different racks do not.
-func RackSim(rack int, node string) Sim {
-	return Sim{
+func Rack(rack int, node string) Node {
+	return Node{
 		Node: node,
-		GPUs: SimGPUsPerNode,
-		Fabric: SimFabric{
+		GPUs: GPUsPerNode,
+		Fabric: Fabric{
 			ClusterUUID: RackClusterUUID(rack),
-			CliqueID:    SimRackCliqueID,
-			State:       FabricStateCompleted,
+			CliqueID:    RackCliqueNumber,
+			State:       nvml.FabricStateCompleted,
 		},
 	}
 }
 
-// RackClusterUUID is the cluster UUID of simulated rack rack: SimClusterUUID
+// RackClusterUUID is the cluster UUID of simulated rack rack: ClusterUUIDOf
 // of "rack-<rack>".
 func RackClusterUUID(rack int) string {
-	return SimClusterUUID(fmt.Sprintf("rack-%d", rack))
+	return ClusterUUIDOf(fmt.Sprintf("rack-%d", rack))
 }
 
-// RackCliqueID is the clique id every node built by RackSim(rack, …) yields.
+// RackCliqueID is the clique id every node built by Rack(rack, …) yields.
 func RackCliqueID(rack int) string {
-	u, _ := ParseUUID(RackClusterUUID(rack)) // well formed by construction
-	return FormatCliqueID(u, SimRackCliqueID)
+	u, _ := nvml.ParseUUID(RackClusterUUID(rack)) // well formed by construction
+	return nvml.FormatCliqueID(u, RackCliqueNumber)
 }
 
-// SimClusterUUID derives a stable cluster UUID from a name: a version 5
+// ClusterUUIDOf derives a stable cluster UUID from a name: a version 5
 // (SHA-1, RFC 9562) UUID in the namespace simNamespace.
-func SimClusterUUID(name string) string {
-	return FormatUUID(uuidV5(simNamespace, name))
+func ClusterUUIDOf(name string) string {
+	return nvml.FormatUUID(uuidV5(simNamespace, name))
 }
 
-// SimGPUUUID is the UUID of GPU index on simulated node node.
-func SimGPUUUID(node string, index int) string {
-	return "GPU-" + FormatUUID(uuidV5(simNamespace, fmt.Sprintf("gpu/%s/%d", node, index)))
+// GPUUUID is the UUID of GPU index on simulated node node.
+func GPUUUID(node string, index int) string {
+	return "GPU-" + nvml.FormatUUID(uuidV5(simNamespace, fmt.Sprintf("gpu/%s/%d", node, index)))
 }
 
 // namespaceDNS is RFC 9562's DNS namespace, 6ba7b810-9dad-11d1-80b4-00c04fd430c8.
@@ -104,26 +111,26 @@ func uuidV5(namespace [16]byte, name string) [16]byte {
 	return u
 }
 
-// ParseSim reads a Sim from JSON, refusing unknown fields, and validates it.
+// Parse reads a Node from JSON, refusing unknown fields, and validates it.
 // Example: {"node":"n1","gpus":4,"fabric":{"clusterUUID":"…","cliqueID":1,"state":"COMPLETED"}}.
-func ParseSim(data []byte) (Sim, error) {
+func Parse(data []byte) (Node, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var s Sim
+	var s Node
 	if err := dec.Decode(&s); err != nil {
-		return Sim{}, fmt.Errorf("sim spec: %w", err)
+		return Node{}, fmt.Errorf("sim spec: %w", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Sim{}, errors.New("sim spec: unexpected data after the JSON object")
+		return Node{}, errors.New("sim spec: unexpected data after the JSON object")
 	}
 	if err := s.Validate(); err != nil {
-		return Sim{}, err
+		return Node{}, err
 	}
 	return s, nil
 }
 
 // Validate reports a spec that no real node could produce or that is ill formed.
-func (s Sim) Validate() error {
+func (s Node) Validate() error {
 	if s.GPUs < 0 {
 		return fmt.Errorf("sim spec: gpus %d is negative", s.GPUs)
 	}
@@ -145,21 +152,21 @@ func (s Sim) Validate() error {
 }
 
 // info turns the spec into the raw reading NVML would give.
-func (f SimFabric) info() (FabricInfo, error) {
+func (f Fabric) info() (nvml.FabricInfo, error) {
 	if f.NoFabric {
-		if f != (SimFabric{NoFabric: true}) {
-			return FabricInfo{}, errors.New("noFabric leaves no room for clusterUUID, cliqueID, state or status")
+		if f != (Fabric{NoFabric: true}) {
+			return nvml.FabricInfo{}, errors.New("noFabric leaves no room for clusterUUID, cliqueID, state or status")
 		}
-		return FabricInfo{}, nil
+		return nvml.FabricInfo{}, nil
 	}
-	info := FabricInfo{Supported: true, State: f.State, Status: f.Status, CliqueID: f.CliqueID}
+	info := nvml.FabricInfo{Supported: true, State: f.State, Status: f.Status, CliqueID: f.CliqueID}
 	if f.ClusterUUID != "" {
-		if f.State == FabricStateNotSupported {
-			return FabricInfo{}, errors.New("state must be set when clusterUUID is")
+		if f.State == nvml.FabricStateNotSupported {
+			return nvml.FabricInfo{}, errors.New("state must be set when clusterUUID is")
 		}
-		u, err := ParseUUID(f.ClusterUUID)
+		u, err := nvml.ParseUUID(f.ClusterUUID)
 		if err != nil {
-			return FabricInfo{}, err
+			return nvml.FabricInfo{}, err
 		}
 		info.ClusterUUID = u
 	}
@@ -168,8 +175,8 @@ func (f SimFabric) info() (FabricInfo, error) {
 
 // Discover returns the simulated node's GPUs and clique, or the error a real
 // node in the same state would give.
-func (s Sim) Discover(ctx context.Context) (Result, error) {
-	res := Result{Backend: BackendSim}
+func (s Node) Discover(ctx context.Context) (nvml.Result, error) {
+	res := nvml.Result{Backend: Backend}
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
@@ -177,18 +184,18 @@ func (s Sim) Discover(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	if s.Unavailable {
-		return res, fmt.Errorf("%w: simulated node %q has no usable NVML", ErrNVMLUnavailable, s.Node)
+		return res, fmt.Errorf("%w: simulated node %q has no usable NVML", nvml.ErrNVMLUnavailable, s.Node)
 	}
-	res.GPUs = make([]GPU, 0, s.GPUs)
+	res.GPUs = make([]nvml.GPU, 0, s.GPUs)
 	for i := range s.GPUs {
 		f := s.Fabric
 		if override, ok := s.PerGPU[i]; ok {
 			f = override
 		}
 		info, _ := f.info() // validated above
-		res.GPUs = append(res.GPUs, GPU{Index: i, UUID: SimGPUUUID(s.Node, i), Fabric: info})
+		res.GPUs = append(res.GPUs, nvml.GPU{Index: i, UUID: GPUUUID(s.Node, i), Fabric: info})
 	}
 	var err error
-	res.CliqueID, err = DeriveCliqueID(res.GPUs)
+	res.CliqueID, err = nvml.DeriveCliqueID(res.GPUs)
 	return res, err
 }

@@ -1,6 +1,7 @@
-package imex
+package imexsim
 
 import (
+	"cdplane/internal/imex"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,8 +16,8 @@ import (
 // The simulated command service answers one command a connection, one line each way:
 //
 //	QUERY   READY (the daemon has parsed its config and is listening)
-//	STATUS  a SimStatus as one line of JSON
-//	CRASH   CRASHING, then the daemon ends abruptly with ErrCrashed (exit status SimCrashExitCode)
+//	STATUS  a Status as one line of JSON
+//	CRASH   CRASHING, then the daemon ends abruptly with ErrCrashed (exit status CrashExitCode)
 const (
 	cmdQuery  = "QUERY"
 	cmdStatus = "STATUS"
@@ -29,8 +30,8 @@ const (
 	maxStatusLine = 1 << 20
 )
 
-// SimStatus is what a simulated IMEX reports about itself.
-type SimStatus struct {
+// Status is what a simulated IMEX reports about itself.
+type Status struct {
 	// Ready is true once the daemon parsed its config and listens (always true in an answer).
 	Ready bool `json:"ready"`
 	// Address is where it listens for peers (BIND_INTERFACE_IP:SERVER_PORT).
@@ -75,23 +76,23 @@ func (s *simServer) serveCmd(conn net.Conn) {
 	}
 }
 
-// SimReady is the simulated readiness query: it finds the command service through the imexd
+// Ready is the simulated readiness query: it finds the command service through the imexd
 // config at configPath, as nvidia-imex-ctl -c does, and asks it. It returns nil when the
-// daemon answers READY, and an error wrapping ErrNotReady when it answers otherwise.
-func SimReady(ctx context.Context, configPath string) error {
+// daemon answers READY, and an error wrapping imex.ErrNotReady when it answers otherwise.
+func Ready(ctx context.Context, configPath string) error {
 	answer, err := simCommand(ctx, configPath, cmdQuery, maxLine)
 	if err != nil {
 		return err
 	}
 	if answer != answerReady {
-		return fmt.Errorf("%w: simulated IMEX answered %q", ErrNotReady, answer)
+		return fmt.Errorf("%w: simulated IMEX answered %q", imex.ErrNotReady, answer)
 	}
 	return nil
 }
 
-// QuerySim asks the simulated IMEX serving the imexd config at configPath for its status.
-func QuerySim(ctx context.Context, configPath string) (SimStatus, error) {
-	var st SimStatus
+// Query asks the simulated IMEX serving the imexd config at configPath for its status.
+func Query(ctx context.Context, configPath string) (Status, error) {
+	var st Status
 	answer, err := simCommand(ctx, configPath, cmdStatus, maxStatusLine)
 	if err != nil {
 		return st, err
@@ -102,9 +103,9 @@ func QuerySim(ctx context.Context, configPath string) (SimStatus, error) {
 	return st, nil
 }
 
-// CrashSim tells the simulated IMEX serving the imexd config at configPath to crash: its run
-// ends with ErrCrashed, or its process exits with SimCrashExitCode.
-func CrashSim(ctx context.Context, configPath string) error {
+// Crash tells the simulated IMEX serving the imexd config at configPath to crash: its run
+// ends with ErrCrashed, or its process exits with CrashExitCode.
+func Crash(ctx context.Context, configPath string) error {
 	answer, err := simCommand(ctx, configPath, cmdCrash, maxLine)
 	if err != nil {
 		return err
@@ -118,7 +119,7 @@ func CrashSim(ctx context.Context, configPath string) error {
 // simCommand sends one command to the command service named by the imexd config and returns
 // the answer line.
 func simCommand(ctx context.Context, configPath, command string, limit int64) (string, error) {
-	cfg, err := ReadIMEXConfig(configPath)
+	cfg, err := imex.ReadIMEXConfig(configPath)
 	if err != nil {
 		return "", err
 	}

@@ -1,7 +1,8 @@
-package imex
+package imexsim
 
 import (
 	"bufio"
+	"cdplane/internal/imex"
 	"context"
 	"errors"
 	"fmt"
@@ -29,9 +30,9 @@ const (
 	maxLine = 512
 )
 
-// simServer is one simulated IMEX daemon: the part both the in-process Sim and SimMain run.
+// simServer is one simulated IMEX daemon: the part both the in-process Sim and Main run.
 //
-// Peer protocol on BIND_INTERFACE_IP:SERVER_PORT: the dialling side connects from its own
+// imex.Peer protocol on BIND_INTERFACE_IP:SERVER_PORT: the dialling side connects from its own
 // address and sends "HELLO <its address>"; the listening side answers "WELCOME <its address>"
 // when the address matches the connection's source and is in its node list, "REJECT <why>"
 // otherwise, and both keep the connection open until one side goes away.
@@ -40,7 +41,7 @@ type simServer struct {
 	configPath string
 	hostsPath  string
 
-	cfg    DaemonConfig // fixed after start, like the real daemon's
+	cfg    imex.DaemonConfig // fixed after start, like the real daemon's
 	self   netip.Addr
 	peerLn net.Listener
 	cmdLn  net.Listener // nil when the command service is off
@@ -49,7 +50,7 @@ type simServer struct {
 	wg     sync.WaitGroup
 
 	mu            sync.Mutex
-	nodes         []Node
+	nodes         []imex.Node
 	links         map[netip.Addr]*peerLink
 	inbound       map[net.Conn]netip.Addr
 	reloads       int
@@ -87,12 +88,12 @@ func newSimServer(configPath, hostsPath string, log logr.Logger) *simServer {
 // start reads the configuration, binds the listeners and starts serving and dialling. On
 // error nothing is left running.
 func (s *simServer) start() error {
-	cfg, err := ReadIMEXConfig(s.configPath)
+	cfg, err := imex.ReadIMEXConfig(s.configPath)
 	if err != nil {
 		return err
 	}
 	if !cfg.BindIP.IsValid() {
-		return &ConfigError{File: s.configPath, Reason: "BIND_INTERFACE_IP must be set: the " +
+		return &imex.ConfigError{File: s.configPath, Reason: "BIND_INTERFACE_IP must be set: the " +
 			"simulated IMEX cannot pick its address by matching local interfaces (all of 127/8 is local)"}
 	}
 	s.cfg, s.self = cfg, cfg.BindIP
@@ -129,7 +130,7 @@ func (s *simServer) start() error {
 
 func (s *simServer) listenCmd() (net.Listener, error) {
 	if s.cfg.CmdPort == 0 {
-		return nil, &ConfigError{File: s.configPath, Reason: "IMEX_CMD_ENABLED=1 needs IMEX_CMD_PORT"}
+		return nil, &imex.ConfigError{File: s.configPath, Reason: "IMEX_CMD_ENABLED=1 needs IMEX_CMD_PORT"}
 	}
 	// The real daemon binds every interface when IMEX_CMD_BIND_INTERFACE_IP is empty; simulated
 	// nodes share one host, so this one stays on its own address.
@@ -145,7 +146,7 @@ func (s *simServer) listenCmd() (net.Listener, error) {
 }
 
 // loadNodes reads nodes.cfg and the hosts file and checks that this node is listed.
-func (s *simServer) loadNodes() ([]Node, error) {
+func (s *simServer) loadNodes() ([]imex.Node, error) {
 	nodesData, err := os.ReadFile(s.cfg.NodesConfigPath)
 	if err != nil {
 		return nil, fmt.Errorf("reading node config: %w", err)
@@ -154,12 +155,12 @@ func (s *simServer) loadNodes() ([]Node, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("reading hosts file: %w", err)
 	}
-	nodes, err := ParseNodes(s.cfg.NodesConfigPath, nodesData, s.hostsPath, hostsData)
+	nodes, err := imex.ParseNodes(s.cfg.NodesConfigPath, nodesData, s.hostsPath, hostsData)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(nodes, func(n Node) bool { return n.Addr == s.self }) {
-		return nil, &ConfigError{File: s.cfg.NodesConfigPath, Reason: fmt.Sprintf(
+	if !slices.ContainsFunc(nodes, func(n imex.Node) bool { return n.Addr == s.self }) {
+		return nil, &imex.ConfigError{File: s.cfg.NodesConfigPath, Reason: fmt.Sprintf(
 			"this node's address %s is not in the node list (is its name missing from %s?)", s.self, s.hostsPath)}
 	}
 	return nodes, nil
@@ -169,7 +170,7 @@ func (s *simServer) loadNodes() ([]Node, error) {
 // keeps the previous node list and is returned.
 func (s *simServer) reload() error {
 	if isClosed(s.done) {
-		return ErrNotRunning
+		return imex.ErrNotRunning
 	}
 	nodes, err := s.loadNodes()
 	s.mu.Lock()
@@ -371,10 +372,10 @@ func (s *simServer) setConnected(link *peerLink, up bool) {
 }
 
 // status reports what the command service's STATUS answers.
-func (s *simServer) status() SimStatus {
+func (s *simServer) status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := SimStatus{
+	st := Status{
 		Ready:           true,
 		Address:         s.peerLn.Addr().String(),
 		Peers:           []string{},

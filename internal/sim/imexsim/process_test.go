@@ -1,6 +1,8 @@
-package imex
+package imexsim
 
 import (
+	"cdplane/internal/atomicfile"
+	"cdplane/internal/imex"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +13,7 @@ import (
 )
 
 // startProcess starts p and stops it when the test ends.
-func startProcess(t *testing.T, p *Process) <-chan error {
+func startProcess(t *testing.T, p *imex.Process) <-chan error {
 	t.Helper()
 	exited, err := p.Start(withTimeout(t))
 	if err != nil {
@@ -22,7 +24,7 @@ func startProcess(t *testing.T, p *Process) <-chan error {
 }
 
 // readyWithin polls Ready until it passes.
-func readyWithin(t *testing.T, what string, imex Interface) {
+func readyWithin(t *testing.T, what string, imex imex.Interface) {
 	t.Helper()
 	eventually(t, what+" to be ready", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -32,26 +34,22 @@ func readyWithin(t *testing.T, what string, imex Interface) {
 	})
 }
 
-func simProcess(t *testing.T, n *testNode) *Process {
+func simProcess(t *testing.T, n *testNode) *imex.Process {
 	t.Helper()
 	o := n.options(t)
-	o.Binary = testBinary(t)
-	o.Env = helperChildEnv("sim")
-	p, err := NewSimProcess(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	o.Binary, o.CtlBinary = testBinary(t), testBinary(t)
+	o.Env = append(helperChildEnv("sim"), HostsFileEnv+"="+n.settings.HostsPath)
+	return imex.NewReal(o)
 }
 
 // TestSimProcessSignals runs the simulated IMEX as child processes driven by real signals:
-// SIGUSR1 reloads the node list, the crash command ends the process with SimCrashExitCode,
+// SIGUSR1 reloads the node list, the crash command ends the process with CrashExitCode,
 // SIGTERM stops it cleanly.
 func TestSimProcessSignals(t *testing.T) {
 	t.Parallel()
 	nodes := newTestNodes(t, true, "127.0.0.21", "127.0.0.22")
 	n21, n22 := nodes[0], nodes[1]
-	procs := map[*testNode]*Process{}
+	procs := map[*testNode]*imex.Process{}
 	exits := map[*testNode]<-chan error{}
 	start := time.Now()
 	for _, n := range nodes {
@@ -66,7 +64,7 @@ func TestSimProcessSignals(t *testing.T) {
 	t.Logf("two processes ready and connected in %s", time.Since(start))
 
 	// 127.0.0.22 leaves 127.0.0.21's clique: SIGUSR1 makes 127.0.0.21 drop it.
-	if got := n21.write(t, peersOf(n21)).Action(); got != ActionReload {
+	if got := n21.write(t, peersOf(n21)).Action(); got != imex.ActionReload {
 		t.Fatalf("membership change: action %v, want Reload", got)
 	}
 	if err := procs[n21].Reload(); err != nil {
@@ -81,17 +79,17 @@ func TestSimProcessSignals(t *testing.T) {
 		n22.connectedTo(),
 	))
 
-	// The crash command ends 127.0.0.22's process with SimCrashExitCode.
-	if err := CrashSim(withTimeout(t), n22.settings.IMEXConfigPath); err != nil {
-		t.Fatalf("CrashSim: %v", err)
+	// The crash command ends 127.0.0.22's process with CrashExitCode.
+	if err := Crash(withTimeout(t), n22.settings.IMEXConfigPath); err != nil {
+		t.Fatalf("Crash: %v", err)
 	}
 	err := receive(t, "the crashed process to exit", exits[n22])
-	var exitErr *ExitError
-	if !errors.As(err, &exitErr) || exitErr.Code != SimCrashExitCode || !strings.Contains(exitErr.Stderr, ErrCrashed.Error()) {
-		t.Fatalf("crashed process ended with %v, want exit status %d mentioning %q", err, SimCrashExitCode, ErrCrashed)
+	var exitErr *imex.ExitError
+	if !errors.As(err, &exitErr) || exitErr.Code != CrashExitCode || !strings.Contains(exitErr.Stderr, ErrCrashed.Error()) {
+		t.Fatalf("crashed process ended with %v, want exit status %d mentioning %q", err, CrashExitCode, ErrCrashed)
 	}
-	if err := procs[n22].Reload(); !errors.Is(err, ErrNotRunning) {
-		t.Errorf("Reload after the crash: %v, want ErrNotRunning", err)
+	if err := procs[n22].Reload(); !errors.Is(err, imex.ErrNotRunning) {
+		t.Errorf("Reload after the crash: %v, want imex.ErrNotRunning", err)
 	}
 
 	// SIGTERM stops 127.0.0.21 cleanly.
@@ -112,19 +110,19 @@ func TestSimProcessRefusesBadConfig(t *testing.T) {
 	t.Parallel()
 	n := newTestNodes(t, false, "127.0.0.23")[0]
 	n.write(t, peersOf(n))
-	if _, err := WriteFileAtomic(n.settings.NodesConfigPath, []byte("127.0.0.23\n127.0.0.300\n"), 0o644); err != nil {
+	if _, err := atomicfile.WriteIfChanged(n.settings.NodesConfigPath, []byte("127.0.0.23\n127.0.0.300\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	exited := startProcess(t, simProcess(t, n))
 	err := receive(t, "the process to exit", exited)
-	var exitErr *ExitError
+	var exitErr *imex.ExitError
 	wantLine := n.settings.NodesConfigPath + `:2: "127.0.0.300": invalid IP address`
 	if !errors.As(err, &exitErr) || exitErr.Code != 1 || !strings.Contains(exitErr.Stderr, wantLine) {
 		t.Fatalf("process ended with %v, want exit status 1 naming %q", err, wantLine)
 	}
 }
 
-// TestRealProcess drives NewReal's command lines with the simulated IMEX standing in for
+// TestRealProcess drives imex.NewReal's command lines with the simulated IMEX standing in for
 // nvidia-imex (-c CONFIG) and nvidia-imex-ctl (-q -c CONFIG prints READY).
 func TestRealProcess(t *testing.T) {
 	t.Parallel()
@@ -132,7 +130,7 @@ func TestRealProcess(t *testing.T) {
 	n := nodes[0]
 	n.write(t, peersOf(nodes...))
 	bin := testBinary(t)
-	imexd := NewReal(Options{
+	imexd := imex.NewReal(imex.Options{
 		ConfigPath: n.settings.IMEXConfigPath,
 		Binary:     bin,
 		CtlBinary:  bin,
@@ -142,12 +140,12 @@ func TestRealProcess(t *testing.T) {
 	if err := imexd.Ready(withTimeout(t)); err == nil {
 		t.Fatalf("Ready passed before Start")
 	}
-	if err := imexd.Reload(); !errors.Is(err, ErrNotRunning) {
-		t.Errorf("Reload before Start: %v, want ErrNotRunning", err)
+	if err := imexd.Reload(); !errors.Is(err, imex.ErrNotRunning) {
+		t.Errorf("Reload before Start: %v, want imex.ErrNotRunning", err)
 	}
 	exited := startProcess(t, imexd)
-	if _, err := imexd.Start(withTimeout(t)); !errors.Is(err, ErrAlreadyRunning) {
-		t.Errorf("second Start: %v, want ErrAlreadyRunning", err)
+	if _, err := imexd.Start(withTimeout(t)); !errors.Is(err, imex.ErrAlreadyRunning) {
+		t.Errorf("second Start: %v, want imex.ErrAlreadyRunning", err)
 	}
 	readyWithin(t, "nvidia-imex", imexd)
 
@@ -174,7 +172,7 @@ func TestRealProcess(t *testing.T) {
 func TestProcessStopKillsAfterGrace(t *testing.T) {
 	t.Parallel()
 	out := &syncBuffer{}
-	p := NewReal(Options{
+	p := imex.NewReal(imex.Options{
 		ConfigPath: "/unused",
 		Binary:     testBinary(t),
 		Env:        helperChildEnv("stubborn"),
@@ -193,9 +191,9 @@ func TestProcessStopKillsAfterGrace(t *testing.T) {
 	if took := time.Since(start); took < 300*time.Millisecond {
 		t.Errorf("Stop killed after %s, before the grace period", took)
 	}
-	var exitErr *ExitError
+	var exitErr *imex.ExitError
 	if err := receive(t, "the process to exit", exited); !errors.As(err, &exitErr) || exitErr.Signal != "killed" {
-		t.Errorf("killed process ended with %v, want an ExitError for SIGKILL", err)
+		t.Errorf("killed process ended with %v, want an imex.ExitError for SIGKILL", err)
 	}
 }
 
@@ -207,9 +205,9 @@ func TestProcessUnexpectedExit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no true binary (coreutils): %v", err)
 	}
-	exited := startProcess(t, NewReal(Options{ConfigPath: "/unused", Binary: trueBin}))
-	var exitErr *ExitError
+	exited := startProcess(t, imex.NewReal(imex.Options{ConfigPath: "/unused", Binary: trueBin}))
+	var exitErr *imex.ExitError
 	if err := receive(t, "the process to exit", exited); !errors.As(err, &exitErr) || exitErr.Code != 0 {
-		t.Errorf("process ended with %v, want an ExitError with status 0", err)
+		t.Errorf("process ended with %v, want an imex.ExitError with status 0", err)
 	}
 }

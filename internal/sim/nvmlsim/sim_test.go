@@ -1,6 +1,7 @@
-package nvml
+package nvmlsim
 
 import (
+	"cdplane/internal/nvml"
 	"context"
 	"errors"
 	"strings"
@@ -25,8 +26,8 @@ func TestSimUUIDs(t *testing.T) {
 		"rack 1":       RackClusterUUID(1),
 		"rack 7":       RackClusterUUID(7),
 		"rack 0 id":    RackCliqueID(0),
-		"node-a GPU 0": SimGPUUUID("node-a", 0),
-		"node-a GPU 1": SimGPUUUID("node-a", 1),
+		"node-a GPU 0": GPUUUID("node-a", 0),
+		"node-a GPU 1": GPUUUID("node-a", 1),
 	}
 	want := map[string]string{
 		"rack 0":       rack0ClusterUUID,
@@ -42,15 +43,15 @@ func TestSimUUIDs(t *testing.T) {
 }
 
 func TestSimDiscover(t *testing.T) {
-	rack0 := func(mutate func(*Sim)) Sim {
-		s := RackSim(0, "node-a")
+	rack0 := func(mutate func(*Node)) Node {
+		s := Rack(0, "node-a")
 		if mutate != nil {
 			mutate(&s)
 		}
 		return s
 	}
 	cases := map[string]struct {
-		sim        Sim
+		sim        Node
 		wantID     string
 		wantGPUs   int
 		wantErrAs  any // pointer to the error type expected
@@ -60,67 +61,67 @@ func TestSimDiscover(t *testing.T) {
 		"rack node": {
 			sim:      rack0(nil),
 			wantID:   rack0ClusterUUID + ".1",
-			wantGPUs: SimGPUsPerNode,
+			wantGPUs: GPUsPerNode,
 		},
 		"other rack": {
-			sim:      RackSim(7, "node-z"),
+			sim:      Rack(7, "node-z"),
 			wantID:   rack7ClusterUUID + ".1",
-			wantGPUs: SimGPUsPerNode,
+			wantGPUs: GPUsPerNode,
 		},
 		"fabric-less node": {
-			sim:      Sim{Node: "cpu-gpu", GPUs: 2, Fabric: SimFabric{NoFabric: true}},
+			sim:      Node{Node: "cpu-gpu", GPUs: 2, Fabric: Fabric{NoFabric: true}},
 			wantGPUs: 2,
 		},
 		"zero cluster UUID": {
-			sim:      Sim{Node: "n", GPUs: 1, Fabric: SimFabric{State: FabricStateCompleted, CliqueID: 3}},
+			sim:      Node{Node: "n", GPUs: 1, Fabric: Fabric{State: nvml.FabricStateCompleted, CliqueID: 3}},
 			wantGPUs: 1,
 		},
 		"no GPUs": {
-			sim: Sim{Node: "n"},
+			sim: Node{Node: "n"},
 		},
 		"registration not started": {
-			sim:        rack0(func(s *Sim) { s.Fabric.State = FabricStateNotStarted }),
-			wantGPUs:   SimGPUsPerNode,
-			wantErrAs:  new(*NotReadyError),
-			wantIs:     ErrFabricNotReady,
+			sim:        rack0(func(s *Node) { s.Fabric.State = nvml.FabricStateNotStarted }),
+			wantGPUs:   GPUsPerNode,
+			wantErrAs:  new(*nvml.NotReadyError),
+			wantIs:     nvml.ErrFabricNotReady,
 			wantErrMsg: "GPU 0 (" + nodeAGPU0UUID + "): NVLink fabric registration not finished (state NOT_STARTED)",
 		},
-		"registration in progress on one GPU": {
-			sim: rack0(func(s *Sim) {
+		"registration in progress on one nvml.GPU": {
+			sim: rack0(func(s *Node) {
 				f := s.Fabric
-				f.State = FabricStateInProgress
-				s.PerGPU = map[int]SimFabric{1: f}
+				f.State = nvml.FabricStateInProgress
+				s.PerGPU = map[int]Fabric{1: f}
 			}),
-			wantGPUs:   SimGPUsPerNode,
-			wantErrAs:  new(*NotReadyError),
-			wantIs:     ErrFabricNotReady,
+			wantGPUs:   GPUsPerNode,
+			wantErrAs:  new(*nvml.NotReadyError),
+			wantIs:     nvml.ErrFabricNotReady,
 			wantErrMsg: "GPU 1 (" + nodeAGPU1UUID + ")",
 		},
 		"registration failed": {
-			sim:        rack0(func(s *Sim) { s.Fabric.Status = 15 }),
-			wantGPUs:   SimGPUsPerNode,
-			wantErrAs:  new(*FabricError),
-			wantIs:     ErrFabricFailed,
+			sim:        rack0(func(s *Node) { s.Fabric.Status = 15 }),
+			wantGPUs:   GPUsPerNode,
+			wantErrAs:  new(*nvml.FabricError),
+			wantIs:     nvml.ErrFabricFailed,
 			wantErrMsg: "NVLink fabric registration failed: state COMPLETED, status ERROR_GPU_IS_LOST",
 		},
 		"disagreeing GPUs": {
-			sim: rack0(func(s *Sim) {
+			sim: rack0(func(s *Node) {
 				f := s.Fabric
 				f.ClusterUUID = rack1ClusterUUID
-				s.PerGPU = map[int]SimFabric{3: f}
+				s.PerGPU = map[int]Fabric{3: f}
 			}),
-			wantGPUs:   SimGPUsPerNode,
-			wantErrAs:  new(*MismatchError),
-			wantIs:     ErrFabricFailed,
+			wantGPUs:   GPUsPerNode,
+			wantErrAs:  new(*nvml.MismatchError),
+			wantIs:     nvml.ErrFabricFailed,
 			wantErrMsg: `GPU 0 (` + nodeAGPU0UUID + `) is in clique "` + rack0ClusterUUID + `.1", GPU 3`,
 		},
 		"NVML unavailable": {
-			sim:        rack0(func(s *Sim) { s.Unavailable = true }),
-			wantIs:     ErrNVMLUnavailable,
+			sim:        rack0(func(s *Node) { s.Unavailable = true }),
+			wantIs:     nvml.ErrNVMLUnavailable,
 			wantErrMsg: `NVML cannot be initialised: simulated node "node-a"`,
 		},
 		"invalid spec": {
-			sim:        Sim{GPUs: 2},
+			sim:        Node{GPUs: 2},
 			wantErrMsg: "node must be set",
 		},
 	}
@@ -130,8 +131,8 @@ func TestSimDiscover(t *testing.T) {
 			if res.CliqueID != tc.wantID {
 				t.Errorf("clique id = %q, want %q", res.CliqueID, tc.wantID)
 			}
-			if res.Backend != BackendSim {
-				t.Errorf("backend = %q, want %q", res.Backend, BackendSim)
+			if res.Backend != Backend {
+				t.Errorf("backend = %q, want %q", res.Backend, Backend)
 			}
 			if len(res.GPUs) != tc.wantGPUs {
 				t.Errorf("got %d GPUs, want %d", len(res.GPUs), tc.wantGPUs)
@@ -158,7 +159,7 @@ func TestSimRackNodesShareClique(t *testing.T) {
 		rack int
 		node string
 	}{{0, "r0-n0"}, {0, "r0-n1"}, {1, "r1-n0"}, {1, "r1-n1"}} {
-		res, err := RackSim(n.rack, n.node).Discover(context.Background())
+		res, err := Rack(n.rack, n.node).Discover(context.Background())
 		if err != nil {
 			t.Fatalf("%s: %v", n.node, err)
 		}
@@ -171,27 +172,27 @@ func TestSimRackNodesShareClique(t *testing.T) {
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("clique ids (-want +got):\n%s", diff)
 	}
-	a, _ := RackSim(0, "r0-n0").Discover(context.Background())
-	b, _ := RackSim(0, "r0-n1").Discover(context.Background())
+	a, _ := Rack(0, "r0-n0").Discover(context.Background())
+	b, _ := Rack(0, "r0-n1").Discover(context.Background())
 	if a.GPUs[0].UUID == b.GPUs[0].UUID {
-		t.Errorf("two nodes share GPU UUID %s", a.GPUs[0].UUID)
+		t.Errorf("two nodes share nvml.GPU UUID %s", a.GPUs[0].UUID)
 	}
 }
 
 func TestParseSim(t *testing.T) {
 	cases := map[string]struct {
 		spec    string
-		want    Sim
+		want    Node
 		wantErr string // substring; empty for success
 	}{
 		"rack node": {
 			spec: `{"node":"n1","gpus":4,"fabric":{"clusterUUID":"` + rack0ClusterUUID + `","cliqueID":1,"state":"COMPLETED"}}`,
-			want: RackSim(0, "n1"),
+			want: Rack(0, "n1"),
 		},
-		"per-GPU override and failure status": {
+		"per-nvml.GPU override and failure status": {
 			spec: `{"node":"n1","gpus":2,"fabric":{"noFabric":true},"perGPU":{"1":{"state":"completed","status":999}}}`,
-			want: Sim{Node: "n1", GPUs: 2, Fabric: SimFabric{NoFabric: true},
-				PerGPU: map[int]SimFabric{1: {State: FabricStateCompleted, Status: 999}}},
+			want: Node{Node: "n1", GPUs: 2, Fabric: Fabric{NoFabric: true},
+				PerGPU: map[int]Fabric{1: {State: nvml.FabricStateCompleted, Status: 999}}},
 		},
 		"unknown field":         {spec: `{"node":"n1","gpu":4}`, wantErr: `unknown field "gpu"`},
 		"trailing data":         {spec: `{"node":"n1"} {}`, wantErr: "unexpected data"},
@@ -204,15 +205,15 @@ func TestParseSim(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := ParseSim([]byte(tc.spec))
+			got, err := Parse([]byte(tc.spec))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("ParseSim error = %v, want it to contain %q", err, tc.wantErr)
+					t.Fatalf("Parse error = %v, want it to contain %q", err, tc.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("ParseSim: %v", err)
+				t.Fatalf("Parse: %v", err)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("sim (-want +got):\n%s", diff)

@@ -1,9 +1,12 @@
-package imex
+package imexsim
 
 import (
 	"bytes"
+	"cdplane/internal/imex"
 	"context"
+	"errors"
 	"fmt"
+	"github.com/google/go-cmp/cmp"
 	"net"
 	"os"
 	"os/signal"
@@ -19,14 +22,14 @@ import (
 )
 
 // helperEnv makes the test binary act as another program when it is started as a child:
-// "sim" runs SimMain (standing in for imex-sim, nvidia-imex and nvidia-imex-ctl), "stubborn"
+// "sim" runs Main (standing in for imex-sim, nvidia-imex and nvidia-imex-ctl), "stubborn"
 // ignores SIGTERM.
 const helperEnv = "CDPLANE_IMEX_TEST_HELPER"
 
 func TestMain(m *testing.M) {
 	switch os.Getenv(helperEnv) {
 	case "sim":
-		os.Exit(SimMain(os.Args[1:], os.Stdout, os.Stderr))
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 	case "stubborn":
 		runStubborn()
 	}
@@ -123,7 +126,7 @@ func portsFreeOn(ips []string, ports []int) bool {
 // testNode is one simulated node's IMEX files.
 type testNode struct {
 	ip       string
-	settings Settings
+	settings imex.Settings
 }
 
 // newTestNodes lays out IMEX files for nodes at ips, sharing one server and command port.
@@ -134,7 +137,7 @@ func newTestNodes(t *testing.T, dnsNames bool, ips ...string) []*testNode {
 	var nodes []*testNode
 	for _, ip := range ips {
 		dir := filepath.Join(root, ip)
-		nodes = append(nodes, &testNode{ip: ip, settings: Settings{
+		nodes = append(nodes, &testNode{ip: ip, settings: imex.Settings{
 			DNSNames:        dnsNames,
 			BindIP:          ip,
 			ServerPort:      port,
@@ -148,26 +151,26 @@ func newTestNodes(t *testing.T, dnsNames bool, ips ...string) []*testNode {
 }
 
 // peersOf makes the clique members for nodes, indexed in order.
-func peersOf(nodes ...*testNode) []Peer {
-	var peers []Peer
+func peersOf(nodes ...*testNode) []imex.Peer {
+	var peers []imex.Peer
 	for i, n := range nodes {
-		peers = append(peers, Peer{NodeName: "node-" + n.ip, IPAddress: n.ip, Index: i})
+		peers = append(peers, imex.Peer{NodeName: "node-" + n.ip, IPAddress: n.ip, Index: i})
 	}
 	return peers
 }
 
 // write renders the node's files for peers.
-func (n *testNode) write(t *testing.T, peers []Peer) Changes {
+func (n *testNode) write(t *testing.T, peers []imex.Peer) imex.Changes {
 	t.Helper()
-	changes, err := WriteConfig(n.settings, peers)
+	changes, err := imex.WriteConfig(n.settings, peers)
 	if err != nil {
 		t.Fatalf("WriteConfig(%s): %v", n.ip, err)
 	}
 	return changes
 }
 
-func (n *testNode) options(t *testing.T) Options {
-	return Options{
+func (n *testNode) options(t *testing.T) imex.Options {
+	return imex.Options{
 		ConfigPath: n.settings.IMEXConfigPath,
 		HostsPath:  n.settings.HostsPath,
 		Log:        testLogger(t),
@@ -175,10 +178,10 @@ func (n *testNode) options(t *testing.T) Options {
 }
 
 // status asks the node's simulated IMEX for its status with a short deadline.
-func (n *testNode) status() (SimStatus, error) {
+func (n *testNode) status() (Status, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return QuerySim(ctx, n.settings.IMEXConfigPath)
+	return Query(ctx, n.settings.IMEXConfigPath)
 }
 
 // connectedTo reports whether the node's IMEX holds connections to exactly want, both ways.
@@ -239,4 +242,22 @@ func runStubborn() {
 	// Not a wait for state: a bound, so that a child the test failed to kill still goes away.
 	<-time.After(time.Minute)
 	os.Exit(0)
+}
+
+// checkConfigErr fails the test unless err is exactly want (nil for no error).
+func checkConfigErr(t *testing.T, err error, want *imex.ConfigError) {
+	t.Helper()
+	if want == nil {
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return
+	}
+	var got *imex.ConfigError
+	if !errors.As(err, &got) {
+		t.Fatalf("error %v is not a *ConfigError; want %v", err, want)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("config error (-want +got):\n%s", diff)
+	}
 }

@@ -1,5 +1,4 @@
-// Package flags holds command-line flags shared by cdplane's binaries.
-package flags
+package component
 
 import (
 	"fmt"
@@ -12,21 +11,19 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// KubeClient are the flags reaching the apiserver.
+// KubeClient are the flags reaching the apiserver, shared by every component.
 type KubeClient struct {
 	Kubeconfig string
 	QPS        float32
 	Burst      int
 }
 
-// AddKubeClient registers --kubeconfig, --kube-api-qps and --kube-api-burst with the given
-// defaults for client-side rate limiting.
-func AddKubeClient(fs *pflag.FlagSet, qps float32, burst int) *KubeClient {
-	k := &KubeClient{}
-	fs.StringVar(&k.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster, then $KUBECONFIG")
-	fs.Float32Var(&k.QPS, "kube-api-qps", qps, "Client-side limit of requests per second to the apiserver")
-	fs.IntVar(&k.Burst, "kube-api-burst", burst, "Client-side burst of requests to the apiserver")
-	return k
+// AddFlags registers --kubeconfig, --kube-api-qps and --kube-api-burst, with k's values as the
+// defaults.
+func (k *KubeClient) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&k.Kubeconfig, "kubeconfig", k.Kubeconfig, "Path to a kubeconfig; empty means in-cluster, then $KUBECONFIG")
+	fs.Float32Var(&k.QPS, "kube-api-qps", k.QPS, "Client-side limit of requests per second to the apiserver")
+	fs.IntVar(&k.Burst, "kube-api-burst", k.Burst, "Client-side burst of requests to the apiserver")
 }
 
 // Config returns the rest.Config the flags describe.

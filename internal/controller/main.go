@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/component"
+	"cdplane/internal/features"
+	"cdplane/internal/plane"
+	"cdplane/internal/version"
+)
+
+// CommandOptions are the controller's command line: the manager's Options and how to reach the
+// apiserver and log.
+type CommandOptions struct {
+	Options
+	// FeatureGates is the mutable set behind Options.Gates, set by --feature-gates.
+	FeatureGates featuregate.MutableFeatureGate
+	Kube         component.KubeClient
+	Logging      *logsapi.LoggingConfiguration
+	// SecretMirrorSelector and SecretMirrorNamespaceSelector are label selectors, parsed by
+	// Validate into Options.SecretMirror.
+	SecretMirrorSelector, SecretMirrorNamespaceSelector string
+}
+
+// NewCommandOptions returns the defaults, the driver namespace and daemon image from the
+// environment.
+func NewCommandOptions(inv component.Invocation) *CommandOptions {
+	o := &CommandOptions{
+		Kube:         component.KubeClient{QPS: 200, Burst: 400},
+		Logging:      logsapi.NewLoggingConfiguration(),
+		FeatureGates: features.NewGates(),
+	}
+	o.Gates = o.FeatureGates
+	o.DriverNamespace = inv.Getenv("POD_NAMESPACE")
+	o.DaemonImage = inv.Getenv("DAEMON_IMAGE")
+	o.DaemonBinary = "cdplane-daemon"
+	o.DaemonServiceAccount = "cdplane-daemon"
+	o.DaemonLogVerbosity = 1
+	o.MaxNodesPerIMEXDomain = cdv1beta1.DefaultMaxNodesPerIMEXDomain
+	o.Workers = 8
+	o.MetricsAddr, o.ProbeAddr = ":8080", ":8081"
+	o.LeaderElection = true
+	return o
+}
+
+// AddFlags registers the controller's flags.
+func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
+	o.Kube.AddFlags(fs)
+	fs.StringVar(&o.DriverNamespace, "namespace", o.DriverNamespace, "Driver namespace: daemon DaemonSets, daemon claim templates, cliques and the leader-election lease (env POD_NAMESPACE)")
+	fs.StringVar(&o.DaemonImage, "daemon-image", o.DaemonImage, "Image of the compute-domain daemon pods (env DAEMON_IMAGE)")
+	fs.StringVar(&o.DaemonBinary, "daemon-binary", o.DaemonBinary, "Path of the daemon binary inside the daemon image")
+	fs.StringVar(&o.DaemonServiceAccount, "daemon-service-account", o.DaemonServiceAccount, "Service account of the daemon pods")
+	fs.StringVar(&o.DaemonPriorityClass, "daemon-priority-class", o.DaemonPriorityClass, "Priority class of the daemon pods")
+	fs.IntVar(&o.DaemonLogVerbosity, "daemon-log-verbosity", o.DaemonLogVerbosity, "Log verbosity of the daemons")
+	fs.IntVar(&o.MaxNodesPerIMEXDomain, "max-nodes-per-imex-domain", o.MaxNodesPerIMEXDomain, "Most nodes in one clique: IMEX indexes are 0..N-1")
+	fs.DurationVar(&o.BatchWindow, "batch-window", o.BatchWindow, "How long events for one ComputeDomain are collected before one reconcile (default 200ms)")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "ComputeDomains reconciled concurrently")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, `Metrics endpoint address ("0" disables)`)
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, `Health probe address ("0" disables)`)
+	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Elect a leader among replicas")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a lease is valid without renewal (default 15s)")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader retries renewing before giving up the leadership (default 10s); raise it with the lease duration on a loaded apiserver")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How long between tries to acquire or renew the lease (default 2s)")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, `Name of the leader-election lease (default "cdplane-controller", prefixed with the control-plane id)`)
+	plane.AddFlag(fs, &o.ControlPlaneID)
+	fs.StringVar(&o.SecretMirrorSelector, "secret-mirror-selector", o.SecretMirrorSelector, "Label selector of the Secrets to mirror from --secret-mirror-source-namespace into the plane's namespaces (empty: no mirroring)")
+	fs.StringVar(&o.SecretMirror.SourceNamespace, "secret-mirror-source-namespace", o.SecretMirror.SourceNamespace, "Namespace holding the Secrets to mirror (default: the driver namespace)")
+	fs.DurationVar(&o.SecretMirror.ResyncInterval, "secret-mirror-resync-interval", o.SecretMirror.ResyncInterval, "How often every mirrored Secret is checked again, healing copies deleted or changed by others (default 10m)")
+	fs.StringVar(&o.SecretMirrorNamespaceSelector, "secret-mirror-namespace-selector", o.SecretMirrorNamespaceSelector, "Legacy plane only: label selector of the namespaces Secrets are mirrored into (empty: none)")
+	fs.DurationVar(&o.CleanupInterval, "cleanup-interval", o.CleanupInterval, "How often to look for objects of deleted ComputeDomains (default 10m)")
+	logsapi.AddFlags(o.Logging, fs)
+	o.FeatureGates.AddFlag(fs)
+}
+
+// Validate reports the first invalid option and completes the options derived from flags.
+func (o *CommandOptions) Validate() error {
+	if err := plane.ValidateID(o.ControlPlaneID); err != nil {
+		return err
+	}
+	if err := features.Validate(o.FeatureGates); err != nil {
+		return err
+	}
+	if o.SecretMirrorSelector != "" {
+		sel, err := labels.Parse(o.SecretMirrorSelector)
+		if err != nil {
+			return fmt.Errorf("--secret-mirror-selector: %w", err)
+		}
+		o.SecretMirror.SecretSelector = sel
+	}
+	if o.SecretMirrorNamespaceSelector != "" {
+		if o.ControlPlaneID != "" {
+			return fmt.Errorf("--secret-mirror-namespace-selector is for the legacy plane only: a plane with an id mirrors into the namespaces assigned to it")
+		}
+		sel, err := labels.Parse(o.SecretMirrorNamespaceSelector)
+		if err != nil {
+			return fmt.Errorf("--secret-mirror-namespace-selector: %w", err)
+		}
+		o.SecretMirror.LegacyNamespaceSelector = sel
+	}
+	o.DaemonFeatureGates = features.DaemonGates(o.FeatureGates)
+	o.Defaults()
+	return o.Options.Validate()
+}
+
+// Run is `cdplane-controller [flags]`: it parses inv's arguments into fresh options and runs
+// Main.
+func Run(ctx context.Context, inv component.Invocation) error {
+	o := NewCommandOptions(inv)
+	if err := inv.Parse("cdplane-controller", o, inv.Args); err != nil {
+		return err
+	}
+	return Main(ctx, inv, o)
+}
+
+// Main runs the controller manager until ctx ends.
+func Main(ctx context.Context, inv component.Invocation, o *CommandOptions) error {
+	if inv.OwnsProcess {
+		if err := logsapi.ValidateAndApply(o.Logging, o.FeatureGates); err != nil {
+			return fmt.Errorf("logging flags: %w", err)
+		}
+		defer logs.FlushLogs()
+		ctrl.SetLogger(klog.Background())
+	}
+	cfg, err := inv.KubeConfig(&o.Kube)
+	if err != nil {
+		return err
+	}
+	mgr, err := NewManager(ctx, cfg, o.Options)
+	if err != nil {
+		return err
+	}
+	klog.Background().Info("Starting cdplane-controller", "version", version.Version, "namespace", o.DriverNamespace,
+		"maxNodesPerIMEXDomain", o.MaxNodesPerIMEXDomain)
+	return mgr.Start(ctx)
+}

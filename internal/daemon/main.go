@@ -1,0 +1,166 @@
+package daemon
+
+import (
+	"context"
+	goflag "flag"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"cdplane/internal/component"
+	"cdplane/internal/daemonenv"
+	"cdplane/internal/features"
+	"cdplane/internal/imex"
+	"cdplane/internal/nvml"
+	"cdplane/internal/scheme"
+)
+
+// Subcommands of cdplane-daemon.
+const (
+	CommandRun   = "run"
+	CommandCheck = "check"
+)
+
+// fabricRetryInterval spaces clique discovery attempts while the fabric registers.
+const fabricRetryInterval = 5 * time.Second
+
+// Options are the daemon's command line; its identity comes from the environment (daemonenv).
+type Options struct {
+	// Command is CommandRun or CommandCheck.
+	Command string
+	Kube    component.KubeClient
+	// Gates are the daemon's feature gates (--feature-gates, else the FEATURE_GATES variable).
+	Gates featuregate.MutableFeatureGate
+	// NVMLLibrary is the NVML library for clique discovery when CLIQUE_ID is not set.
+	NVMLLibrary string
+	// IMEXBinary and IMEXCtlBinary run IMEX and its readiness query (found on PATH by default).
+	IMEXBinary, IMEXCtlBinary string
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{Kube: component.KubeClient{QPS: 5, Burst: 10}, Gates: features.NewGates()}
+}
+
+// AddFlags registers the flags of the daemon's subcommands.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.Kube.AddFlags(fs)
+	fs.StringVar(&o.NVMLLibrary, "nvml-library", "", "NVML library for clique discovery when "+daemonenv.CliqueID+" is not set (default "+nvml.DefaultLibraryPath+")")
+	fs.StringVar(&o.IMEXBinary, "imex-binary", "nvidia-imex", "The IMEX daemon (looked up on PATH unless a path)")
+	fs.StringVar(&o.IMEXCtlBinary, "imex-ctl-binary", "nvidia-imex-ctl", "IMEX's control tool, for the readiness query (looked up on PATH unless a path)")
+	o.Gates.AddFlag(fs)
+}
+
+// Validate reports the first invalid option.
+func (o *Options) Validate() error {
+	if o.Command != CommandRun && o.Command != CommandCheck {
+		return fmt.Errorf("usage: cdplane-daemon %s|%s [flags]", CommandRun, CommandCheck)
+	}
+	if o.IMEXBinary == "" || o.IMEXCtlBinary == "" {
+		return fmt.Errorf("--imex-binary and --imex-ctl-binary must not be empty")
+	}
+	return features.Validate(o.Gates)
+}
+
+// Host is what the node provides the daemon; the zero value is a real GPU node.
+type Host struct {
+	// NewIMEX supervises IMEX; nil runs the IMEX binaries of the options (imex.NewReal).
+	NewIMEX func(imex.Options) imex.Interface
+	// Discoverer finds the node's clique when CLIQUE_ID is not set; nil: real NVML.
+	Discoverer nvml.Discoverer
+}
+
+// Run is `cdplane-daemon run|check [flags]`: it parses inv's arguments into fresh options and
+// runs Main. cmd/cdplane-daemon and in-process instances both call it.
+func Run(ctx context.Context, inv component.Invocation, host Host) error {
+	o := NewOptions()
+	if len(inv.Args) > 0 {
+		o.Command = inv.Args[0]
+	}
+	if o.Command != CommandRun && o.Command != CommandCheck {
+		return o.Validate()
+	}
+	fs := inv.NewFlagSet("cdplane-daemon " + o.Command)
+	o.AddFlags(fs)
+	if err := fs.Parse(inv.Args[1:]); err != nil {
+		return err
+	}
+	if v := inv.Getenv(daemonenv.FeatureGates); v != "" && !fs.Changed("feature-gates") {
+		if err := o.Gates.Set(v); err != nil {
+			return fmt.Errorf("%s: %w", daemonenv.FeatureGates, err)
+		}
+	}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	return Main(ctx, inv, o, host)
+}
+
+// Main runs the daemon's subcommand: run labels the pod with its clique and supervises IMEX
+// until ctx ends; check is the readiness probe.
+func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) error {
+	// Until the verbosity is known (it comes with the identity), log at the default.
+	log := klog.Background()
+	if !inv.OwnsProcess {
+		log = inv.Logger(0)
+	}
+	discover := func() (string, error) {
+		d := host.Discoverer
+		if d == nil {
+			var err error
+			if d, err = nvml.New(o.NVMLLibrary); err != nil {
+				return "", err
+			}
+		}
+		return DiscoverClique(ctx, d, o.Gates.Enabled(features.CrashOnNVLinkFabricErrors), fabricRetryInterval, log)
+	}
+	cfg, err := ConfigFromEnv(inv.LookupEnv, discover)
+	if err != nil {
+		return err
+	}
+	cfg.DNSNames = o.Gates.Enabled(features.IMEXDaemonsWithDNSNames)
+	if inv.OwnsProcess {
+		var klogFlags goflag.FlagSet
+		klog.InitFlags(&klogFlags)
+		if err := klogFlags.Set("v", strconv.Itoa(cfg.LogVerbosity)); err != nil {
+			return err
+		}
+		log = klog.Background()
+	} else {
+		log = inv.Logger(cfg.LogVerbosity)
+	}
+	log = log.WithValues("node", cfg.NodeName, "computeDomain", cfg.CDNamespace+"/"+cfg.CDName)
+	if inv.OwnsProcess {
+		ctrl.SetLogger(log)
+		log.Info("Starting cdplane-daemon", "command", o.Command, "cliqueID", cfg.CliqueID)
+	}
+
+	io := imex.Options{
+		ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath, Log: log, Stdout: inv.Stdout, Stderr: inv.Stderr,
+		Binary: o.IMEXBinary, CtlBinary: o.IMEXCtlBinary,
+	}
+	var x imex.Interface
+	if host.NewIMEX != nil {
+		x = host.NewIMEX(io)
+	} else {
+		x = imex.NewReal(io)
+	}
+	if o.Command == CommandCheck {
+		return Check(ctx, cfg, x)
+	}
+	restCfg, err := inv.KubeConfig(&o.Kube)
+	if err != nil {
+		return err
+	}
+	c, err := client.NewWithWatch(restCfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		return fmt.Errorf("creating the API client: %w", err)
+	}
+	return Serve(ctx, cfg, Deps{Client: c, IMEX: x, Log: log})
+}

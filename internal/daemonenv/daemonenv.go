@@ -1,0 +1,163 @@
+// Package daemonenv is the compute-domain daemon's environment as one typed contract: the
+// controller writes Pod into the daemon DaemonSet's container, the kubelet plugin writes Claim
+// through the daemon claim's CDI edits, and the daemon reads both with Read. Each variable's
+// name is written only here, so that renaming one changes every writer and the reader at once.
+package daemonenv
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+// Names of the variables.
+const (
+	NodeName              = "NODE_NAME"
+	PodIP                 = "POD_IP"
+	PodName               = "POD_NAME"
+	PodNamespace          = "POD_NAMESPACE"
+	PodUID                = "POD_UID"
+	DomainUID             = "COMPUTE_DOMAIN_UUID"
+	DomainName            = "COMPUTE_DOMAIN_NAME"
+	DomainNamespace       = "COMPUTE_DOMAIN_NAMESPACE"
+	CliqueID              = "CLIQUE_ID"
+	MaxNodesPerIMEXDomain = "MAX_NODES_PER_IMEX_DOMAIN"
+	LogVerbosity          = "LOG_VERBOSITY"
+	FeatureGates          = "FEATURE_GATES"
+	IMEXConfigDir         = "IMEX_CONFIG_DIR"
+	HostsFile             = "IMEX_HOSTS_FILE"
+)
+
+// Pod is what the controller sets on the daemon container: the pod's identity from the downward
+// API, the domain, and the daemon's settings.
+type Pod struct {
+	DomainUID, DomainName, DomainNamespace string
+	MaxNodesPerIMEXDomain                  int
+	LogVerbosity                           int
+	// FeatureGates is a --feature-gates value; empty: not set.
+	FeatureGates string
+	// HostsFile is where the daemon writes peer names (cdv1beta1.DaemonHostsFile).
+	HostsFile string
+}
+
+// EnvVars are the container's environment entries.
+func (p Pod) EnvVars() []corev1.EnvVar {
+	field := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	env := []corev1.EnvVar{
+		field(NodeName, "spec.nodeName"),
+		field(PodIP, "status.podIP"),
+		field(PodName, "metadata.name"),
+		field(PodNamespace, "metadata.namespace"),
+		field(PodUID, "metadata.uid"),
+		{Name: DomainUID, Value: p.DomainUID},
+		{Name: DomainName, Value: p.DomainName},
+		{Name: DomainNamespace, Value: p.DomainNamespace},
+		{Name: MaxNodesPerIMEXDomain, Value: strconv.Itoa(p.MaxNodesPerIMEXDomain)},
+		{Name: LogVerbosity, Value: strconv.Itoa(p.LogVerbosity)},
+	}
+	if p.HostsFile != "" {
+		env = append(env, corev1.EnvVar{Name: HostsFile, Value: p.HostsFile})
+	}
+	if p.FeatureGates != "" {
+		env = append(env, corev1.EnvVar{Name: FeatureGates, Value: p.FeatureGates})
+	}
+	return env
+}
+
+// Claim is what the kubelet plugin adds when it prepares a daemon claim: the node's clique (it
+// discovered it), the domain, and where it mounted the domain's IMEX config directory.
+type Claim struct {
+	// CliqueID is "<clusterUUID>.<cliqueId>", or empty on a node without an NVLink fabric.
+	CliqueID                               string
+	DomainUID, DomainName, DomainNamespace string
+	// IMEXConfigDir is the container path of the config directory (cdv1beta1.DaemonIMEXConfigDir).
+	IMEXConfigDir string
+}
+
+// Environ returns the entries as NAME=value, as CDI container edits carry them.
+func (c Claim) Environ() []string {
+	return []string{
+		CliqueID + "=" + c.CliqueID,
+		DomainUID + "=" + c.DomainUID,
+		DomainName + "=" + c.DomainName,
+		DomainNamespace + "=" + c.DomainNamespace,
+		IMEXConfigDir + "=" + c.IMEXConfigDir,
+	}
+}
+
+// Env is everything a daemon reads from its environment.
+type Env struct {
+	NodeName, PodIP, PodName, PodNamespace, PodUID string
+	DomainUID, DomainName, DomainNamespace         string
+	// CliqueID is the node's clique; CliqueIDSet says whether the variable was present (empty
+	// means no fabric; absent means the daemon must discover the clique itself).
+	CliqueID    string
+	CliqueIDSet bool
+	// MaxNodesPerIMEXDomain: cdv1beta1.DefaultMaxNodesPerIMEXDomain when unset.
+	MaxNodesPerIMEXDomain int
+	LogVerbosity          int
+	FeatureGates          string
+	// IMEXConfigDir and HostsFile: cdv1beta1.DaemonIMEXConfigDir and DaemonHostsFile when unset.
+	IMEXConfigDir, HostsFile string
+}
+
+// required are the variables a daemon cannot run without, each with what it carries.
+var required = []struct{ name, what string }{
+	{NodeName, "the node's name (downward API spec.nodeName)"},
+	{PodIP, "the pod's IP (downward API status.podIP)"},
+	{PodName, "the pod's name (downward API metadata.name)"},
+	{PodNamespace, "the pod's namespace (downward API metadata.namespace)"},
+	{PodUID, "the pod's UID (downward API metadata.uid)"},
+	{DomainUID, "the ComputeDomain's UID"},
+	{DomainName, "the ComputeDomain's name"},
+	{DomainNamespace, "the ComputeDomain's namespace"},
+}
+
+// Read reads the environment through lookup (os.LookupEnv in a process). A missing required
+// variable, or a malformed number, is an error naming the variable.
+func Read(lookup func(string) (string, bool)) (Env, error) {
+	get := func(name string) string { v, _ := lookup(name); return strings.TrimSpace(v) }
+	for _, v := range required {
+		if get(v.name) == "" {
+			return Env{}, fmt.Errorf("environment variable %s is not set: it must hold %s", v.name, v.what)
+		}
+	}
+	e := Env{
+		NodeName: get(NodeName), PodIP: get(PodIP), PodName: get(PodName), PodNamespace: get(PodNamespace), PodUID: get(PodUID),
+		DomainUID: get(DomainUID), DomainName: get(DomainName), DomainNamespace: get(DomainNamespace),
+		MaxNodesPerIMEXDomain: cdv1beta1.DefaultMaxNodesPerIMEXDomain,
+		FeatureGates:          get(FeatureGates),
+		IMEXConfigDir:         cdv1beta1.DaemonIMEXConfigDir,
+		HostsFile:             cdv1beta1.DaemonHostsFile,
+	}
+	if clique, ok := lookup(CliqueID); ok {
+		e.CliqueID, e.CliqueIDSet = strings.TrimSpace(clique), true
+	}
+	if v := get(MaxNodesPerIMEXDomain); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > cdv1beta1.MaxDaemonsPerClique {
+			return Env{}, fmt.Errorf("%s=%q: want an integer between 1 and %d", MaxNodesPerIMEXDomain, v, cdv1beta1.MaxDaemonsPerClique)
+		}
+		e.MaxNodesPerIMEXDomain = n
+	}
+	if v := get(LogVerbosity); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return Env{}, fmt.Errorf("%s=%q: want a non-negative integer", LogVerbosity, v)
+		}
+		e.LogVerbosity = n
+	}
+	if v := get(IMEXConfigDir); v != "" {
+		e.IMEXConfigDir = v
+	}
+	if v := get(HostsFile); v != "" {
+		e.HostsFile = v
+	}
+	return e, nil
+}

@@ -1,0 +1,155 @@
+package kubeletplugin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"cdplane/internal/component"
+	"cdplane/internal/features"
+	"cdplane/internal/nvml"
+	"cdplane/internal/plane"
+	"cdplane/internal/version"
+)
+
+// stopTimeout bounds how long the plugin's shutdown may take.
+const stopTimeout = 30 * time.Second
+
+// CommandOptions are the plugin's command line: the driver's Options and how to reach the
+// apiserver, log, and load NVML.
+type CommandOptions struct {
+	Options
+	// FeatureGates is the mutable set behind Options.Gates, set by --feature-gates.
+	FeatureGates featuregate.MutableFeatureGate
+	Kube         component.KubeClient
+	Logging      *logsapi.LoggingConfiguration
+	NVMLLibrary  string
+}
+
+// NewCommandOptions returns the defaults, node and namespace from the environment.
+func NewCommandOptions(inv component.Invocation) *CommandOptions {
+	o := &CommandOptions{
+		Options: Options{
+			NodeName: inv.Getenv("NODE_NAME"), DriverNamespace: inv.Getenv("POD_NAMESPACE"),
+			RegistrarDir: DefaultRegistrarDir, PluginDataDir: DefaultPluginDataDir, CDIRoot: DefaultCDIRoot,
+			DeviceRoot: DefaultDeviceRoot, StateDir: DefaultPluginDataDir, ProcDevices: DefaultProcDevices,
+			IMEXMgmtCapability: DefaultIMEXMgmtCapability, NumChannels: MaxChannels,
+			CliqueRefreshPeriod: DefaultCliqueRefreshPeriod, ReadyWaitTimeout: DefaultReadyWaitTimeout,
+		},
+		Kube:    component.KubeClient{QPS: 5, Burst: 10},
+		Logging: logsapi.NewLoggingConfiguration(),
+	}
+	o.FeatureGates = features.NewGates()
+	o.Gates = o.FeatureGates
+	return o
+}
+
+// AddFlags registers the plugin's flags.
+func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
+	o.Kube.AddFlags(fs)
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node this plugin serves (env NODE_NAME)")
+	fs.StringVar(&o.DriverNamespace, "namespace", o.DriverNamespace, "Driver namespace: cliques and daemon claims (env POD_NAMESPACE)")
+	fs.StringVar(&o.RegistrarDir, "plugin-registration-path", o.RegistrarDir, "The kubelet's plugin registry directory")
+	fs.StringVar(&o.PluginDataDir, "plugin-data-path", o.PluginDataDir, "Directory of the DRA gRPC socket")
+	fs.StringVar(&o.CDIRoot, "cdi-root", o.CDIRoot, "Directory the claims' CDI specs are written to")
+	fs.StringVar(&o.DeviceRoot, "device-root", o.DeviceRoot, "Host directory standing for /dev, where IMEX channel device nodes live")
+	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory of the checkpoint and the domains' IMEX config directories")
+	fs.StringVar(&o.ProcDevices, "proc-devices", o.ProcDevices, "File listing character device major numbers")
+	fs.StringVar(&o.IMEXMgmtCapability, "imex-mgmt-capability", o.IMEXMgmtCapability, "NVIDIA capability file of the IMEX management device")
+	plane.AddFlag(fs, &o.ControlPlaneID)
+	fs.IntVar(&o.NumChannels, "num-channels", o.NumChannels, "Number of channel devices to publish (fewer for large simulations)")
+	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "NVML library to load (default "+nvml.DefaultLibraryPath+")")
+	fs.BoolVar(&o.CliqueNodeLabel, "node-clique-label", o.CliqueNodeLabel, "Keep the node's nvidia.com/gpu.clique label equal to its clique")
+	fs.DurationVar(&o.CliqueRefreshPeriod, "clique-refresh-period", o.CliqueRefreshPeriod, "How often the node's clique is discovered again")
+	fs.DurationVar(&o.ReadyWaitTimeout, "prepare-wait-timeout", o.ReadyWaitTimeout, "How long one prepare call waits for the node's daemon to be Ready before returning a retryable error")
+	logsapi.AddFlags(o.Logging, fs)
+	o.FeatureGates.AddFlag(fs)
+}
+
+// Validate reports the first invalid option, before anything touches the node or the cluster.
+func (o *CommandOptions) Validate() error {
+	if err := features.Validate(o.Gates); err != nil {
+		return err
+	}
+	if err := plane.ValidateID(o.ControlPlaneID); err != nil {
+		return err
+	}
+	switch {
+	case o.NodeName == "":
+		return fmt.Errorf("--node-name (or NODE_NAME) is required")
+	case o.DriverNamespace == "":
+		return fmt.Errorf("--namespace (or POD_NAMESPACE) is required")
+	case o.NumChannels < 1 || o.NumChannels > MaxChannels:
+		return fmt.Errorf("--num-channels %d: want 1 to %d", o.NumChannels, MaxChannels)
+	}
+	return nil
+}
+
+// Host is what the node provides the plugin; the zero value is a real GPU node.
+type Host struct {
+	// Discoverer finds the node's clique; nil: real NVML (--nvml-library).
+	Discoverer nvml.Discoverer
+	// ReadHostFile and MakeCharDevice: see Options.
+	ReadHostFile   func(path string) ([]byte, error)
+	MakeCharDevice func(path string, major, minor uint32) error
+}
+
+// Run is `cdplane-kubelet-plugin [flags]`: it parses inv's arguments into fresh options and runs
+// Main. cmd/cdplane-kubelet-plugin and in-process instances both call it.
+func Run(ctx context.Context, inv component.Invocation, host Host) error {
+	o := NewCommandOptions(inv)
+	if err := inv.Parse("cdplane-kubelet-plugin", o, inv.Args); err != nil {
+		return err
+	}
+	return Main(ctx, inv, o, host)
+}
+
+// Main serves the node's devices until ctx ends.
+func Main(ctx context.Context, inv component.Invocation, o *CommandOptions, host Host) error {
+	logger := inv.Logger(int(o.Logging.Verbosity))
+	if inv.OwnsProcess {
+		if err := logsapi.ValidateAndApply(o.Logging, o.FeatureGates); err != nil {
+			return fmt.Errorf("logging flags: %w", err)
+		}
+		defer logs.FlushLogs()
+		logger = klog.Background()
+		ctrl.SetLogger(logger)
+		logger.Info("Starting cdplane-kubelet-plugin", "version", version.Version, "node", o.NodeName)
+	}
+	o.Discoverer, o.ReadHostFile, o.MakeCharDevice = host.Discoverer, host.ReadHostFile, host.MakeCharDevice
+	if o.Discoverer == nil {
+		d, err := nvml.New(o.NVMLLibrary)
+		if err != nil {
+			return err
+		}
+		o.Discoverer = d
+	}
+	var err error
+	if o.Config, err = inv.KubeConfig(&o.Kube); err != nil {
+		return err
+	}
+	ctx = klog.NewContext(ctx, logger)
+	d, err := Start(ctx, o.Options)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-d.Done():
+	}
+	stopped := make(chan struct{})
+	go func() { d.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(stopTimeout):
+		return fmt.Errorf("the plugin did not stop within %s", stopTimeout)
+	}
+	return d.Err()
+}

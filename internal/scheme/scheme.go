@@ -1,0 +1,21 @@
+// Package scheme builds the one runtime.Scheme every cdplane client uses: client-go's kinds and
+// cdplane's API.
+package scheme
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+)
+
+// New returns a scheme with client-go's kinds and resource.nvidia.com/v1beta1.
+func New() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, cdv1beta1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
+	}
+	return s
+}

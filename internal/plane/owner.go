@@ -1,10 +1,8 @@
 package plane
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 )
@@ -46,15 +44,4 @@ func Stamp(id string, l map[string]string) map[string]string {
 	}
 	l[cdv1beta1.ControlPlaneLabel] = id
 	return l
-}
-
-// ForeignRefusals counts writes a plane refused because a fresh read showed the object is not
-// its own.
-var ForeignRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Name: "cdplane_foreign_object_refusals_total",
-	Help: "Writes refused because a fresh read showed the object belongs to another control plane.",
-}, []string{"kind"})
-
-func init() {
-	metrics.Registry.MustRegister(ForeignRefusals)
 }

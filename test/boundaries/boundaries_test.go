@@ -24,7 +24,7 @@ var (
 	product = []string{
 		"api", "cmd/cdplane-controller", "cmd/cdplane-daemon", "cmd/cdplane-kubelet-plugin", "cmd/cdplane-nvml",
 		"internal/atomicfile", "internal/component", "internal/controller", "internal/daemon", "internal/daemonenv", "internal/features",
-		"internal/imex", "internal/kubeletplugin", "internal/nvml", "internal/plane", "internal/scheme", "internal/version",
+		"internal/imex", "internal/kubeletplugin", "internal/metrics", "internal/nvml", "internal/plane", "internal/scheme", "internal/version",
 	}
 	nonProduct = []string{"internal/sim", "internal/bench", "internal/cli", "internal/testutil", "test"}
 )

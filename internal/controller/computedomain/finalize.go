@@ -104,7 +104,7 @@ func RemoveNodeLabel(ctx context.Context, c client.Client, reader client.Reader,
 		return client.IgnoreNotFound(err)
 	}
 	if !plane.Owns(planeID, fresh.Labels) {
-		refuse(ctx, "Node", node)
+		refuse(ctx, planeID, "Node", node)
 		return nil
 	}
 	path := "/metadata/labels/" + strings.ReplaceAll(strings.ReplaceAll(cdv1beta1.ComputeDomainLabel, "~", "~0"), "/", "~1")

@@ -1,6 +1,7 @@
 package computedomain
 
 import (
+	"cdplane/internal/metrics"
 	"context"
 	"fmt"
 
@@ -21,7 +22,7 @@ func (r *Reconciler) domainOwnedOnServer(ctx context.Context, cd *cdv1beta1.Comp
 		return false, client.IgnoreNotFound(fmt.Errorf("re-reading ComputeDomain %s: %w", klog.KObj(cd), err))
 	}
 	if fresh.UID != cd.UID || !plane.Owns(r.opts.ControlPlaneID, fresh.Labels) {
-		refuse(ctx, "ComputeDomain", klog.KObj(cd).String())
+		refuse(ctx, r.opts.ControlPlaneID, "ComputeDomain", klog.KObj(cd).String())
 		return false, nil
 	}
 	return true, nil
@@ -38,14 +39,14 @@ func (r *Reconciler) ownedOnServer(ctx context.Context, into client.Object, key 
 		return false, fmt.Errorf("re-reading %s: %w", key, err)
 	}
 	if !r.createdFor(into.GetLabels(), cdUID) {
-		refuse(ctx, fmt.Sprintf("%T", into)[1:], key.String())
+		refuse(ctx, r.opts.ControlPlaneID, fmt.Sprintf("%T", into)[1:], key.String())
 		return false, nil
 	}
 	return true, nil
 }
 
 // refuse records a write refused because the object belongs to someone else.
-func refuse(ctx context.Context, kind, name string) {
-	plane.ForeignRefusals.WithLabelValues(kind).Inc()
+func refuse(ctx context.Context, planeID, kind, name string) {
+	metrics.ForeignRefusals.WithLabelValues(planeID, kind).Inc()
 	ctrl.LoggerFrom(ctx).Info("Refusing to write an object this control plane does not own", "kind", kind, "object", name)
 }

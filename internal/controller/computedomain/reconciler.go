@@ -104,7 +104,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !plane.Owns(r.opts.ControlPlaneID, cd.Labels) {
-		refuse(ctx, "ComputeDomain", klog.KObj(cd).String())
+		refuse(ctx, r.opts.ControlPlaneID, "ComputeDomain", klog.KObj(cd).String())
 		return ctrl.Result{}, nil
 	}
 	if !cd.DeletionTimestamp.IsZero() {

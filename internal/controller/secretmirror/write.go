@@ -1,6 +1,7 @@
 package secretmirror
 
 import (
+	"cdplane/internal/metrics"
 	"context"
 	"fmt"
 
@@ -11,8 +12,6 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"cdplane/internal/plane"
 )
 
 // outcome is what one write of a copy did.
@@ -49,7 +48,7 @@ func (r *Reconciler) writeTarget(ctx context.Context, src *corev1.Secret, ns str
 		var err error
 		out, err = r.writeOnce(ctx, desired)
 		if retriable(err) {
-			writeConflicts.WithLabelValues(r.opts.ControlPlaneID, r.opts.SourceNamespace).Inc()
+			metrics.SecretMirrorWriteConflicts.WithLabelValues(r.opts.ControlPlaneID, r.opts.SourceNamespace).Inc()
 		}
 		return err
 	})
@@ -127,7 +126,7 @@ func (r *Reconciler) deleteCopy(ctx context.Context, key types.NamespacedName) e
 		uid, rv := cur.UID, cur.ResourceVersion
 		err := r.client.Delete(ctx, cur, client.Preconditions{UID: &uid, ResourceVersion: &rv})
 		if retriable(err) {
-			writeConflicts.WithLabelValues(r.opts.ControlPlaneID, r.opts.SourceNamespace).Inc()
+			metrics.SecretMirrorWriteConflicts.WithLabelValues(r.opts.ControlPlaneID, r.opts.SourceNamespace).Inc()
 			return err
 		}
 		if err != nil {
@@ -141,8 +140,8 @@ func (r *Reconciler) deleteCopy(ctx context.Context, key types.NamespacedName) e
 // reportForeign logs a refusal to touch a Secret the plane does not own and counts it, in the
 // mirror's counter and in the plane-wide refusal counter.
 func (r *Reconciler) reportForeign(ctx context.Context, src *corev1.Secret, target types.NamespacedName, action string) {
-	foreignTargets.WithLabelValues(r.opts.ControlPlaneID, r.opts.SourceNamespace).Inc()
-	plane.ForeignRefusals.WithLabelValues("Secret").Inc()
+	metrics.SecretMirrorForeignTargets.WithLabelValues(r.opts.ControlPlaneID, r.opts.SourceNamespace).Inc()
+	metrics.ForeignRefusals.WithLabelValues(r.opts.ControlPlaneID, "Secret").Inc()
 	kv := []any{"secret", klog.KRef(target.Namespace, target.Name), "refused", action}
 	if src != nil {
 		kv = append(kv, "source", klog.KObj(src))

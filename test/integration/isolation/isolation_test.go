@@ -3,6 +3,7 @@
 package isolation
 
 import (
+	"cdplane/internal/metrics"
 	"context"
 	"fmt"
 	"os"
@@ -198,7 +199,7 @@ func TestStaleCacheMakesNoForeignWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	refusalsBefore := promtest.ToFloat64(plane.ForeignRefusals.WithLabelValues("ComputeDomain"))
+	refusalsBefore := promtest.ToFloat64(metrics.ForeignRefusals.WithLabelValues("plane-b", "ComputeDomain"))
 	// plane-b's reconciler, configured on plane-a's driver namespace (the worst case: a
 	// misconfiguration), reading through the lying cache.
 	r := computedomain.New(staleCache{Client: testCluster.Client, claim: "plane-b"}, testCluster.Client,
@@ -233,7 +234,7 @@ func TestStaleCacheMakesNoForeignWrites(t *testing.T) {
 		!equality.Semantic.DeepEqual(gotCD.Status, cdBefore.Status) {
 		t.Errorf("plane-a's domain was written by plane-b: finalizers=%v status %+v -> %+v err=%v", gotCD.Finalizers, cdBefore.Status, gotCD.Status, err)
 	}
-	if d := promtest.ToFloat64(plane.ForeignRefusals.WithLabelValues("ComputeDomain")) - refusalsBefore; d < 1 {
+	if d := promtest.ToFloat64(metrics.ForeignRefusals.WithLabelValues("plane-b", "ComputeDomain")) - refusalsBefore; d < 1 {
 		t.Errorf("no refusal counted (delta %v)", d)
 	}
 	// Let plane-a finish its domain so the namespace can go.

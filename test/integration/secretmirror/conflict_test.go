@@ -1,6 +1,7 @@
 package secretmirror
 
 import (
+	"cdplane/internal/metrics"
 	"context"
 	"fmt"
 	"testing"
@@ -96,17 +97,17 @@ func TestConcurrentWriterConflictsConverge(t *testing.T) {
 
 	api409 := map[string]string{"resource": "secrets", "code": "409"}
 	apiBefore := e.apiMetric("apiserver_request_total", api409)
-	before := e.metric(secretmirror.WriteConflictsMetric)
+	before := e.metric(metrics.SecretMirrorWriteConflictsName)
 	started := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := e.startWriter(ctx, t1, "creds")
 	e.eventually(60*time.Second, "the mirror meets 3 conflicts", func() (bool, error) {
-		return e.metric(secretmirror.WriteConflictsMetric)-before >= 3, nil
+		return e.metric(metrics.SecretMirrorWriteConflictsName)-before >= 3, nil
 	})
 	cancel()
 	<-w.done
 	e.waitCopy(t1, "creds", src)
-	conflicts := e.metric(secretmirror.WriteConflictsMetric) - before
+	conflicts := e.metric(metrics.SecretMirrorWriteConflictsName) - before
 	apiConflicts := e.apiMetric("apiserver_request_total", api409) - apiBefore
 	t.Logf("writer made %d writes; the mirror met %.0f conflicts (apiserver answered %.0f 409s on secrets) and converged in %s",
 		w.writes, conflicts, apiConflicts, time.Since(started).Round(time.Millisecond))
@@ -115,13 +116,13 @@ func TestConcurrentWriterConflictsConverge(t *testing.T) {
 	}
 
 	// Fight again, then take the Secret over mid-fight.
-	before = e.metric(secretmirror.WriteConflictsMetric)
-	foreignBefore := e.metric(secretmirror.ForeignTargetsMetric)
+	before = e.metric(metrics.SecretMirrorWriteConflictsName)
+	foreignBefore := e.metric(metrics.SecretMirrorForeignTargetsName)
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	w = e.startWriter(ctx, t1, "creds")
 	e.eventually(60*time.Second, "the mirror meets a conflict again", func() (bool, error) {
-		return e.metric(secretmirror.WriteConflictsMetric) > before, nil
+		return e.metric(metrics.SecretMirrorWriteConflictsName) > before, nil
 	})
 	close(w.takeover)
 	rv := <-w.done
@@ -129,15 +130,15 @@ func TestConcurrentWriterConflictsConverge(t *testing.T) {
 		t.Fatal("the writer could not take the Secret over")
 	}
 	e.eventually(30*time.Second, "the taken-over Secret reported as foreign", func() (bool, error) {
-		return e.metric(secretmirror.ForeignTargetsMetric) > foreignBefore, nil
+		return e.metric(metrics.SecretMirrorForeignTargetsName) > foreignBefore, nil
 	})
 	foreign := map[string]string{"token": "foreign"}
 	e.assertUntouched(t1, "creds", rv, foreign)
 
-	foreignBefore = e.metric(secretmirror.ForeignTargetsMetric)
+	foreignBefore = e.metric(metrics.SecretMirrorForeignTargetsName)
 	e.updateSecret(e.srcNS, "creds", func(s *corev1.Secret) { s.Data["token"] = []byte("source-2") })
 	e.eventually(30*time.Second, "the source change refused on the foreign Secret", func() (bool, error) {
-		return e.metric(secretmirror.ForeignTargetsMetric) > foreignBefore, nil
+		return e.metric(metrics.SecretMirrorForeignTargetsName) > foreignBefore, nil
 	})
 	e.assertUntouched(t1, "creds", rv, foreign)
 }

@@ -1,6 +1,7 @@
 package secretmirror
 
 import (
+	"cdplane/internal/metrics"
 	"context"
 	"testing"
 	"time"
@@ -88,7 +89,7 @@ func TestForeignSecretLeftIntactAndReported(t *testing.T) {
 	e.createSource("creds", map[string]string{"token": "ours"})
 	e.waitCopy(t2, "creds", map[string]string{"token": "ours"})
 	e.eventually(30*time.Second, "foreign target counted", func() (bool, error) {
-		return e.metric(secretmirror.ForeignTargetsMetric) >= 1, nil
+		return e.metric(metrics.SecretMirrorForeignTargetsName) >= 1, nil
 	})
 	e.assertUntouched(t1, "creds", foreign.ResourceVersion, theirs)
 
@@ -106,11 +107,11 @@ func TestForeignSecretLeftIntactAndReported(t *testing.T) {
 	})
 
 	// A source change reaches the owned target and still not the foreign one.
-	before := e.metric(secretmirror.ForeignTargetsMetric)
+	before := e.metric(metrics.SecretMirrorForeignTargetsName)
 	e.updateSecret(e.srcNS, "creds", func(s *corev1.Secret) { s.Data["token"] = []byte("ours-2") })
 	e.waitCopy(t2, "creds", map[string]string{"token": "ours-2"})
 	e.eventually(30*time.Second, "foreign target counted again", func() (bool, error) {
-		return e.metric(secretmirror.ForeignTargetsMetric) > before, nil
+		return e.metric(metrics.SecretMirrorForeignTargetsName) > before, nil
 	})
 	e.assertUntouched(t1, "creds", foreign.ResourceVersion, theirs)
 

@@ -1,6 +1,7 @@
 package secretmirror
 
 import (
+	"cdplane/internal/metrics"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -184,29 +185,29 @@ func TestOwnershipRecheckedOnEveryAttempt(t *testing.T) {
 	taken := map[string]string{"token": "taken over"}
 
 	// Update path: the source changes, the mirror updates its copy, the copy is taken over.
-	conflicts, foreign := e.metric(secretmirror.WriteConflictsMetric), e.metric(secretmirror.ForeignTargetsMetric)
+	conflicts, foreign := e.metric(metrics.SecretMirrorWriteConflictsName), e.metric(metrics.SecretMirrorForeignTargetsName)
 	h.arm("updated")
 	e.updateSecret(e.srcNS, "updated", func(s *corev1.Secret) { s.Data["token"] = []byte("v2") })
 	rv := h.waitTaken(t)
 	e.eventually(30*time.Second, "the taken-over copy reported", func() (bool, error) {
-		return e.metric(secretmirror.ForeignTargetsMetric) > foreign, nil
+		return e.metric(metrics.SecretMirrorForeignTargetsName) > foreign, nil
 	})
-	if got := e.metric(secretmirror.WriteConflictsMetric) - conflicts; got < 1 {
+	if got := e.metric(metrics.SecretMirrorWriteConflictsName) - conflicts; got < 1 {
 		t.Errorf("the mirror counted %.0f conflicts, want at least 1", got)
 	}
 	e.assertUntouched(t1, "updated", rv, taken)
 
 	// Delete path: the source goes, the mirror deletes its copy, the copy is taken over.
-	conflicts, foreign = e.metric(secretmirror.WriteConflictsMetric), e.metric(secretmirror.ForeignTargetsMetric)
+	conflicts, foreign = e.metric(metrics.SecretMirrorWriteConflictsName), e.metric(metrics.SecretMirrorForeignTargetsName)
 	h.arm("deleted")
 	if err := e.c.Delete(e.ctx(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.srcNS, Name: "deleted"}}); err != nil {
 		t.Fatal(err)
 	}
 	rv = h.waitTaken(t)
 	e.eventually(30*time.Second, "the taken-over copy reported", func() (bool, error) {
-		return e.metric(secretmirror.ForeignTargetsMetric) > foreign, nil
+		return e.metric(metrics.SecretMirrorForeignTargetsName) > foreign, nil
 	})
-	if got := e.metric(secretmirror.WriteConflictsMetric) - conflicts; got < 1 {
+	if got := e.metric(metrics.SecretMirrorWriteConflictsName) - conflicts; got < 1 {
 		t.Errorf("the mirror counted %.0f conflicts, want at least 1", got)
 	}
 	e.assertUntouched(t1, "deleted", rv, taken)

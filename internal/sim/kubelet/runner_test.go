@@ -108,3 +108,18 @@ func TestNoopRunner(t *testing.T) {
 		t.Errorf("exec after the file exists: %+v, %v", res, err)
 	}
 }
+
+func TestImageRepository(t *testing.T) {
+	for in, want := range map[string]string{
+		"cdplane":                            "cdplane",
+		"cdplane:v1":                         "cdplane",
+		"registry:5000/cdplane":              "registry:5000/cdplane",
+		"registry:5000/cdplane:v1":           "registry:5000/cdplane",
+		"ghcr.io/x/cdplane:v1@sha256:abcdef": "ghcr.io/x/cdplane",
+		"cdplane@sha256:abcdef":              "cdplane",
+	} {
+		if got := ImageRepository(in); got != want {
+			t.Errorf("ImageRepository(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -6,26 +6,18 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/testutil"
 )
 
-// allocation builds an allocated claim of this driver's devices with the given configs.
-func allocation(results []resourcev1.DeviceRequestAllocationResult, configs ...resourcev1.DeviceAllocationConfiguration) *resourcev1.ResourceClaim {
-	return &resourcev1.ResourceClaim{Status: resourcev1.ResourceClaimStatus{Allocation: &resourcev1.AllocationResult{
-		Devices: resourcev1.DeviceAllocationResult{Results: results, Config: configs},
-	}}}
+// allocated starts an allocated claim; device adds one of this driver's devices from pool n1.
+func allocated() *testutil.ResourceClaimWrapper {
+	return testutil.MakeResourceClaim("claim", "ns").Allocated()
 }
 
-func result(request, device string) resourcev1.DeviceRequestAllocationResult {
-	return resourcev1.DeviceRequestAllocationResult{Request: request, Driver: cdv1beta1.DriverName, Pool: "n1", Device: device}
-}
-
-func opaque(driver, raw string, source resourcev1.AllocationConfigSource, requests ...string) resourcev1.DeviceAllocationConfiguration {
-	return resourcev1.DeviceAllocationConfiguration{Source: source, Requests: requests, DeviceConfiguration: resourcev1.DeviceConfiguration{
-		Opaque: &resourcev1.OpaqueDeviceConfiguration{Driver: driver, Parameters: runtime.RawExtension{Raw: []byte(raw)}},
-	}}
+func device(w *testutil.ResourceClaimWrapper, request, dev string) *testutil.ResourceClaimWrapper {
+	return w.Device(request, cdv1beta1.DriverName, "n1", dev)
 }
 
 func channelCfg(uid, mode string) string {
@@ -41,71 +33,70 @@ func TestPlanClaim(t *testing.T) {
 		wantErr string
 	}{
 		"channel": {
-			claim: allocation([]resourcev1.DeviceRequestAllocationResult{result("channel", "channel-0")},
-				opaque(cdv1beta1.DriverName, channelCfg(testUID, "Single"), claimSrc, "channel")),
+			claim: device(allocated(), "channel", "channel-0").
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single"), "channel").Obj(),
 			want: claimPlan{Kind: KindChannel, DomainID: testUID, AllocationMode: "Single",
 				Devices: []allocatedDevice{{Request: "channel", Pool: "n1", Device: "channel-0", Kind: KindChannel}}},
 		},
 		"claim config overrides class config": {
-			claim: allocation([]resourcev1.DeviceRequestAllocationResult{result("channel", "channel-3")},
-				opaque(cdv1beta1.DriverName, channelCfg("class-uid", "Single"), classSrc),
-				opaque(cdv1beta1.DriverName, channelCfg(testUID, "All"), claimSrc)),
+			claim: device(allocated(), "channel", "channel-3").
+				AllocatedConfig(classSrc, cdv1beta1.DriverName, channelCfg("class-uid", "Single")).
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "All")).Obj(),
 			want: claimPlan{Kind: KindChannel, DomainID: testUID, AllocationMode: "All",
 				Devices: []allocatedDevice{{Request: "channel", Pool: "n1", Device: "channel-3", Kind: KindChannel, ID: 3}}},
 		},
 		"subrequest matches its request's config": {
-			claim: allocation([]resourcev1.DeviceRequestAllocationResult{result("channel/any", "channel-0")},
-				opaque(cdv1beta1.DriverName, channelCfg(testUID, "Single"), claimSrc, "channel")),
+			claim: device(allocated(), "channel/any", "channel-0").
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single"), "channel").Obj(),
 			want: claimPlan{Kind: KindChannel, DomainID: testUID, AllocationMode: "Single",
 				Devices: []allocatedDevice{{Request: "channel/any", Pool: "n1", Device: "channel-0", Kind: KindChannel}}},
 		},
 		"other drivers are ignored": {
-			claim: allocation([]resourcev1.DeviceRequestAllocationResult{
-				{Request: "gpu", Driver: "gpu.nvidia.com", Pool: "n1", Device: "gpu-0"}, result("daemon", "daemon-0")},
-				opaque("gpu.nvidia.com", `{"anything":1}`, claimSrc),
-				opaque(cdv1beta1.DriverName, daemonCfg, claimSrc, "daemon")),
+			claim: device(allocated().Device("gpu", "gpu.nvidia.com", "n1", "gpu-0"), "daemon", "daemon-0").
+				AllocatedConfig(claimSrc, "gpu.nvidia.com", `{"anything":1}`).
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, daemonCfg, "daemon").Obj(),
 			want: claimPlan{Kind: KindDaemon, DomainID: testUID,
 				Devices: []allocatedDevice{{Request: "daemon", Pool: "n1", Device: "daemon-0", Kind: KindDaemon}}},
 		},
 		"bad config anywhere is refused": {
-			claim: allocation([]resourcev1.DeviceRequestAllocationResult{result("channel", "channel-0")},
-				opaque(cdv1beta1.DriverName, channelCfg(testUID, "Single"), claimSrc, "channel"),
-				opaque(cdv1beta1.DriverName, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomainChannelConfig","domainID":"x","unexpectedField":1}`, claimSrc, "other")),
+			claim: device(allocated(), "channel", "channel-0").
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single"), "channel").
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomainChannelConfig","domainID":"x","unexpectedField":1}`, "other").Obj(),
 			wantErr: `status.allocation.devices.config[1].opaque.parameters: opaque config ComputeDomainChannelConfig: unknown field "unexpectedField"`,
 		},
 		"no config": {
-			claim:   allocation([]resourcev1.DeviceRequestAllocationResult{result("channel", "channel-0")}),
+			claim:   device(allocated(), "channel", "channel-0").Obj(),
 			wantErr: `request "channel": no opaque config of driver compute-domain.nvidia.com applies`,
 		},
 		"config for another request": {
-			claim: allocation([]resourcev1.DeviceRequestAllocationResult{result("channel", "channel-0")},
-				opaque(cdv1beta1.DriverName, channelCfg(testUID, "Single"), claimSrc, "other")),
+			claim: device(allocated(), "channel", "channel-0").
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single"), "other").Obj(),
 			wantErr: "no opaque config",
 		},
 		"daemon config on a channel": {
-			claim: allocation([]resourcev1.DeviceRequestAllocationResult{result("channel", "channel-0")},
-				opaque(cdv1beta1.DriverName, daemonCfg, claimSrc)),
+			claim: device(allocated(), "channel", "channel-0").
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, daemonCfg).Obj(),
 			wantErr: "a channel device needs a ComputeDomainChannelConfig, got a ComputeDomainDaemonConfig",
 		},
 		"channel and daemon mixed": {
-			claim: allocation([]resourcev1.DeviceRequestAllocationResult{result("a", "channel-0"), result("b", "daemon-0")},
-				opaque(cdv1beta1.DriverName, channelCfg(testUID, "Single"), claimSrc, "a"),
-				opaque(cdv1beta1.DriverName, daemonCfg, claimSrc, "b")),
+			claim: device(device(allocated(), "a", "channel-0"), "b", "daemon-0").
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single"), "a").
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, daemonCfg, "b").Obj(),
 			wantErr: "both channel and daemon devices",
 		},
 		"two domains": {
-			claim: allocation([]resourcev1.DeviceRequestAllocationResult{result("a", "channel-0"), result("b", "channel-1")},
-				opaque(cdv1beta1.DriverName, channelCfg(testUID, "Single"), claimSrc, "a"),
-				opaque(cdv1beta1.DriverName, channelCfg("other-uid", "Single"), claimSrc, "b")),
+			claim: device(device(allocated(), "a", "channel-0"), "b", "channel-1").
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single"), "a").
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg("other-uid", "Single"), "b").Obj(),
 			wantErr: "different ComputeDomains",
 		},
 		"unknown device": {
-			claim: allocation([]resourcev1.DeviceRequestAllocationResult{result("channel", "gpu-0")},
-				opaque(cdv1beta1.DriverName, channelCfg(testUID, "Single"), claimSrc)),
+			claim: device(allocated(), "channel", "gpu-0").
+				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single")).Obj(),
 			wantErr: `device "gpu-0" is not one this driver publishes`,
 		},
 		"nothing of this driver": {
-			claim:   allocation(nil),
+			claim:   allocated().Obj(),
 			wantErr: "no device of driver compute-domain.nvidia.com",
 		},
 	}
@@ -126,7 +117,7 @@ func TestPlanClaim(t *testing.T) {
 			}
 		})
 	}
-	if _, err := planClaim(&resourcev1.ResourceClaim{}); !IsRetryable(err) {
+	if _, err := planClaim(testutil.MakeResourceClaim("claim", "ns").Obj()); !IsRetryable(err) {
 		t.Errorf("unallocated claim: %v, want a retryable error", err)
 	}
 }

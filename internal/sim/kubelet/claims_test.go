@@ -7,34 +7,31 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
-	"k8s.io/utils/ptr"
+
+	"cdplane/internal/testutil"
 )
 
 func TestPodClaimNames(t *testing.T) {
-	pod := func(claims []corev1.PodResourceClaim, statuses []corev1.PodResourceClaimStatus) *corev1.Pod {
-		return &corev1.Pod{Spec: corev1.PodSpec{ResourceClaims: claims}, Status: corev1.PodStatus{ResourceClaimStatuses: statuses}}
-	}
+	pod := func() *testutil.PodWrapper { return testutil.MakePod("p", "ns") }
 	for name, tc := range map[string]struct {
 		pod         *corev1.Pod
 		want        map[string]string
 		wantPending bool
 	}{
 		"by name": {
-			pod:  pod([]corev1.PodResourceClaim{{Name: "a", ResourceClaimName: ptr.To("claim-a")}}, nil),
+			pod:  pod().Claim("a", "claim-a").Obj(),
 			want: map[string]string{"a": "claim-a"},
 		},
 		"template, recorded": {
-			pod: pod([]corev1.PodResourceClaim{{Name: "t", ResourceClaimTemplateName: ptr.To("tmpl")}},
-				[]corev1.PodResourceClaimStatus{{Name: "t", ResourceClaimName: ptr.To("pod-t-x")}}),
+			pod:  pod().ClaimFromTemplate("t", "tmpl").ClaimStatus("t", "pod-t-x").Obj(),
 			want: map[string]string{"t": "pod-t-x"},
 		},
 		"template, no claim needed": {
-			pod: pod([]corev1.PodResourceClaim{{Name: "t", ResourceClaimTemplateName: ptr.To("tmpl")}},
-				[]corev1.PodResourceClaimStatus{{Name: "t"}}),
+			pod:  pod().ClaimFromTemplate("t", "tmpl").ClaimStatus("t", "").Obj(),
 			want: map[string]string{},
 		},
 		"template, not yet": {
-			pod:         pod([]corev1.PodResourceClaim{{Name: "t", ResourceClaimTemplateName: ptr.To("tmpl")}}, nil),
+			pod:         pod().ClaimFromTemplate("t", "tmpl").Obj(),
 			wantPending: true,
 		},
 	} {

@@ -7,9 +7,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
+
+	"cdplane/internal/testutil"
 )
 
 type fakeSource struct {
@@ -43,11 +44,7 @@ func cmKey(name, key string, optional bool) *corev1.EnvVarSource {
 }
 
 func TestResolveEnv(t *testing.T) {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-1",
-			Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"a": "b"}},
-		Spec: corev1.PodSpec{NodeName: "n1", ServiceAccountName: "sa"},
-	}
+	pod := testutil.MakePod("p", "ns").UID("uid-1").Label("app", "x").Annotation("a", "b").NodeName("n1").ServiceAccount("sa").Obj()
 	src := fakeSource{
 		configMaps: map[string]map[string]string{"cm": {"k": "v", "b": "2", "a": "1"}},
 		secrets:    map[string]map[string][]byte{"s": {"pw": []byte("secret")}},

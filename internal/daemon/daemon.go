@@ -77,12 +77,23 @@ func LabelPod(ctx context.Context, c client.Client, cfg Config) error {
 	return nil
 }
 
+// peerSource is where the supervisor reads its clique's membership from: a membershipView,
+// or a fake in tests.
+type peerSource interface {
+	// update reports whether the view is complete (every watch it runs has synced).
+	update() bool
+	// peers returns the clique's members with an index, and this node's entry if it has one.
+	peers(node string) (peers []imex.Peer, self *imex.Peer)
+}
+
 // supervisor runs IMEX as membership says.
 type supervisor struct {
-	cfg     Config
-	deps    Deps
-	view    *membershipView
-	log     logr.Logger
+	cfg  Config
+	deps Deps
+	view peerSource
+	log  logr.Logger
+	// after is time.After unless a test sets it.
+	after   func(time.Duration) <-chan time.Time
 	running bool
 	exited  <-chan error
 	backoff time.Duration
@@ -97,9 +108,16 @@ func (s *supervisor) settings() imex.Settings {
 	}
 }
 
+func (s *supervisor) timer(d time.Duration) <-chan time.Time {
+	if s.after == nil {
+		return time.After(d)
+	}
+	return s.after(d)
+}
+
 func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
 	// An absent clique sends no event: look once the watch had time to sync.
-	s.retry = time.After(50 * time.Millisecond)
+	s.retry = s.timer(50 * time.Millisecond)
 	for {
 		select {
 		case <-ctx.Done():
@@ -108,7 +126,7 @@ func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
 		case err := <-s.exited:
 			s.running, s.exited = false, nil
 			s.log.Error(err, "IMEX exited; restarting it", "after", s.nextBackoff())
-			s.restart = time.After(s.backoff)
+			s.restart = s.timer(s.backoff)
 			continue
 		case <-s.restart:
 			s.restart = nil
@@ -117,7 +135,7 @@ func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
 		}
 		if !s.view.update() {
 			// A watch has not synced yet; its events may have come before it had: look again.
-			s.retry = time.After(100 * time.Millisecond)
+			s.retry = s.timer(100 * time.Millisecond)
 			continue
 		}
 		if err := s.sync(ctx); err != nil {
@@ -146,7 +164,7 @@ func (s *supervisor) sync(ctx context.Context) error {
 		}
 		exited, err := s.deps.IMEX.Start(ctx)
 		if err != nil {
-			s.restart = time.After(s.nextBackoff())
+			s.restart = s.timer(s.nextBackoff())
 			return fmt.Errorf("starting IMEX: %w", err)
 		}
 		s.running, s.exited = true, exited

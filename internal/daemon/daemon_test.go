@@ -1,0 +1,514 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/imex"
+	"cdplane/internal/scheme"
+	"cdplane/internal/testutil"
+)
+
+// waitLimit bounds every wait for the supervisor's loop; nothing here sleeps.
+const waitLimit = 10 * time.Second
+
+// fakeIMEX records Start, Reload and Stop in order, keeps the interface's contract (one run at
+// a time, no Reload without a run) and lets the test end a run.
+type fakeIMEX struct {
+	calls chan string
+
+	mu       sync.Mutex
+	run      chan error // the current run's end; nil when not running
+	startErr error      // returned by the next Start
+	stopErr  error      // returned by every Stop
+}
+
+func newFakeIMEX() *fakeIMEX { return &fakeIMEX{calls: make(chan string, 64)} }
+
+// Each call is recorded once its effect is in place, so that a test that saw the call can act
+// on the run it started or ended.
+
+func (f *fakeIMEX) Start(context.Context) (<-chan error, error) {
+	defer func() { f.calls <- "Start" }()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.startErr != nil {
+		err := f.startErr
+		f.startErr = nil
+		return nil, err
+	}
+	if f.run != nil {
+		return nil, imex.ErrAlreadyRunning
+	}
+	f.run = make(chan error, 1)
+	return f.run, nil
+}
+
+func (f *fakeIMEX) Reload() error {
+	defer func() { f.calls <- "Reload" }()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.run == nil {
+		return imex.ErrNotRunning
+	}
+	return nil
+}
+
+func (f *fakeIMEX) Stop(context.Context) error {
+	defer func() { f.calls <- "Stop" }()
+	f.end(nil)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stopErr
+}
+
+func (f *fakeIMEX) Ready(context.Context) error { return nil }
+
+func (f *fakeIMEX) failNextStart(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.startErr = err
+}
+
+func (f *fakeIMEX) failStop(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopErr = err
+}
+
+// end ends the current run with err, as IMEX exiting does.
+func (f *fakeIMEX) end(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.run != nil {
+		f.run <- err
+		close(f.run)
+		f.run = nil
+	}
+}
+
+// fakeView is the clique's membership as the test sets it.
+type fakeView struct {
+	mu       sync.Mutex
+	unsynced int // how many update calls report an incomplete view before it is complete
+	members  []imex.Peer
+}
+
+func (v *fakeView) update() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.unsynced > 0 {
+		v.unsynced--
+		return false
+	}
+	return true
+}
+
+func (v *fakeView) peers(node string) ([]imex.Peer, *imex.Peer) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	peers := slices.Clone(v.members)
+	slices.SortFunc(peers, func(a, b imex.Peer) int { return a.Index - b.Index })
+	for i := range peers {
+		if peers[i].NodeName == node {
+			self := peers[i]
+			return peers, &self
+		}
+	}
+	return peers, nil
+}
+
+func (v *fakeView) set(members ...imex.Peer) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.members = members
+}
+
+// peer is clique member nN with index N-1 at 127.0.0.N.
+func peer(n int) imex.Peer {
+	return imex.Peer{NodeName: fmt.Sprintf("n%d", n), IPAddress: fmt.Sprintf("127.0.0.%d", n), Index: n - 1}
+}
+
+// timer is one timer the supervisor asked for; fire makes it go off.
+type timer struct {
+	d time.Duration
+	c chan time.Time
+}
+
+func (tm timer) fire() { tm.c <- time.Time{} }
+
+// harness runs a supervisor's loop for node n1 (peer(1)) with a fake IMEX, a fake view and fake
+// timers.
+type harness struct {
+	t      *testing.T
+	imex   *fakeIMEX
+	view   *fakeView
+	cfg    Config
+	timers chan timer
+	notify chan struct{}
+	cancel context.CancelFunc
+	done   chan error
+}
+
+type setup struct {
+	dnsNames       bool
+	restartBackoff time.Duration
+	unsynced       int
+}
+
+func start(t *testing.T, s setup, members ...imex.Peer) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	h := &harness{
+		t: t, imex: newFakeIMEX(), view: &fakeView{unsynced: s.unsynced, members: members},
+		cfg: Config{
+			NodeName: "n1", PodIP: peer(1).IPAddress, CliqueID: "c.1", MaxNodes: 18, DNSNames: s.dnsNames,
+			ConfigDir: dir, HostsPath: filepath.Join(dir, "hosts"),
+		},
+		timers: make(chan timer, 64), notify: make(chan struct{}), done: make(chan error, 1),
+	}
+	log := testr.NewWithOptions(t, testr.Options{Verbosity: 1})
+	sup := &supervisor{
+		cfg: h.cfg, deps: Deps{IMEX: h.imex, Log: log, RestartBackoff: s.restartBackoff}, view: h.view, log: log,
+		after: func(d time.Duration) <-chan time.Time {
+			c := make(chan time.Time, 1)
+			h.timers <- timer{d: d, c: c}
+			return c
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.done <- sup.loop(ctx, h.notify) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-h.done:
+		case <-time.After(waitLimit):
+			t.Errorf("the supervisor did not return within %s of its context ending", waitLimit)
+		}
+	})
+	return h
+}
+
+// expectTimer waits for the supervisor's next timer and checks its duration.
+func (h *harness) expectTimer(d time.Duration) timer {
+	h.t.Helper()
+	select {
+	case tm := <-h.timers:
+		if tm.d != d {
+			h.t.Fatalf("the supervisor set a timer of %s, want %s", tm.d, d)
+		}
+		return tm
+	case <-time.After(waitLimit):
+		h.t.Fatalf("no timer of %s within %s", d, waitLimit)
+	}
+	return timer{}
+}
+
+// expectCalls waits for the next calls to IMEX and checks them.
+func (h *harness) expectCalls(want ...string) {
+	h.t.Helper()
+	var got []string
+	for range want {
+		select {
+		case c := <-h.imex.calls:
+			got = append(got, c)
+		case <-time.After(waitLimit):
+			h.t.Fatalf("IMEX calls %v, want %v (nothing more within %s)", got, want, waitLimit)
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		h.t.Fatalf("IMEX calls (-want +got):\n%s", diff)
+	}
+}
+
+// expectNoCalls checks that IMEX was not called since the last expectCalls, once the loop has
+// finished what it was doing.
+func (h *harness) expectNoCalls() {
+	h.t.Helper()
+	h.settle()
+	select {
+	case c := <-h.imex.calls:
+		h.t.Fatalf("unexpected IMEX call %s", c)
+	default:
+	}
+}
+
+// poke tells the supervisor that membership changed; it returns once the loop took the event,
+// that is once it finished whatever it did before.
+func (h *harness) poke() {
+	h.t.Helper()
+	select {
+	case h.notify <- struct{}{}:
+	case <-time.After(waitLimit):
+		h.t.Fatalf("the supervisor did not take a membership event within %s", waitLimit)
+	}
+}
+
+// settle returns once the loop has handled everything sent so far: the second event is taken
+// only after the pass for the first one is over.
+func (h *harness) settle() {
+	h.t.Helper()
+	h.poke()
+	h.poke()
+}
+
+// firstStart lets the loop's first look happen and expects IMEX to start.
+func (h *harness) firstStart() {
+	h.t.Helper()
+	h.expectTimer(50 * time.Millisecond).fire()
+	h.expectCalls("Start")
+}
+
+// stop ends the supervisor's context and returns what its loop returned.
+func (h *harness) stop() error {
+	h.t.Helper()
+	h.cancel()
+	select {
+	case err := <-h.done:
+		h.done <- err // for the cleanup
+		return err
+	case <-time.After(waitLimit):
+		h.t.Fatalf("the supervisor did not return within %s of its context ending", waitLimit)
+	}
+	return nil
+}
+
+func TestSupervisorFirstStartSendsNoReload(t *testing.T) {
+	for name, dnsNames := range map[string]bool{"DNS names": true, "IP addresses": false} {
+		t.Run(name, func(t *testing.T) {
+			// The node's own entry comes after another's: nothing starts until it is there, and
+			// the membership seen before the start causes no reload after it.
+			h := start(t, setup{dnsNames: dnsNames}, peer(2))
+			h.expectTimer(50 * time.Millisecond).fire()
+			h.expectNoCalls()
+			h.view.set(peer(1), peer(2))
+			h.poke()
+			h.expectCalls("Start")
+			h.expectNoCalls()
+
+			nodes, err := os.ReadFile(h.cfg.NodesConfigPath())
+			if err != nil {
+				t.Fatalf("IMEX started without its nodes config: %v", err)
+			}
+			if !dnsNames && string(nodes) != "127.0.0.1\n127.0.0.2\n" {
+				t.Errorf("nodes config %q, want both peers' addresses", nodes)
+			}
+			if hosts, err := os.ReadFile(h.cfg.HostsPath); dnsNames && (err != nil || !strings.Contains(string(hosts), "127.0.0.2\t"+imex.DNSName(1))) {
+				t.Errorf("hosts file %q, %v; want the peer's name in it", hosts, err)
+			}
+			if _, err := os.Stat(h.cfg.IMEXConfigPath()); err != nil {
+				t.Errorf("IMEX started without its config: %v", err)
+			}
+		})
+	}
+}
+
+func TestSupervisorActsOnMembershipChanges(t *testing.T) {
+	moved := peer(2)
+	moved.IPAddress = "127.0.0.99"
+	cases := map[string]struct {
+		dnsNames bool
+		after    []imex.Peer
+		want     []string
+	}{
+		"DNS names: a peer joins: reload":                 {dnsNames: true, after: []imex.Peer{peer(1), peer(2), peer(3)}, want: []string{"Reload"}},
+		"DNS names: a peer leaves: reload":                {dnsNames: true, after: []imex.Peer{peer(1)}, want: []string{"Reload"}},
+		"DNS names: a peer's address changes: reload":     {dnsNames: true, after: []imex.Peer{peer(1), moved}, want: []string{"Reload"}},
+		"DNS names: no change: nothing":                   {dnsNames: true, after: []imex.Peer{peer(1), peer(2)}},
+		"IP addresses: a peer joins: restart":             {after: []imex.Peer{peer(1), peer(2), peer(3)}, want: []string{"Stop", "Start"}},
+		"IP addresses: a peer leaves: restart":            {after: []imex.Peer{peer(1)}, want: []string{"Stop", "Start"}},
+		"IP addresses: a peer's address changes: restart": {after: []imex.Peer{peer(1), moved}, want: []string{"Stop", "Start"}},
+		"IP addresses: no change: nothing":                {after: []imex.Peer{peer(1), peer(2)}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, setup{dnsNames: tc.dnsNames}, peer(1), peer(2))
+			h.firstStart()
+			h.view.set(tc.after...)
+			h.poke()
+			h.expectCalls(tc.want...)
+			h.expectNoCalls()
+		})
+	}
+}
+
+// After IMEX exits the supervisor waits, then starts it again; the wait doubles with each exit
+// in a row and stops growing at the cap.
+func TestSupervisorRestartsWithBackoff(t *testing.T) {
+	s := time.Second
+	cases := map[string]struct {
+		first time.Duration
+		want  []time.Duration
+	}{
+		// Deps documents the cap as 30s; the code stops doubling once the delay reaches 30s, so
+		// the last doubling overshoots it (16s -> 32s, 20s -> 40s).
+		"default first delay": {want: []time.Duration{1 * s, 2 * s, 4 * s, 8 * s, 16 * s, 32 * s, 32 * s}},
+		"first delay 5s":      {first: 5 * s, want: []time.Duration{5 * s, 10 * s, 20 * s, 40 * s, 40 * s}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, setup{dnsNames: true, restartBackoff: tc.first}, peer(1), peer(2))
+			h.firstStart()
+			for _, d := range tc.want {
+				h.imex.end(&imex.ExitError{Binary: "nvidia-imex", Code: 1})
+				restart := h.expectTimer(d)
+				h.expectNoCalls() // not before the delay
+				restart.fire()
+				h.expectCalls("Start")
+			}
+		})
+	}
+}
+
+// A start that fails is retried after the same backoff as an exit.
+func TestSupervisorRetriesFailedStartWithBackoff(t *testing.T) {
+	h := start(t, setup{dnsNames: true}, peer(1))
+	h.imex.failNextStart(errors.New("no such file"))
+	h.expectTimer(50 * time.Millisecond).fire()
+	h.expectCalls("Start")
+	h.expectTimer(time.Second).fire()
+	h.expectCalls("Start")
+	h.imex.end(errors.New("exited"))
+	h.expectTimer(2 * time.Second)
+}
+
+// Membership changes during the backoff update the files but do not start IMEX early; the
+// start when the delay is over sends no reload.
+func TestSupervisorWaitsOutTheBackoff(t *testing.T) {
+	h := start(t, setup{dnsNames: true}, peer(1), peer(2))
+	h.firstStart()
+	h.imex.end(errors.New("exited"))
+	restart := h.expectTimer(time.Second)
+	h.view.set(peer(1), peer(2), peer(3))
+	h.poke()
+	h.expectNoCalls()
+	hosts, err := os.ReadFile(h.cfg.HostsPath)
+	if err != nil || !strings.Contains(string(hosts), "127.0.0.3\t"+imex.DNSName(2)) {
+		t.Errorf("hosts file after a join during the backoff: %q, %v; want the new peer in it", hosts, err)
+	}
+	restart.fire()
+	h.expectCalls("Start")
+	h.expectNoCalls()
+}
+
+// A pass that finds nothing to do while IMEX runs counts as a stable run: the next exit waits
+// the first delay again.
+func TestSupervisorStableRunResetsBackoff(t *testing.T) {
+	h := start(t, setup{dnsNames: true}, peer(1))
+	h.firstStart()
+	h.imex.end(errors.New("exited"))
+	h.expectTimer(time.Second).fire()
+	h.expectCalls("Start")
+	h.imex.end(errors.New("exited"))
+	h.expectTimer(2 * time.Second).fire()
+	h.expectCalls("Start")
+	h.settle() // passes with nothing to do
+	h.imex.end(errors.New("exited"))
+	h.expectTimer(time.Second)
+}
+
+// A view whose watches have not synced is looked at again, and nothing starts until it has.
+func TestSupervisorWaitsForTheViewToSync(t *testing.T) {
+	h := start(t, setup{dnsNames: true, unsynced: 2}, peer(1))
+	h.expectTimer(50 * time.Millisecond).fire()
+	h.expectTimer(100 * time.Millisecond).fire()
+	again := h.expectTimer(100 * time.Millisecond)
+	if n := len(h.imex.calls); n != 0 {
+		t.Fatalf("%d IMEX calls before the view synced, want none", n)
+	}
+	again.fire()
+	h.expectCalls("Start")
+}
+
+func TestSupervisorStopsIMEXWhenItsContextEnds(t *testing.T) {
+	cases := map[string]struct {
+		started   bool
+		stopErr   error
+		wantCalls []string
+		wantErr   string
+	}{
+		"running: stopped":               {started: true, wantCalls: []string{"Stop"}},
+		"running, stop fails: the error": {started: true, stopErr: errors.New("still there"), wantCalls: []string{"Stop"}, wantErr: "stopping IMEX: still there"},
+		"never started: nothing to stop": {},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, setup{dnsNames: true}, peer(2))
+			if tc.started {
+				h.view.set(peer(1), peer(2))
+				h.firstStart()
+			}
+			h.imex.failStop(tc.stopErr)
+			err := h.stop()
+			if (err == nil) != (tc.wantErr == "") || (err != nil && err.Error() != tc.wantErr) {
+				t.Errorf("the loop returned %v, want %q", err, tc.wantErr)
+			}
+			var got []string
+			for len(h.imex.calls) > 0 {
+				got = append(got, <-h.imex.calls)
+			}
+			if diff := cmp.Diff(tc.wantCalls, got); diff != "" {
+				t.Errorf("IMEX calls after the context ended (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// LabelPod is one merge patch of the pod's labels: nothing in it depends on resourceVersion or
+// server-side apply, so the fake client shows what it writes.
+func TestLabelPod(t *testing.T) {
+	cases := map[string]struct {
+		cliqueID string
+		want     map[string]string
+	}{
+		"clique":                 {cliqueID: "uuid.1", want: map[string]string{"app": "daemon", cdv1beta1.CliqueIDLabel: "uuid.1"}},
+		"no fabric: empty value": {cliqueID: "", want: map[string]string{"app": "daemon", cdv1beta1.CliqueIDLabel: ""}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pod := testutil.MakePod("daemon-x", "driver").Label("app", "daemon").Label(cdv1beta1.CliqueIDLabel, "stale").NodeName("n1").Obj()
+			c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(pod).Build()
+			cfg := Config{PodNamespace: "driver", PodName: "daemon-x", CliqueID: tc.cliqueID}
+			if err := LabelPod(context.Background(), c, cfg); err != nil {
+				t.Fatal(err)
+			}
+			got := &corev1.Pod{}
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.Labels); diff != "" {
+				t.Errorf("labels (-want +got):\n%s", diff)
+			}
+			if got.Spec.NodeName != "n1" {
+				t.Errorf("the patch changed more than labels: %+v", got.Spec)
+			}
+		})
+	}
+}
+
+// A pod that cannot be labelled ends in an error naming it, once the context ends.
+func TestLabelPodGivesUp(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := LabelPod(ctx, c, Config{PodNamespace: "driver", PodName: "gone", CliqueID: "uuid.1"})
+	if err == nil || !strings.Contains(err.Error(), "labelling pod driver/gone") || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("error %v, want one naming the pod and saying it was not found", err)
+	}
+}

@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/imex"
+	"cdplane/internal/testutil"
+)
+
+// storeOf is a source holding obj, as a synced watch holds it; nil: an empty source.
+func storeOf(t *testing.T, obj any) *source {
+	t.Helper()
+	store := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
+	if obj != nil {
+		if err := store.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &source{store: store}
+}
+
+func TestMembershipViewPeers(t *testing.T) {
+	const c1, c2 = "uuid.1", "uuid.2"
+	clique := testutil.MakeClique("cd-uid."+c1, "driver").
+		Daemon("n3", "127.0.0.3", c1, 2, cdv1beta1.StatusReady).
+		Daemon("n1", "127.0.0.1", c1, 0, cdv1beta1.StatusNotReady).
+		Daemon("n2", "127.0.0.2", c1, 1, cdv1beta1.StatusReady).Obj()
+	domain := testutil.MakeComputeDomain("cd").Namespace("ns").Obj()
+	domain.Status.Nodes = []cdv1beta1.ComputeDomainNode{
+		{Name: "n2", IPAddress: "127.0.0.2", CliqueID: c1, Index: 1, Status: cdv1beta1.StatusReady},
+		{Name: "x1", IPAddress: "127.0.1.1", CliqueID: c2, Index: 0, Status: cdv1beta1.StatusReady},
+		{Name: "n1", IPAddress: "127.0.0.1", CliqueID: c1, Index: 0},
+	}
+	p := func(node, ip string, index int) imex.Peer {
+		return imex.Peer{NodeName: node, IPAddress: ip, Index: index}
+	}
+	selfPeer := func(node, ip string, index int) *imex.Peer { s := p(node, ip, index); return &s }
+	cases := map[string]struct {
+		clique   any
+		domain   any // nil: no domain watch (the clique exists)
+		node     string
+		want     []imex.Peer
+		wantSelf *imex.Peer
+	}{
+		"from the clique, by index, whatever their status": {
+			clique: clique, node: "n1",
+			want:     []imex.Peer{p("n1", "127.0.0.1", 0), p("n2", "127.0.0.2", 1), p("n3", "127.0.0.3", 2)},
+			wantSelf: selfPeer("n1", "127.0.0.1", 0),
+		},
+		"the clique wins over the domain's status": {
+			clique: clique, domain: domain, node: "n3",
+			want:     []imex.Peer{p("n1", "127.0.0.1", 0), p("n2", "127.0.0.2", 1), p("n3", "127.0.0.3", 2)},
+			wantSelf: selfPeer("n3", "127.0.0.3", 2),
+		},
+		"no clique: the domain's entries of this clique only": {
+			domain: domain, node: "n2",
+			want:     []imex.Peer{p("n1", "127.0.0.1", 0), p("n2", "127.0.0.2", 1)},
+			wantSelf: selfPeer("n2", "127.0.0.2", 1),
+		},
+		"this node has no entry yet": {
+			clique: clique, node: "n9",
+			want: []imex.Peer{p("n1", "127.0.0.1", 0), p("n2", "127.0.0.2", 1), p("n3", "127.0.0.3", 2)},
+		},
+		"entries without an index or an address are not peers": {
+			clique: testutil.MakeClique("cd-uid."+c1, "driver").
+				Daemon("n1", "127.0.0.1", c1, 0, cdv1beta1.StatusReady).
+				Daemon("n2", "", c1, 1, cdv1beta1.StatusNotReady).
+				Daemon("n3", "127.0.0.3", c1, cdv1beta1.FabriclessIndex, cdv1beta1.StatusReady).Obj(),
+			node: "n2",
+			want: []imex.Peer{p("n1", "127.0.0.1", 0)},
+		},
+		"neither clique nor domain yet": {node: "n1"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := &membershipView{cfg: Config{CliqueID: c1}, clique: storeOf(t, tc.clique)}
+			if tc.domain != nil {
+				m.domain = storeOf(t, tc.domain)
+			}
+			peers, self := m.peers(tc.node)
+			if diff := cmp.Diff(tc.want, peers); diff != "" {
+				t.Errorf("peers (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantSelf, self); diff != "" {
+				t.Errorf("own entry (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

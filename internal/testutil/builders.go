@@ -37,6 +37,12 @@ func (w *ComputeDomainWrapper) Namespace(ns string) *ComputeDomainWrapper {
 	return w
 }
 
+// UID sets metadata.uid.
+func (w *ComputeDomainWrapper) UID(uid types.UID) *ComputeDomainWrapper {
+	w.ObjectMeta.UID = uid
+	return w
+}
+
 // NumNodes sets spec.numNodes.
 func (w *ComputeDomainWrapper) NumNodes(n int) *ComputeDomainWrapper {
 	w.Spec.NumNodes = n

@@ -86,6 +86,12 @@ func MakeClique(name, namespace string) *CliqueWrapper {
 	}}
 }
 
+// Label sets a label.
+func (w *CliqueWrapper) Label(key, value string) *CliqueWrapper {
+	setLabel(&w.Labels, key, value)
+	return w
+}
+
 // Daemon adds a daemon entry.
 func (w *CliqueWrapper) Daemon(node, ip, cliqueID string, index int, status string) *CliqueWrapper {
 	w.Daemons = append(w.Daemons, cdv1beta1.ComputeDomainDaemonInfo{

@@ -163,6 +163,9 @@ type harness struct {
 	notify chan struct{}
 	cancel context.CancelFunc
 	done   chan error
+
+	stopOnce sync.Once
+	result   error // what the loop returned
 }
 
 type setup struct {
@@ -194,14 +197,8 @@ func start(t *testing.T, s setup, members ...imex.Peer) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { h.done <- sup.loop(ctx, h.notify) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-h.done:
-		case <-time.After(waitLimit):
-			t.Errorf("the supervisor did not return within %s of its context ending", waitLimit)
-		}
-	})
+	// What the loop returns is checked by the tests that stop it themselves.
+	t.Cleanup(func() { _ = h.stop() })
 	return h
 }
 
@@ -275,18 +272,19 @@ func (h *harness) firstStart() {
 	h.expectCalls("Start")
 }
 
-// stop ends the supervisor's context and returns what its loop returned.
+// stop ends the supervisor's context and returns what its loop returned; it may be called
+// more than once.
 func (h *harness) stop() error {
 	h.t.Helper()
-	h.cancel()
-	select {
-	case err := <-h.done:
-		h.done <- err // for the cleanup
-		return err
-	case <-time.After(waitLimit):
-		h.t.Fatalf("the supervisor did not return within %s of its context ending", waitLimit)
-	}
-	return nil
+	h.stopOnce.Do(func() {
+		h.cancel()
+		select {
+		case h.result = <-h.done:
+		case <-time.After(waitLimit):
+			h.t.Errorf("the supervisor did not return within %s of its context ending", waitLimit)
+		}
+	})
+	return h.result
 }
 
 func TestSupervisorFirstStartSendsNoReload(t *testing.T) {

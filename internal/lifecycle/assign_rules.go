@@ -127,12 +127,26 @@ func holds(t Target) string {
 	return "holds"
 }
 
-// checkNotDriverNamespace refuses the plane's own driver namespace: its label and RoleBindings
-// come with the plane's installation, and the assignment's RoleBindings share their names.
+// systemNamespaces are the cluster's own namespaces: no plane's tenants live there, and a plane
+// label and RoleBindings there would hand a plane's controller rights over system objects.
+var systemNamespaces = map[string]bool{"default": true, "kube-system": true, "kube-public": true, "kube-node-lease": true}
+
+// checkNotDriverNamespace refuses the plane's own driver namespace (its label and RoleBindings
+// come with the plane's installation, and the assignment's RoleBindings share their names), the
+// legacy plane's driver namespace (it carries no plane label, so the ownership check would not
+// see it is taken), and the cluster's system namespaces.
 func checkNotDriverNamespace(t Target, id string) error {
-	if t.Kind == KindNamespace && t.Name == plane.Name(id, plane.DriverNamespaceLegacyName) {
+	if t.Kind != KindNamespace {
+		return nil
+	}
+	switch {
+	case t.Name == plane.Name(id, plane.DriverNamespaceLegacyName):
 		return &RefusedError{Target: t, ID: id, Reason: fmt.Sprintf(
 			"it is control plane %q's driver namespace, which its installation labels and destroy removes", id)}
+	case t.Name == plane.DriverNamespaceLegacyName:
+		return &RefusedError{Target: t, ID: id, Reason: "it is the legacy control plane's driver namespace"}
+	case systemNamespaces[t.Name]:
+		return &RefusedError{Target: t, ID: id, Reason: "it is a system namespace of the cluster; workloads of a plane belong in namespaces of their own"}
 	}
 	return nil
 }

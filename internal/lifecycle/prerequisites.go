@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -128,9 +130,8 @@ func (m *Manager) DestroyPrerequisites(ctx context.Context) error {
 		}
 		return fmt.Errorf("control planes are still installed: %s; destroy them first (`cdplane destroy plane`); nothing was changed", strings.Join(names, ", "))
 	}
-	cds := &cdv1beta1.ComputeDomainList{}
-	if err := m.c.List(ctx, cds, client.Limit(5)); err == nil && len(cds.Items) > 0 {
-		return fmt.Errorf("ComputeDomains still exist (e.g. %s/%s): removing the CRDs would delete them; nothing was changed", cds.Items[0].Namespace, cds.Items[0].Name)
+	if err := noDomainsLeft(ctx, m.c); err != nil {
+		return err
 	}
 	rel, err := m.release(PrerequisitesRelease, PrerequisitesNamespace)
 	if err != nil {
@@ -153,5 +154,22 @@ func (m *Manager) DestroyPrerequisites(ctx context.Context) error {
 		return err
 	}
 	m.progress("The prerequisites are destroyed")
+	return nil
+}
+
+// noDomainsLeft returns nil only when it is known that no ComputeDomain exists: none is listed,
+// or the API does not serve the kind at all. Any other error is a refusal, never a pass: removing
+// the CRDs would delete every domain of every plane.
+func noDomainsLeft(ctx context.Context, c client.Reader) error {
+	cds := &cdv1beta1.ComputeDomainList{}
+	err := c.List(ctx, cds, client.Limit(5))
+	switch {
+	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("cannot tell whether ComputeDomains still exist (%w); refusing to remove the CRDs, which would delete them; nothing was changed", err)
+	case len(cds.Items) > 0:
+		return fmt.Errorf("ComputeDomains still exist (e.g. %s/%s): removing the CRDs would delete them; nothing was changed", cds.Items[0].Namespace, cds.Items[0].Name)
+	}
 	return nil
 }

@@ -187,16 +187,20 @@ func (s *supervisor) sync(ctx context.Context) error {
 	return nil
 }
 
+// maxRestartBackoff caps the delay before IMEX is restarted after an exit.
+const maxRestartBackoff = 30 * time.Second
+
+// nextBackoff is the delay before the next restart: the first delay, then doubling up to
+// maxRestartBackoff.
 func (s *supervisor) nextBackoff() time.Duration {
 	first := s.deps.RestartBackoff
 	if first <= 0 {
 		first = time.Second
 	}
-	switch {
-	case s.backoff == 0:
+	if s.backoff == 0 {
 		s.backoff = first
-	case s.backoff < 30*time.Second:
-		s.backoff *= 2
+	} else {
+		s.backoff = min(2*s.backoff, maxRestartBackoff)
 	}
 	return s.backoff
 }

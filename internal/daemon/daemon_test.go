@@ -354,10 +354,8 @@ func TestSupervisorRestartsWithBackoff(t *testing.T) {
 		first time.Duration
 		want  []time.Duration
 	}{
-		// Deps documents the cap as 30s; the code stops doubling once the delay reaches 30s, so
-		// the last doubling overshoots it (16s -> 32s, 20s -> 40s).
-		"default first delay": {want: []time.Duration{1 * s, 2 * s, 4 * s, 8 * s, 16 * s, 32 * s, 32 * s}},
-		"first delay 5s":      {first: 5 * s, want: []time.Duration{5 * s, 10 * s, 20 * s, 40 * s, 40 * s}},
+		"default first delay": {want: []time.Duration{1 * s, 2 * s, 4 * s, 8 * s, 16 * s, 30 * s, 30 * s}},
+		"first delay 5s":      {first: 5 * s, want: []time.Duration{5 * s, 10 * s, 20 * s, 30 * s, 30 * s}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -140,6 +140,8 @@ type node struct {
 	imex   imex.Interface
 	cancel context.CancelFunc
 	done   chan error
+	// writes records every request the daemon's own client sends that is not a read.
+	writes *writeLog
 }
 
 // addNode creates a Node labelled for the domain.
@@ -172,15 +174,33 @@ func (e *env) unlabelNode(nodeName string) {
 // would), starts the daemon on it and plays the kubelet: pod IP, then readiness from check.
 func (e *env) startDaemon(cd *cdv1beta1.ComputeDomain, nodeName, clique string) *node {
 	e.t.Helper()
-	n := &node{e: e, name: nodeName, cd: cd, clique: clique, ip: loopbackIP(), dir: e.t.TempDir()}
-	n.createPod()
-	n.start()
+	n, err := e.tryStartDaemon(cd, nodeName, clique)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	return n
 }
 
-func (n *node) createPod() {
+// tryStartDaemon is startDaemon for other goroutines than the test's: it returns its error
+// instead of failing the test (t.Fatal must not be called from another goroutine).
+func (e *env) tryStartDaemon(cd *cdv1beta1.ComputeDomain, nodeName, clique string) (*node, error) {
+	dir, err := os.MkdirTemp("", "daemon")
+	if err != nil {
+		return nil, err
+	}
+	e.t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	n := &node{e: e, name: nodeName, cd: cd, clique: clique, ip: loopbackIP(), dir: dir}
+	if err := n.createPod(); err != nil {
+		return nil, fmt.Errorf("daemon pod on %s: %w", nodeName, err)
+	}
+	if err := n.start(); err != nil {
+		return nil, fmt.Errorf("daemon on %s: %w", nodeName, err)
+	}
+	return n, nil
+}
+
+func (n *node) createPod() error {
 	e := n.e
-	e.t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: cdv1beta1.DaemonSetName(string(n.cd.UID))[:30] + "-",
@@ -190,15 +210,16 @@ func (n *node) createPod() {
 		Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "daemon", Image: "cdplane:test"}}},
 	}
 	if err := e.c.Create(e.ctx(), pod); err != nil {
-		e.t.Fatal(err)
+		return err
 	}
 	pod.Status.PodIP = n.ip
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
 	if err := e.c.Status().Update(e.ctx(), pod); err != nil {
-		e.t.Fatal(err)
+		return err
 	}
 	n.pod = pod
+	return nil
 }
 
 func (n *node) config() daemon.Config {
@@ -209,15 +230,18 @@ func (n *node) config() daemon.Config {
 	}
 }
 
-func (n *node) start() {
+// start runs the daemon with a client of its own, whose writes are recorded (n.writes) and
+// whose requests carry the user agent cdplane-daemon/<node>.
+func (n *node) start() error {
 	e := n.e
 	cfg := n.config()
 	if err := os.WriteFile(cfg.HostsPath, []byte("127.0.0.1\tlocalhost\n"), 0o644); err != nil {
-		e.t.Fatal(err)
+		return err
 	}
-	c, err := client.NewWithWatch(testCluster.Config, client.Options{Scheme: testCluster.Scheme})
+	n.writes = &writeLog{}
+	c, err := client.NewWithWatch(n.writes.wrap(testCluster.Config, "cdplane-daemon/"+n.name), client.Options{Scheme: testCluster.Scheme})
 	if err != nil {
-		e.t.Fatal(err)
+		return err
 	}
 	n.imex = imexsim.New(imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -227,6 +251,7 @@ func (n *node) start() {
 	}()
 	go n.kubelet(ctx, cfg)
 	e.t.Cleanup(n.stop)
+	return nil
 }
 
 // kubelet sets the pod's Ready condition from the daemon's check, like a readiness probe.

@@ -3,6 +3,7 @@ package controller
 import (
 	"cdplane/internal/sim/imexsim"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -142,6 +143,22 @@ type node struct {
 	done   chan error
 	// writes records every request the daemon's own client sends that is not a read.
 	writes *writeLog
+	// starts holds back IMEX's (re)starts while set.
+	starts *heldIMEX
+}
+
+// heldIMEX is an IMEX whose starts the test can hold back, so that the state between a crash
+// and the restart lasts until the test has seen it.
+type heldIMEX struct {
+	imex.Interface
+	held atomic.Bool
+}
+
+func (h *heldIMEX) Start(ctx context.Context) (<-chan error, error) {
+	if h.held.Load() {
+		return nil, errors.New("start held back by the test")
+	}
+	return h.Interface.Start(ctx)
 }
 
 // addNode creates a Node labelled for the domain.
@@ -243,7 +260,8 @@ func (n *node) start() error {
 	if err != nil {
 		return err
 	}
-	n.imex = imexsim.New(imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath})
+	n.starts = &heldIMEX{Interface: imexsim.New(imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath})}
+	n.imex = n.starts
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.done = cancel, make(chan error, 1)
 	go func() {

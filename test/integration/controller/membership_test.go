@@ -157,31 +157,38 @@ func TestIMEXCrashRestartsAndReloadsOnlyOnChange(t *testing.T) {
 		return err == nil && st.Reloads == 1 && sets.New(st.Connected...).Has(d2.ip), err
 	})
 	e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
-	// A change that leaves the peers as they are (a CD label change triggers a reconcile and
-	// the daemon's watch) sends no reload.
-	touch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"touch":"1"}}}`))
-	if err := e.c.Patch(e.ctx(), e.getCD(cd), touch); err != nil {
+	// A change the daemon sees that leaves its peers as they are sends no reload: an annotation
+	// on its clique, the object it watches (with cliques on it does not watch its domain).
+	clique := &cdv1beta1.ComputeDomainClique{ObjectMeta: metav1.ObjectMeta{Namespace: e.driverNS, Name: cdv1beta1.CliqueName(string(cd.UID), testClique)}}
+	touch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"cdplane.test/touch":"1"}}}`))
+	if err := e.c.Patch(e.ctx(), clique, touch); err != nil {
 		t.Fatal(err)
 	}
-	// A third node joins after that change: exactly one more reload means the touch sent none
-	// (the daemon handles its events in order, and the touch came first).
+	// A third node joins after that change: exactly one more reload means the touch sent none.
+	// The daemon handles its clique's events in order, and the touch, one watch event, comes
+	// well before the entry of a node whose daemon starts only now.
 	d3 := e.startDaemon(cd, e.addNode(cd, "n3"), testClique)
 	e.eventually(20*time.Second, "n3 connected", func() (bool, error) {
 		st, err := d1.status()
 		return err == nil && sets.New(st.Connected...).Has(d3.ip), err
 	})
+	e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
 	if st, _ := d1.status(); st.Reloads != 2 {
-		t.Errorf("reloads=%d after one no-op change and one peer joining, want 2", st.Reloads)
+		t.Errorf("reloads=%d after one no-op change of the clique and one peer joining, want 2", st.Reloads)
 	}
 
-	// Crash IMEX on n2: the domain goes NotReady, the daemon restarts IMEX, Ready again.
+	// Crash IMEX on n2: the domain goes NotReady, the daemon restarts IMEX, Ready again. The
+	// restart is held back until the test has seen NotReady: with a 100ms backoff the NotReady
+	// spell is otherwise shorter than the readiness probe's period.
+	d2.starts.held.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := imexsim.Crash(ctx, d2.config().IMEXConfigPath()); err != nil {
 		t.Fatal(err)
 	}
-	e.waitStatus(cd, cdv1beta1.StatusNotReady, 10*time.Second)
-	e.waitStatus(cd, cdv1beta1.StatusReady, 20*time.Second)
+	e.waitStatus(cd, cdv1beta1.StatusNotReady, 20*time.Second)
+	d2.starts.held.Store(false)
+	e.waitStatus(cd, cdv1beta1.StatusReady, 30*time.Second)
 	e.eventually(10*time.Second, "restarted IMEX reconnected", func() (bool, error) {
 		st, err := d2.status()
 		return err == nil && sets.New(st.Connected...).Has(d1.ip), err

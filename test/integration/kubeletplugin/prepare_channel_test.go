@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -132,7 +133,8 @@ func TestNodeServingAnotherDomainIsRefused(t *testing.T) {
 }
 
 // TestNotReadyDaemonIsRetryable: while the node's daemon is not Ready, prepare returns a
-// retryable error within its bound; once Ready, it succeeds. Cliques and status.nodes alike.
+// retryable error and injects nothing; once it is Ready, prepare succeeds. Cliques and
+// status.nodes alike. States only: how long a call takes depends on the machine.
 func TestNotReadyDaemonIsRetryable(t *testing.T) {
 	t.Parallel()
 	for name, setReady := range map[string]func(e *env, cd *cdv1beta1.ComputeDomain, n *node, status string){
@@ -148,12 +150,12 @@ func TestNotReadyDaemonIsRetryable(t *testing.T) {
 			setReady(e, cd, n, cdv1beta1.StatusNotReady)
 			claim := e.channelClaim(e.ns, "wait", n, cd, "")
 
-			got, took := n.prepare(claim)
+			got, _ := n.prepare(claim)
 			if !strings.Contains(got.Error, "retryable error") || !strings.Contains(got.Error, "not Ready") || strings.Contains(got.Error, "permanent") {
 				t.Errorf("prepare error %q, want a retryable error saying the daemon is not Ready", got.Error)
 			}
-			if took < readyWait || took > readyWait+5*time.Second {
-				t.Errorf("prepare took %s, want about the %s bound", took, readyWait)
+			if len(got.Devices) != 0 {
+				t.Errorf("prepare answered devices %v while the daemon is not Ready", got.Devices)
 			}
 			if l := n.label(); l != string(cd.UID) {
 				t.Errorf("node label %q while waiting, want %s (the daemon needs it to start)", l, cd.UID)
@@ -161,25 +163,28 @@ func TestNotReadyDaemonIsRetryable(t *testing.T) {
 			if _, ok := n.cdiSpec(claim.UID); ok {
 				t.Error("CDI spec written before the daemon is Ready")
 			}
-
-			// The daemon turns Ready while a prepare waits: the watch wakes it, well before its bound.
-			done := make(chan time.Duration, 1)
-			var second string
-			go func() {
-				resp, took := n.prepare(claim)
-				second = resp.Error
-				done <- took
-			}()
-			setReady(e, cd, n, cdv1beta1.StatusReady)
-			took = <-done
-			if second != "" {
-				t.Fatalf("prepare after Ready: %s", second)
+			if st := n.checkpoint().Claims[claim.UID].State; st != kubeletplugin.PrepareStarted {
+				t.Errorf("checkpoint state %q while the daemon is not Ready, want PrepareStarted", st)
 			}
-			if took >= readyWait {
-				t.Errorf("prepare returned %s after the daemon turned Ready, want within its %s bound", took, readyWait)
+
+			// The daemon turns Ready: prepare succeeds. The kubelet retries a retryable error;
+			// so does this test, for as long as the plugin's cache may lag the write.
+			setReady(e, cd, n, cdv1beta1.StatusReady)
+			var last string
+			e.eventually(time.Minute, "prepare succeeds once the daemon is Ready", func() (bool, error) {
+				resp, _ := n.prepare(claim)
+				last = resp.Error
+				// Done unless the kubelet would retry.
+				return !strings.Contains(last, "retryable error"), errors.New(last)
+			})
+			if last != "" {
+				t.Fatalf("prepare after the daemon turned Ready: %s", last)
 			}
 			if _, ok := n.cdiSpec(claim.UID); !ok {
 				t.Error("no CDI spec after the daemon turned Ready")
+			}
+			if st := n.checkpoint().Claims[claim.UID].State; st != kubeletplugin.PrepareCompleted {
+				t.Errorf("checkpoint state %q after the daemon turned Ready, want PrepareCompleted", st)
 			}
 		})
 	}

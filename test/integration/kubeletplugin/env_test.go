@@ -15,6 +15,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -182,11 +183,21 @@ func (n *node) options(numChannels int) kubeletplugin.Options {
 
 // start runs the plugin in this process and registers with it as the kubelet does.
 func (n *node) start(numChannels int) {
+	n.e.t.Helper()
+	n.startWith(numChannels, testr.NewWithOptions(n.e.t, testr.Options{Verbosity: 1}), nil)
+}
+
+// startWith is start with the plugin logging to logger, and its options changed by change
+// (when not nil).
+func (n *node) startWith(numChannels int, logger logr.Logger, change func(*kubeletplugin.Options)) {
 	t := n.e.t
 	t.Helper()
-	logger := testr.NewWithOptions(t, testr.Options{Verbosity: 1}).WithValues("node", n.name)
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	drv, err := kubeletplugin.Start(ctx, n.options(numChannels))
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger.WithValues("node", n.name)))
+	opts := n.options(numChannels)
+	if change != nil {
+		change(&opts)
+	}
+	drv, err := kubeletplugin.Start(ctx, opts)
 	if err != nil {
 		cancel()
 		t.Fatalf("starting the plugin: %v", err)

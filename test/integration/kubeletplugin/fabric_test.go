@@ -1,0 +1,211 @@
+package kubeletplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"k8s.io/component-base/featuregate"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/features"
+	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/nvml"
+	"cdplane/internal/sim/nodehost"
+	"cdplane/internal/sim/nvmlsim"
+)
+
+// specFile is a Discoverer that reads the node's simulated NVML spec file on every discovery,
+// so that a test changes the fabric under a running plugin by rewriting the file
+// (nodehost.WriteNode). (nodehost.Plugin reads the file once, at start.)
+type specFile struct{ nodeDir string }
+
+func (s specFile) Discover(ctx context.Context) (nvml.Result, error) {
+	data, err := os.ReadFile(filepath.Join(s.nodeDir, nodehost.NVMLSpecPath))
+	if err != nil {
+		return nvml.Result{}, err
+	}
+	spec, err := nvmlsim.Parse(data)
+	if err != nil {
+		return nvml.Result{}, err
+	}
+	return spec.Discover(ctx)
+}
+
+// setFabric rewrites the node's NVML spec file: every GPU's fabric registration in state, with
+// status.
+func (n *node) setFabric(state nvml.FabricState, status nvml.FabricStatus) {
+	n.e.t.Helper()
+	spec := n.sim
+	spec.Fabric.State, spec.Fabric.Status = state, status
+	if err := nodehost.WriteNode(n.dir, spec); err != nil {
+		n.e.t.Fatal(err)
+	}
+}
+
+// errorLog records the messages and errors the plugin logs at error level, and passes every
+// line on to the test's log.
+type errorLog struct {
+	logr.LogSink
+	mu    *sync.Mutex
+	lines *[]string
+}
+
+func newErrorLog(t *testing.T) (logr.Logger, func() []string) {
+	mu, lines := &sync.Mutex{}, &[]string{}
+	sink := errorLog{LogSink: testr.NewWithOptions(t, testr.Options{Verbosity: 1}).GetSink(), mu: mu, lines: lines}
+	return logr.New(sink), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), *lines...)
+	}
+}
+
+func (l errorLog) Error(err error, msg string, kv ...any) {
+	l.mu.Lock()
+	*l.lines = append(*l.lines, fmt.Sprintf("%s: %v", msg, err))
+	l.mu.Unlock()
+	l.LogSink.Error(err, msg, kv...)
+}
+
+func (l errorLog) WithValues(kv ...any) logr.LogSink {
+	return errorLog{LogSink: l.LogSink.WithValues(kv...), mu: l.mu, lines: l.lines}
+}
+
+func (l errorLog) WithName(name string) logr.LogSink {
+	return errorLog{LogSink: l.LogSink.WithName(name), mu: l.mu, lines: l.lines}
+}
+
+// startOnSpecFile starts the plugin reading its fabric from the node's spec file, refreshed
+// every 100ms, with CrashOnNVLinkFabricErrors as given. waitLogged waits until the plugin has
+// logged an error containing text.
+func (n *node) startOnSpecFile(crash bool) (waitLogged func(text string)) {
+	n.e.t.Helper()
+	logger, logged := newErrorLog(n.e.t)
+	n.startWith(4, logger, func(o *kubeletplugin.Options) {
+		o.Discoverer = specFile{nodeDir: n.dir}
+		o.CliqueRefreshPeriod = 100 * time.Millisecond
+		o.Gates = features.NewGatesForTest(n.e.t, map[featuregate.Feature]bool{features.CrashOnNVLinkFabricErrors: crash})
+	})
+	return func(text string) {
+		n.e.t.Helper()
+		n.e.eventually(20*time.Second, "the plugin logs an error containing "+text, func() (bool, error) {
+			for _, l := range logged() {
+				if strings.Contains(l, text) {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+}
+
+func (n *node) serving() bool {
+	select {
+	case <-n.drv.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// failedRegistration is what the error of a failed registration says (status 999).
+const failedRegistration = "NVLink fabric registration failed: state COMPLETED, status ERROR_UNKNOWN"
+
+// TestFabricRegistrationAtRunTime changes a running plugin's NVLink fabric through the node's
+// simulated NVML (CrashOnNVLinkFabricErrors off). Registration in progress: prepare answers a
+// retryable error (the node is not ready) and the plugin keeps serving; completed again:
+// prepare succeeds. Registration failed: the error is in prepare's answer and in the plugin's
+// log, and the plugin keeps serving.
+func TestFabricRegistrationAtRunTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := e.addNode(21)
+	waitLogged := n.startOnSpecFile(false)
+	cd := e.createCD(e.ns, "fabric")
+	e.setClique(cd, n, cdv1beta1.StatusReady)
+	n.mustPrepare(e.channelClaim(e.ns, "before", n, cd, ""))
+
+	// In progress. The plugin logs each discovery that fails: once it has logged this one, it
+	// knows.
+	n.setFabric(nvml.FabricStateInProgress, nvml.FabricStatusSuccess)
+	waitLogged("IN_PROGRESS")
+	registering := e.channelClaim(e.ns, "registering", n, cd, "")
+	got, _ := n.prepare(registering)
+	if !strings.Contains(got.Error, "retryable error") || !strings.Contains(got.Error, nvml.ErrFabricNotReady.Error()) || !strings.Contains(got.Error, "IN_PROGRESS") {
+		t.Errorf("prepare while the fabric registers: %q, want a retryable error saying registration is in progress", got.Error)
+	}
+	if _, ok := n.cdiSpec(registering.UID); ok {
+		t.Error("CDI spec written while the fabric registers")
+	}
+	if !n.serving() {
+		t.Fatalf("the plugin stopped while the fabric registers: %v", n.drv.Err())
+	}
+
+	// Completed: the kubelet's retry succeeds.
+	n.setFabric(nvml.FabricStateCompleted, nvml.FabricStatusSuccess)
+	var last string
+	e.eventually(30*time.Second, "prepare succeeds once registration completed", func() (bool, error) {
+		resp, _ := n.prepare(registering)
+		last = resp.Error
+		return last == "", errors.New(last)
+	})
+	if _, ok := n.cdiSpec(registering.UID); !ok {
+		t.Error("no CDI spec once registration completed")
+	}
+
+	// Failed: visible in the log and in prepare's answer; the plugin keeps serving.
+	n.setFabric(nvml.FabricStateCompleted, 999)
+	waitLogged(failedRegistration)
+	broken := e.channelClaim(e.ns, "failed", n, cd, "")
+	got, _ = n.prepare(broken)
+	if !strings.Contains(got.Error, failedRegistration) {
+		t.Errorf("prepare after registration failed: %q, want it to contain %q", got.Error, failedRegistration)
+	}
+	if _, ok := n.cdiSpec(broken.UID); ok {
+		t.Error("CDI spec written with a failed fabric")
+	}
+	if !n.serving() {
+		t.Fatalf("the plugin stopped on a fabric failure with CrashOnNVLinkFabricErrors off: %v", n.drv.Err())
+	}
+}
+
+// TestFabricFailureAtRunTimeIsFatal: with CrashOnNVLinkFabricErrors on, a registration in
+// progress is still only retryable, and a registration that fails while the plugin runs stops
+// the plugin with the error.
+func TestFabricFailureAtRunTimeIsFatal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := e.addNode(22)
+	waitLogged := n.startOnSpecFile(true)
+	cd := e.createCD(e.ns, "fatal")
+	e.setClique(cd, n, cdv1beta1.StatusReady)
+
+	n.setFabric(nvml.FabricStateInProgress, nvml.FabricStatusSuccess)
+	waitLogged("IN_PROGRESS")
+	got, _ := n.prepare(e.channelClaim(e.ns, "registering", n, cd, ""))
+	if !strings.Contains(got.Error, "retryable error") || !strings.Contains(got.Error, "IN_PROGRESS") {
+		t.Errorf("prepare while the fabric registers: %q, want a retryable error", got.Error)
+	}
+	if !n.serving() {
+		t.Fatalf("the plugin stopped while the fabric registers: %v", n.drv.Err())
+	}
+
+	n.setFabric(nvml.FabricStateCompleted, 999)
+	select {
+	case <-n.drv.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the plugin still serves 30s after its fabric failed, with CrashOnNVLinkFabricErrors on")
+	}
+	if err := n.drv.Err(); err == nil || !strings.Contains(err.Error(), "CrashOnNVLinkFabricErrors") || !strings.Contains(err.Error(), failedRegistration) {
+		t.Errorf("the plugin stopped with %v, want the fabric failure", err)
+	}
+}

@@ -198,11 +198,16 @@ func startComponents(ctx context.Context, o Options, cp *ControlPlane, p pki, st
 	return nil
 }
 
-// AdminConfig returns a client configuration of the administrator (group system:masters).
+// AdminConfig returns a client configuration of the administrator (group system:masters), with
+// the CA and credentials inlined (CAData), so that a copy with other credentials still trusts
+// the apiserver.
 func (cp *ControlPlane) AdminConfig() (*rest.Config, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("reading the control plane's kubeconfig: %w", err)
+	}
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return nil, fmt.Errorf("reading the control plane's certificates: %w", err)
 	}
 	return cfg, nil
 }

@@ -1,0 +1,145 @@
+package planes
+
+import (
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/plane"
+	"cdplane/internal/testutil"
+)
+
+// A leaked controller or kubelet-plugin token may change only the domain label (the plugin: and
+// the clique label) of its own plane's nodes — the plugin only of its own node — never taints,
+// cordon, other labels, or another plane's nodes.
+func TestComponentTokensChangeOnlyTheirNodesLabels(t *testing.T) {
+	ctx := testContext(t)
+	const id, other = "npol", "npol-other"
+	ns := installPlaneRights(t, id, "rbac-controller.yaml", "rbac-kubelet-plugin.yaml", "policy-nodes.yaml")
+	mkNode := func(name, planeID string) *corev1.Node {
+		n := testutil.MakeNode(name).Label(cdv1beta1.ControlPlaneLabel, planeID).Obj()
+		if err := testCluster.Client.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = testCluster.Client.Delete(ctx, n) })
+		return n
+	}
+	own, sibling, foreign := mkNode("npol-own", id), mkNode("npol-sibling", id), mkNode("npol-foreign", other)
+	pluginSA := plane.Name(id, "cdplane-kubelet-plugin")
+	pluginPod := testutil.MakePod("plugin-own", ns).ServiceAccount(pluginSA).NodeName(own.Name).Obj()
+	if err := testCluster.Client.Create(ctx, pluginPod); err != nil {
+		t.Fatal(err)
+	}
+	plugin := podBoundClient(t, ns, pluginSA, pluginPod).CoreV1().Nodes()
+	controller := podBoundClient(t, ns, plane.Name(id, "cdplane-controller"), nil).CoreV1().Nodes()
+
+	label := func(key, value string) []byte {
+		return []byte(`{"metadata":{"labels":{"` + key + `":"` + value + `"}}}`)
+	}
+	taint := []byte(`{"spec":{"taints":[{"key":"evil","effect":"NoSchedule"}]}}`)
+	cordon := []byte(`{"spec":{"unschedulable":true}}`)
+	eventuallyRefused(t, "cordoning a node with the controller's token", func() error {
+		_, err := controller.Patch(ctx, own.Name, types.MergePatchType, cordon, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+
+	for name, tc := range map[string]struct {
+		plugin bool
+		node   string
+		patch  []byte
+		want   string // "" allowed, else part of the refusal
+	}{
+		"plugin: domain label on its node":       {plugin: true, node: own.Name, patch: label(cdv1beta1.ComputeDomainLabel, "uid-1")},
+		"plugin: clique label on its node":       {plugin: true, node: own.Name, patch: label(cdv1beta1.GPUCliqueNodeLabel, "u.1")},
+		"plugin: domain label on another node":   {plugin: true, node: sibling.Name, patch: label(cdv1beta1.ComputeDomainLabel, "uid-1"), want: "only change its own node"},
+		"plugin: another plane's node":           {plugin: true, node: foreign.Name, patch: label(cdv1beta1.ComputeDomainLabel, "uid-1"), want: "nodes assigned to their plane"},
+		"plugin: taint its node":                 {plugin: true, node: own.Name, patch: taint, want: "may only change the labels"},
+		"plugin: other label on its node":        {plugin: true, node: own.Name, patch: label("role", "evil"), want: "may only change the labels"},
+		"plugin: plane label on its node":        {plugin: true, node: own.Name, patch: label(cdv1beta1.ControlPlaneLabel, other)},
+		"controller: domain label on plane node": {node: sibling.Name, patch: label(cdv1beta1.ComputeDomainLabel, "uid-1")},
+		"controller: another plane's node":       {node: foreign.Name, patch: label(cdv1beta1.ComputeDomainLabel, "uid-1"), want: "nodes assigned to their plane"},
+		"controller: cordon":                     {node: own.Name, patch: cordon, want: "may only change the labels"},
+		"controller: clique label":               {node: own.Name, patch: label(cdv1beta1.GPUCliqueNodeLabel, "u.1"), want: "may only change the labels"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nodes := controller
+			if tc.plugin {
+				nodes = plugin
+			}
+			_, err := nodes.Patch(ctx, tc.node, types.MergePatchType, tc.patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+			switch {
+			case name == "plugin: plane label on its node":
+				// Refused by the ownership-label policy or this one; never admitted.
+				if err == nil {
+					t.Fatal("a plugin moved its node to another plane")
+				}
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (!isAdmissionRefusal(err) || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want an admission refusal saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A leaked controller token may create only the daemon DaemonSet's shape in its driver
+// namespace: never a privileged pod, another service account, or a pod on arbitrary nodes.
+func TestControllerTokenCreatesOnlyDaemonDaemonSets(t *testing.T) {
+	ctx := testContext(t)
+	const id = "dspol"
+	ns := installPlaneRights(t, id, "rbac-controller.yaml", "policy-daemonsets.yaml")
+	controller := podBoundClient(t, ns, plane.Name(id, "cdplane-controller"), nil).AppsV1().DaemonSets(ns)
+	daemonSA := plane.Name(id, "cdplane-daemon")
+	good := func() *appsv1.DaemonSet {
+		return testutil.MakeDaemonSet(cdv1beta1.DaemonSetName("uid-1"), ns).
+			Selector(cdv1beta1.ComputeDomainLabel, "uid-1").NodeSelector(cdv1beta1.ComputeDomainLabel, "uid-1").
+			ServiceAccount(daemonSA).Image("cdplane:1").Obj()
+	}
+	create := func(ds *appsv1.DaemonSet) error {
+		_, err := controller.Create(ctx, ds, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	eventuallyRefused(t, "creating a privileged DaemonSet with the controller's token", func() error {
+		ds := good()
+		ds.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
+		return create(ds)
+	})
+	for name, tc := range map[string]struct {
+		change func(*appsv1.DaemonSet)
+		want   string
+	}{
+		"the daemon shape": {change: func(*appsv1.DaemonSet) {}},
+		"privileged": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
+		}, want: "may not run privileged"},
+		"added capability": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+		}, want: "may not run privileged"},
+		"host network": {change: func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.HostNetwork = true }, want: "host-namespace"},
+		"host path": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		}, want: "host paths"},
+		"another service account": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.ServiceAccountName = plane.Name(id, "cdplane-kubelet-plugin")
+		}, want: "daemon service account"},
+		"every node":   {change: func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.NodeSelector = nil }, want: "exactly the nodes labelled for its domain"},
+		"another name": {change: func(ds *appsv1.DaemonSet) { ds.Name = "miner" }, want: "computedomain-daemon-<cdUID>"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ds := good()
+			tc.change(ds)
+			err := create(ds)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (!isAdmissionRefusal(err) || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want an admission refusal saying %q", err, tc.want)
+			}
+		})
+	}
+}

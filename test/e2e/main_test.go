@@ -2,9 +2,15 @@
 // sharing 12 nodes in racks of 3) with every component running as it does in a cluster: the
 // controller and the kubelet plugins installed by the charts, run by the simulated kubelet as
 // processes, the daemons running the simulated IMEX, workloads as no-op containers whose logs
-// record what they were given. Each scenario asserts what a user would check: objects through
-// the API (kubectl get), container logs through the apiserver (kubectl logs), files on the
-// simulated nodes. Run with `make test-e2e` (CDPLANE_E2E=1); skipped otherwise.
+// record what they were given, or as the IMEX workload of workload_test.go, which finishes only
+// once its node's IMEX is connected to every peer. Each scenario asserts what a user would
+// check: objects through the API (kubectl get), container logs through the apiserver (kubectl
+// logs), files on the simulated nodes, and what each node's simulated IMEX reports.
+//
+// Run with `make test-e2e` (CDPLANE_E2E=1). Without it every scenario is skipped, saying why
+// (`go test -v ./test/e2e` lists them as SKIP). Each scenario sets up what it needs (it waits
+// for the nodes it uses to be free) and leaves nothing behind, so scenarios pass alone
+// (`-run`) and in any order (`-shuffle=on`).
 package e2e
 
 import (
@@ -12,6 +18,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -29,6 +36,8 @@ const (
 	planeB = "e2e-b"
 	// channels each simulated node publishes.
 	numChannels = 16
+	// enableEnv turns the scenarios on.
+	enableEnv = "CDPLANE_E2E"
 )
 
 var (
@@ -36,15 +45,32 @@ var (
 	stateDir string
 	c        client.Client
 	cs       *kubernetes.Clientset
+	// skipReason is why every scenario is skipped; empty when the simulated cluster runs.
+	skipReason string
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("CDPLANE_E2E") != "1" {
-		fmt.Println("e2e: skipped (run `make test-e2e`, or set CDPLANE_E2E=1)")
-		os.Exit(0)
+	// A pod of an IMEX workload runs this test binary (workload_test.go): it is that workload
+	// and nothing else.
+	if os.Getenv(workloadEnv) != "" {
+		os.Exit(workloadMain(os.Stdout))
+	}
+	if os.Getenv(enableEnv) != "1" {
+		skipReason = fmt.Sprintf("e2e: %s is not 1, so no simulated cluster is started and every scenario is SKIPPED (run `make test-e2e`, or set %s=1)", enableEnv, enableEnv)
+		fmt.Fprintln(os.Stderr, skipReason)
+		os.Exit(m.Run())
 	}
 	ctrl.SetLogger(logr.Discard())
 	os.Exit(run(m))
+}
+
+// e2eOnly skips the scenario, with the reason, when no simulated cluster runs. Every
+// top-level scenario calls it first.
+func e2eOnly(t *testing.T) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
 }
 
 func run(m *testing.M) int {
@@ -80,6 +106,17 @@ func run(m *testing.M) int {
 	}
 	if cs, err = kubernetes.NewForConfig(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The IMEX workload's image: pods of image cdplane run the sim's binaries by name, and this
+	// test binary is one of them under workloadProgram.
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := os.Symlink(self, filepath.Join(st.BinDir, workloadProgram)); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: installing the IMEX workload:", err)
 		return 1
 	}
 	return m.Run()

@@ -1,63 +1,109 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
-	"cdplane/internal/sim"
 )
 
 // Channel injection: a Single-mode domain gives each pod channel 0; an All-mode domain gives
-// every channel device there is (2048), as the original does, whatever the node publishes. What the container sees is in its log (kubectl logs).
+// every channel device there is (2048), as the original does, whatever the node publishes. What
+// the container sees is in its log (kubectl logs); the claim's CDI spec is where the plugin
+// writes it (its --cdi-root on the node) while the pod runs, and gone once it is deleted.
 func TestChannelInjection(t *testing.T) {
+	e2eOnly(t)
 	for name, tc := range map[string]struct {
 		mode string
 		want int
 	}{"single": {cdv1beta1.AllocationModeSingle, 1}, "all": {cdv1beta1.AllocationModeAll, kubeletplugin.MaxChannels}} {
 		t.Run(name, func(t *testing.T) {
+			waitPlanesIdle(t, planeA)
 			ns := namespace(t, planeA)
 			cd := computeDomain(t, ns, "cd", 1, tc.mode)
-			job(t, ns, "worker", "cd", 1, 0)
+			j := job(t, ns, "worker", "cd", 1, 0)
 			pods := waitRunning(t, ns, "worker", 1, 2*time.Minute)
 			waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
 			got := channelDevices(logs(t, &pods[0]))
 			if len(got) != tc.want || got[0] != "/dev/nvidia-caps-imex-channels/channel0" {
 				t.Fatalf("the container got %d channels (first %v), want %d starting with channel0", len(got), got[:min(len(got), 3)], tc.want)
 			}
+			spec := cdiSpecPath(t, pods[0].Spec.NodeName, podClaimUID(t, &pods[0]))
+			data, err := os.ReadFile(spec)
+			if err != nil {
+				t.Fatalf("the running pod's claim has no CDI spec where the plugin writes it: %v", err)
+			}
+			if !strings.Contains(string(data), "nvidia-caps-imex-channels/channel0") {
+				t.Errorf("CDI spec %s does not inject channel0:\n%s", spec, data)
+			}
+			deleteAndWait(t, j, client.PropagationPolicy(metav1.DeletePropagationForeground))
+			waitCDISpecGone(t, spec)
 		})
 	}
 }
 
-// Status follows the workload: Ready once its pods run on numNodes nodes, NotReady after the
-// workload is deleted; the daemons shut down and their node labels go. With cliques (plane A,
-// the default) membership is in ComputeDomainClique objects; without (plane B with the gate
-// off for the subtest) it is in status.nodes alone and no clique object is written.
+// podClaimUID returns the UID of the pod's (only) resource claim.
+func podClaimUID(t *testing.T, p *corev1.Pod) types.UID {
+	t.Helper()
+	cur := &corev1.Pod{}
+	must(t, c.Get(ctx(), client.ObjectKeyFromObject(p), cur))
+	if len(cur.Status.ResourceClaimStatuses) != 1 || cur.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		t.Fatalf("pod %s/%s has claims %+v, want one", p.Namespace, p.Name, cur.Status.ResourceClaimStatuses)
+	}
+	claim := &resourcev1.ResourceClaim{}
+	must(t, c.Get(ctx(), client.ObjectKey{Namespace: p.Namespace, Name: *cur.Status.ResourceClaimStatuses[0].ResourceClaimName}, claim))
+	return claim.UID
+}
+
+// waitCDISpecGone waits until the spec file is gone: unprepare removes it.
+func waitCDISpecGone(t *testing.T, spec string) {
+	t.Helper()
+	eventually(t, 2*time.Minute, "CDI spec "+spec+" removed", func() (bool, error) {
+		_, err := os.Stat(spec)
+		if errors.Is(err, os.ErrNotExist) {
+			return true, nil
+		}
+		return false, fmt.Errorf("still there (%v)", err)
+	})
+}
+
+// Status follows the workload: Ready once its pods run on numNodes nodes (of one rack, so one
+// clique), with the two IMEX daemons connected to each other both ways; NotReady after the
+// workload is deleted; the daemons shut down, their node labels go and so do the workload
+// claims' CDI specs. With cliques (plane A, the default) membership is in ComputeDomainClique
+// objects; without (plane B with the gate off for the subtest) it is in status.nodes alone and
+// no clique object is written.
 func TestStatusFollowsWorkloadAndDaemonsShutDown(t *testing.T) {
+	e2eOnly(t)
 	for name, tc := range map[string]struct {
 		id      string
 		cliques bool
 	}{"with cliques": {planeA, true}, "without cliques": {planeB, false}} {
 		t.Run(name, func(t *testing.T) {
+			waitPlanesIdle(t, tc.id)
 			if !tc.cliques {
 				setCliquesGate(t, tc.id, false)
 			}
 			ns := namespace(t, tc.id)
 			cd := computeDomain(t, ns, "cd", 2, "")
-			j := job(t, ns, "worker", "cd", 2, 0)
-			waitRunning(t, ns, "worker", 2, 2*time.Minute)
+			// One rack: the two nodes share a clique, so their IMEX must connect to each other.
+			j := job(t, ns, "worker", "cd", 2, 0, planeRacks(t, tc.id)[0])
+			pods := waitRunning(t, ns, "worker", 2, 2*time.Minute)
 			waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
 			if got := getCD(t, cd); got.Status.ReadyNodes != 2 || len(got.Status.Nodes) != 2 {
 				t.Errorf("Ready domain: readyNodes %d, %d nodes listed; want 2 and 2", got.Status.ReadyNodes, len(got.Status.Nodes))
@@ -65,7 +111,11 @@ func TestStatusFollowsWorkloadAndDaemonsShutDown(t *testing.T) {
 			if n := cliques(t, tc.id, cd); (n > 0) != tc.cliques {
 				t.Errorf("%d clique objects for the domain; cliques enabled: %v", n, tc.cliques)
 			}
-			checkIMEXPeers(t, tc.id, cd)
+			checkIMEXConnected(t, tc.id, cd)
+			var specs []string
+			for i := range pods {
+				specs = append(specs, cdiSpecPath(t, pods[i].Spec.NodeName, podClaimUID(t, &pods[i])))
+			}
 
 			deleteAndWait(t, j, client.PropagationPolicy(metav1.DeletePropagationForeground))
 			waitStatus(t, cd, cdv1beta1.StatusNotReady, time.Minute)
@@ -76,28 +126,101 @@ func TestStatusFollowsWorkloadAndDaemonsShutDown(t *testing.T) {
 				}
 				return len(daemonPods(t, tc.id, cd)) == 0 && len(nodes.Items) == 0, nil
 			})
+			for _, spec := range specs {
+				waitCDISpecGone(t, spec)
+			}
 		})
 	}
 }
 
 // setCliquesGate sets the ComputeDomainCliques gate of plane id for the test (`cdplane apply
-// plane` with the sim's values), restoring the default afterwards.
+// plane` with the sim's values), waits until the plane's controller and plugins run with it,
+// and restores the default afterwards (and waits for that too).
 func setCliquesGate(t *testing.T, id string, on bool) {
 	t.Helper()
 	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
 	must(t, err)
-	vals := simState.PlaneValues()
-	vals["featureGates"] = map[string]any{"ComputeDomainCliques": on}
-	must(t, m.ApplyPlane(ctx(), id, vals))
 	t.Cleanup(func() {
 		if err := m.ApplyPlane(ctx(), id, simState.PlaneValues()); err != nil {
 			t.Errorf("restoring plane %s: %v", id, err)
 		}
+		waitPlaneGate(t, id, "")
 	})
+	vals := simState.PlaneValues()
+	vals["featureGates"] = map[string]any{"ComputeDomainCliques": on}
+	must(t, m.ApplyPlane(ctx(), id, vals))
+	waitPlaneGate(t, id, fmt.Sprint(on))
+}
+
+// waitPlaneGate waits until plane id's controller Deployment and kubelet plugin DaemonSet
+// carry ComputeDomainCliques=want in their --feature-gates ("" for not set: the default), and
+// the only controller pod and every plugin pod running, Ready, were started with it.
+func waitPlaneGate(t *testing.T, id, want string) {
+	t.Helper()
+	driverNS := plane.Name(id, plane.DriverNamespaceLegacyName)
+	eventually(t, 3*time.Minute, fmt.Sprintf("plane %s running with ComputeDomainCliques=%q", id, want), func() (bool, error) {
+		dep := &appsv1.Deployment{}
+		if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: plane.Name(id, "cdplane-controller")}, dep); err != nil {
+			return false, err
+		}
+		if got := cliquesGateArg(dep.Spec.Template.Spec.Containers[0].Args); got != want {
+			return false, fmt.Errorf("controller Deployment has ComputeDomainCliques=%q", got)
+		}
+		ds := &appsv1.DaemonSet{}
+		if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: plane.Name(id, "cdplane-kubelet-plugin")}, ds); err != nil {
+			return false, err
+		}
+		if got := cliquesGateArg(ds.Spec.Template.Spec.Containers[0].Args); got != want {
+			return false, fmt.Errorf("kubelet plugin DaemonSet has ComputeDomainCliques=%q", got)
+		}
+		pods := &corev1.PodList{}
+		if err := c.List(ctx(), pods, client.InNamespace(driverNS)); err != nil {
+			return false, err
+		}
+		controllers, plugins := 0, 0
+		for _, p := range pods.Items {
+			name := p.Labels["app.kubernetes.io/name"]
+			if name != "cdplane-controller" && name != "cdplane-kubelet-plugin" {
+				continue
+			}
+			if p.DeletionTimestamp != nil || !podReady(&p) {
+				return false, fmt.Errorf("pod %s not Ready", p.Name)
+			}
+			if got := cliquesGateArg(p.Spec.Containers[0].Args); got != want {
+				return false, fmt.Errorf("pod %s runs with ComputeDomainCliques=%q", p.Name, got)
+			}
+			if name == "cdplane-controller" {
+				controllers++
+			} else {
+				plugins++
+			}
+		}
+		if controllers != 1 || plugins != len(planeNodes(id, -1)) {
+			return false, fmt.Errorf("%d controller and %d plugin pods Ready", controllers, plugins)
+		}
+		return true, nil
+	})
+}
+
+// cliquesGateArg returns the value of ComputeDomainCliques in --feature-gates, "" when unset.
+func cliquesGateArg(args []string) string {
+	for _, a := range args {
+		gates, ok := strings.CutPrefix(a, "--feature-gates=")
+		if !ok {
+			continue
+		}
+		for _, g := range strings.Split(gates, ",") {
+			if v, ok := strings.CutPrefix(g, "ComputeDomainCliques="); ok {
+				return v
+			}
+		}
+	}
+	return ""
 }
 
 // A bad opaque config is refused when it is applied, naming the field.
 func TestUnknownOpaqueFieldRefused(t *testing.T) {
+	e2eOnly(t)
 	ns := namespace(t, planeA)
 	rct := &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: ns},
@@ -115,92 +238,11 @@ func TestUnknownOpaqueFieldRefused(t *testing.T) {
 	}
 }
 
-// Failover while a 2-rack job runs: force-deleting a worker (the Job replaces it), force-deleting
-// every daemon pod (the DaemonSet replaces them) and deleting a worker (the job goes on with
-// three). Each time the simulated IMEX peers match the cliques afterwards and the job
-// completes; after a force deletion the domain is Ready again with four nodes.
-func TestFailoverDuringTwoRackJob(t *testing.T) {
-	for name, tc := range map[string]struct {
-		disrupt    func(t *testing.T, ns string, cd *cdv1beta1.ComputeDomain)
-		replaced   bool
-		wantJoined int
-	}{
-		"force-delete one worker": {disrupt: func(t *testing.T, ns string, _ *cdv1beta1.ComputeDomain) {
-			p := jobPods(t, ns, "worker")[0]
-			must(t, c.Delete(ctx(), &p, client.GracePeriodSeconds(0)))
-		}, replaced: true, wantJoined: 4},
-		"force-delete all daemon pods": {disrupt: func(t *testing.T, _ string, cd *cdv1beta1.ComputeDomain) {
-			for _, p := range daemonPods(t, planeA, cd) {
-				must(t, c.Delete(ctx(), &p, client.GracePeriodSeconds(0)))
-			}
-		}, wantJoined: 4},
-		"delete one worker": {disrupt: func(t *testing.T, ns string, _ *cdv1beta1.ComputeDomain) {
-			p := jobPods(t, ns, "worker")[0]
-			must(t, c.Delete(ctx(), &p))
-		}, wantJoined: 3},
-	} {
-		t.Run(name, func(t *testing.T) {
-			ns := namespace(t, planeA)
-			racks := planeRacks(t, planeA)
-			cd := computeDomain(t, ns, "cd", 4, "")
-			job(t, ns, "worker", "cd", 4, 60*time.Second, racks...)
-			waitRunning(t, ns, "worker", 4, 3*time.Minute)
-			waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
-			if cl := cliques(t, planeA, cd); cl != 2 {
-				t.Fatalf("the job spans %d cliques, want 2 racks", cl)
-			}
-			checkIMEXPeers(t, planeA, cd)
-			tc.disrupt(t, ns, cd)
-			if tc.replaced {
-				waitRunning(t, ns, "worker", 4, 2*time.Minute)
-			}
-			eventually(t, 2*time.Minute, fmt.Sprintf("%d nodes Ready in the domain", tc.wantJoined), func() (bool, error) {
-				got := getCD(t, cd)
-				return int(got.Status.ReadyNodes) == tc.wantJoined && len(daemonPods(t, planeA, cd)) == tc.wantJoined, nil
-			})
-			if tc.wantJoined == 4 {
-				waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
-			}
-			checkIMEXPeers(t, planeA, cd)
-			waitComplete(t, ns, "worker", 4*time.Minute)
-		})
-	}
-}
-
-// Restarting a plane's controller leaves a live domain Ready, and the new controller serves a
-// new domain.
-func TestControllerRestartWithLiveDomain(t *testing.T) {
-	ns := namespace(t, planeB)
-	cd := computeDomain(t, ns, "cd", 1, "")
-	job(t, ns, "worker", "cd", 1, 0)
-	waitRunning(t, ns, "worker", 1, 2*time.Minute)
-	waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
-	pods := &corev1.PodList{}
-	must(t, c.List(ctx(), pods, client.InNamespace(plane.Name(planeB, plane.DriverNamespaceLegacyName)),
-		client.MatchingLabels{"app.kubernetes.io/name": "cdplane-controller"}))
-	if len(pods.Items) != 1 {
-		t.Fatalf("%d controller pods, want 1", len(pods.Items))
-	}
-	old := pods.Items[0]
-	deleteAndWait(t, &old)
-	eventually(t, 2*time.Minute, "a new controller pod Ready", func() (bool, error) {
-		pods := &corev1.PodList{}
-		if err := c.List(ctx(), pods, client.InNamespace(old.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "cdplane-controller"}); err != nil {
-			return false, err
-		}
-		return len(pods.Items) == 1 && pods.Items[0].UID != old.UID && podReady(&pods.Items[0]), nil
-	})
-	if got := getCD(t, cd); got.Status.Status != cdv1beta1.StatusReady {
-		t.Errorf("after the controller restart the domain is %q", got.Status.Status)
-	}
-	cd2 := computeDomain(t, ns, "cd2", 1, "")
-	job(t, ns, "worker2", "cd2", 1, 0)
-	waitStatus(t, cd2, cdv1beta1.StatusReady, 2*time.Minute)
-}
-
 // Two planes side by side: each plane's domain is served by its own daemons, in its own driver
 // namespace, on its own nodes.
 func TestTwoPlanesSideBySide(t *testing.T) {
+	e2eOnly(t)
+	waitPlanesIdle(t, planeA, planeB)
 	type run struct {
 		id, ns string
 		cd     *cdv1beta1.ComputeDomain
@@ -254,65 +296,4 @@ func cliques(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) int {
 	must(t, c.List(ctx(), list, client.InNamespace(plane.Name(id, plane.DriverNamespaceLegacyName)),
 		client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}))
 	return len(list.Items)
-}
-
-var _ = batchv1.Job{}
-
-// Flipping the ComputeDomainCliques gate with live domains (`cdplane apply plane` with the
-// sim's values and the gate): the live domain stays Ready with the same daemon pods, and a
-// domain created after each flip becomes Ready.
-func TestGateFlipWithLiveDomains(t *testing.T) {
-	ns := namespace(t, planeB)
-	cd := computeDomain(t, ns, "cd", 2, "")
-	job(t, ns, "worker", "cd", 2, 0)
-	waitRunning(t, ns, "worker", 2, 2*time.Minute)
-	waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
-	daemons := map[string]bool{}
-	for _, p := range daemonPods(t, planeB, cd) {
-		daemons[string(p.UID)] = true
-	}
-	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
-	must(t, err)
-	for i, on := range []bool{false, true} {
-		vals := simState.PlaneValues()
-		vals["featureGates"] = map[string]any{"ComputeDomainCliques": on}
-		must(t, m.ApplyPlane(ctx(), planeB, vals))
-		waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
-		for _, p := range daemonPods(t, planeB, cd) {
-			if !daemons[string(p.UID)] {
-				t.Errorf("gate %v: daemon pod %s was replaced", on, p.Name)
-			}
-		}
-		name := fmt.Sprintf("after-%d", i)
-		fresh := computeDomain(t, ns, name, 1, "")
-		job(t, ns, name, name, 1, 0)
-		waitStatus(t, fresh, cdv1beta1.StatusReady, 2*time.Minute)
-	}
-}
-
-// Restarting kube-apiserver with live domains: every component reconnects, the live domain is
-// Ready throughout the ten seconds after the apiserver answers again, and a new domain becomes
-// Ready. (Last in the file: a failed restart would break the scenarios after it.)
-func TestAPIServerRestartWithLiveDomains(t *testing.T) {
-	ns := namespace(t, planeA)
-	cd := computeDomain(t, ns, "cd", 2, "")
-	job(t, ns, "worker", "cd", 2, 0)
-	waitRunning(t, ns, "worker", 2, 2*time.Minute)
-	waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
-	must(t, sim.RestartComponent(ctx(), simState, stateDir, "kube-apiserver", 2*time.Minute))
-	// Consistently Ready: sampled every second for ten seconds.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); <-tick.C {
-		cur := &cdv1beta1.ComputeDomain{}
-		if err := c.Get(ctx(), client.ObjectKeyFromObject(cd), cur); err != nil {
-			continue // a client reconnecting
-		}
-		if cur.Status.Status != cdv1beta1.StatusReady {
-			t.Fatalf("after the apiserver restart the live domain is %q", cur.Status.Status)
-		}
-	}
-	fresh := computeDomain(t, ns, "after", 1, "")
-	job(t, ns, "after", "after", 1, 0)
-	waitStatus(t, fresh, cdv1beta1.StatusReady, 2*time.Minute)
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,7 +25,10 @@ import (
 
 // A claim left PrepareStarted by a plugin that stopped mid-prepare, and deleted while the plugin
 // was away, is cleaned when the plugin starts again: its node label and CDI spec go and the
-// checkpoint no longer holds it as started.
+// checkpoint no longer holds it as started. The spec is the file at the path the plugin writes
+// the claim's spec to (its --cdi-root on the node): a prepare that stopped after writing the
+// spec and before checkpointing PrepareCompleted leaves it there, and the test puts it there
+// while the plugin is away, as such a prepare would have, so that its removal is observed.
 //
 // How the scenario gets there, with ordinary cluster operations: a ResourceQuota in the
 // plane's driver namespace keeps new pods out of it, so the domain's daemon never starts and the
@@ -35,38 +37,13 @@ import (
 // workload pod is force-deleted and its claim goes; the quota is removed and the DaemonSet
 // brings the plugin back.
 func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
+	e2eOnly(t)
+	waitPlanesIdle(t, planeA)
 	ns := namespace(t, planeA)
 	driverNS := plane.Name(planeA, plane.DriverNamespaceLegacyName)
-	// Earlier scenarios' domains go with their namespaces, asynchronously: wait until the
-	// plane runs no daemon and no node serves a domain, so that the quota below is not freed
-	// by their pods leaving and the node is free for this domain.
-	node := ""
-	eventually(t, 3*time.Minute, "earlier scenarios' daemons gone and nodes free", func() (bool, error) {
-		pods := &corev1.PodList{}
-		if err := c.List(ctx(), pods, client.InNamespace(driverNS)); err != nil {
-			return false, err
-		}
-		for _, p := range pods.Items {
-			if strings.HasPrefix(p.Name, "computedomain-daemon-") {
-				return false, nil
-			}
-		}
-		nodes := &corev1.NodeList{}
-		if err := c.List(ctx(), nodes, client.HasLabels{cdv1beta1.ComputeDomainLabel}); err != nil {
-			return false, err
-		}
-		busy := map[string]bool{}
-		for _, n := range nodes.Items {
-			busy[n.Name] = true
-		}
-		for _, n := range simState.Nodes {
-			if n.Plane == planeA && !busy[n.Name] {
-				node = n.Name
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	// waitPlanesIdle: the plane runs no daemon and no node of it serves a domain, so the quota
+	// below is not freed by other pods leaving and the node is free for this domain.
+	node := planeNodes(planeA, -1)[0]
 	cd := computeDomain(t, ns, "cd", 1, "")
 
 	// The quota: no new pod in the driver namespace once the plugin pod on node is gone. Pods
@@ -135,7 +112,7 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 		}
 		claimUID = claim.UID
 		// PrepareStarted is checkpointed first, then the node labelled.
-		e, ok, err := checkpointEntry(node, claimUID)
+		e, ok, err := checkpointEntry(t, node, claimUID)
 		return ok && e.State == kubeletplugin.PrepareStarted && nodeHasDomainLabel(t, node, cd), err
 	})
 
@@ -144,6 +121,7 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 	if plugin == nil {
 		t.Fatalf("no kubelet plugin pod on %s", node)
 	}
+	spec := cdiSpecPath(t, node, claimUID)
 	deleteAndWait(t, plugin)
 	must(t, c.Delete(ctx(), worker, client.GracePeriodSeconds(0)))
 	eventually(t, 2*time.Minute, "the workload's claim gone", func() (bool, error) {
@@ -153,18 +131,27 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 	if p := pluginPod(t, driverNS, node); p != nil {
 		t.Fatalf("a plugin pod %s came back on %s under the quota; the scenario needs it away", p.Name, node)
 	}
-	if e, ok, err := checkpointEntry(node, claimUID); err != nil || !ok || e.State != kubeletplugin.PrepareStarted {
+	if e, ok, err := checkpointEntry(t, node, claimUID); err != nil || !ok || e.State != kubeletplugin.PrepareStarted {
 		t.Fatalf("with the plugin away the claim's checkpoint entry is %+v (present %v, err %v), want PrepareStarted", e, ok, err)
 	}
+	// What a prepare stopped between writing the spec and checkpointing leaves behind.
+	must(t, os.WriteFile(spec, fmt.Appendf(nil, `{"cdiVersion":"0.5.0","kind":%q,"devices":[{"name":%q,"containerEdits":{"deviceNodes":[{"path":"/dev/nvidia-caps-imex-channels/channel0"}]}}]}`,
+		kubeletplugin.CDIKind, string(claimUID)+"-channel-0"), 0o644))
 
 	// The plugin comes back and cleans up.
 	removeQuota()
 	eventually(t, 3*time.Minute, "the stale claim cleaned on "+node, func() (bool, error) {
-		e, ok, err := checkpointEntry(node, claimUID)
+		e, ok, err := checkpointEntry(t, node, claimUID)
 		if err != nil || (ok && e.State != kubeletplugin.PrepareAborted) {
 			return false, err
 		}
-		return !nodeHasDomainLabel(t, node, cd) && !cdiSpecPresent(t, node, claimUID), nil
+		if nodeHasDomainLabel(t, node, cd) {
+			return false, fmt.Errorf("node %s still labelled for the domain", node)
+		}
+		if _, err := os.Stat(spec); !errors.Is(err, os.ErrNotExist) {
+			return false, fmt.Errorf("CDI spec %s left behind (%v)", spec, err)
+		}
+		return true, nil
 	})
 	var restarted *corev1.Pod
 	eventually(t, 2*time.Minute, "the kubelet plugin back on "+node, func() (bool, error) {
@@ -178,31 +165,30 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 }
 
 // checkpointEntry reads a claim's entry from the plugin's checkpoint on a simulated node.
-func checkpointEntry(node string, uid types.UID) (kubeletplugin.ClaimEntry, bool, error) {
-	var found string
-	_ = filepath.WalkDir(filepath.Join(stateDir, "nodes", node), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && d.Name() == kubeletplugin.CheckpointFile {
-			found = p
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	if found == "" {
-		return kubeletplugin.ClaimEntry{}, false, nil
-	}
-	data, err := os.ReadFile(found)
+func checkpointEntry(t *testing.T, node string, uid types.UID) (kubeletplugin.ClaimEntry, bool, error) {
+	t.Helper()
+	cp, err := checkpoint(t, node)
+	e, ok := cp.Claims[uid]
+	return e, ok, err
+}
+
+// checkpoint reads the plugin's checkpoint on node (in its --state-dir); an absent one is
+// empty.
+func checkpoint(t *testing.T, node string) (kubeletplugin.Checkpoint, error) {
+	t.Helper()
+	var cp kubeletplugin.Checkpoint
+	path := filepath.Join(pluginHostPath(t, node, "--state-dir"), kubeletplugin.CheckpointFile)
+	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return kubeletplugin.ClaimEntry{}, false, nil
+		return cp, nil
 	}
 	if err != nil {
-		return kubeletplugin.ClaimEntry{}, false, err
+		return cp, err
 	}
-	var cp kubeletplugin.Checkpoint
 	if err := json.Unmarshal(data, &cp); err != nil {
-		return kubeletplugin.ClaimEntry{}, false, fmt.Errorf("%s: %w", found, err)
+		return cp, fmt.Errorf("%s: %w", path, err)
 	}
-	e, ok := cp.Claims[uid]
-	return e, ok, nil
+	return cp, nil
 }
 
 func nodeHasDomainLabel(t *testing.T, node string, cd *cdv1beta1.ComputeDomain) bool {
@@ -210,21 +196,6 @@ func nodeHasDomainLabel(t *testing.T, node string, cd *cdv1beta1.ComputeDomain) 
 	n := &corev1.Node{}
 	must(t, c.Get(ctx(), client.ObjectKey{Name: node}, n))
 	return n.Labels[cdv1beta1.ComputeDomainLabel] == string(cd.UID)
-}
-
-// cdiSpecPresent reports whether the claim's CDI spec file exists anywhere on the node.
-func cdiSpecPresent(t *testing.T, node string, uid types.UID) bool {
-	t.Helper()
-	name := kubeletplugin.CDISpecName(uid)
-	found := false
-	_ = filepath.WalkDir(filepath.Join(stateDir, "nodes", node), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Name() == name {
-			found = true
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	return found
 }
 
 // pluginPod returns the live kubelet plugin pod on node, or nil.

@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/plane"
+	"cdplane/internal/sim"
+)
+
+// Restarting a plane's controller with a live domain: the daemons carry on (same pods, no
+// container restart, IMEX still connected), the new controller keeps membership following the
+// workload (a node added, then one removed: status and cliques follow, the other nodes keep
+// their indexes, every IMEX reconnects to exactly its clique), and it serves a new domain.
+func TestControllerRestartWithLiveDomain(t *testing.T) {
+	e2eOnly(t)
+	liveDomainAcrossRestart(t, planeB, func(t *testing.T) {
+		pods := &corev1.PodList{}
+		must(t, c.List(ctx(), pods, client.InNamespace(plane.Name(planeB, plane.DriverNamespaceLegacyName)),
+			client.MatchingLabels{"app.kubernetes.io/name": "cdplane-controller"}))
+		if len(pods.Items) != 1 {
+			t.Fatalf("%d controller pods, want 1", len(pods.Items))
+		}
+		old := pods.Items[0]
+		deleteAndWait(t, &old)
+		eventually(t, 2*time.Minute, "a new controller pod Ready", func() (bool, error) {
+			pods := &corev1.PodList{}
+			if err := c.List(ctx(), pods, client.InNamespace(old.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "cdplane-controller"}); err != nil {
+				return false, err
+			}
+			return len(pods.Items) == 1 && pods.Items[0].UID != old.UID && podReady(&pods.Items[0]), nil
+		})
+	})
+}
+
+// Restarting kube-apiserver with a live domain: the domain is Ready throughout the ten seconds
+// after the apiserver answers again; every component reconnects: the daemons carry on and
+// their IMEX stays connected, and membership changes after the restart reach the controller,
+// the plugins (a new node's prepare) and the daemons already running (their IMEX reloads with
+// the new peer and without the one that left), and a new domain becomes Ready.
+func TestAPIServerRestartWithLiveDomains(t *testing.T) {
+	e2eOnly(t)
+	liveDomainAcrossRestart(t, planeA, func(t *testing.T) {
+		must(t, sim.RestartComponent(ctx(), simState, stateDir, "kube-apiserver", 2*time.Minute))
+	})
+}
+
+// liveDomainAcrossRestart runs a domain of plane id on two nodes of one rack, restarts
+// something, then checks that the daemons carried on and that membership still follows the
+// workload: a third node of the rack joins, then the first leaves.
+func liveDomainAcrossRestart(t *testing.T, id string, restart func(t *testing.T)) {
+	t.Helper()
+	waitPlanesIdle(t, id)
+	racks := planeRacks(t, id)
+	nodes := planeNodes(id, rackNumber(t, racks[0]))
+	spare := planeNodes(id, rackNumber(t, racks[1]))[0]
+	if len(nodes) < 3 {
+		t.Fatalf("rack %s of plane %s has %d nodes, want 3", racks[0], id, len(nodes))
+	}
+	n0, n1, n2 := nodes[0], nodes[1], nodes[2]
+	ns := namespace(t, id)
+	cd := computeDomain(t, ns, "cd", 2, "")
+	w0 := workerPod(t, ns, "w0", "cd", n0)
+	workerPod(t, ns, "w1", "cd", n1)
+	before, _ := waitMembership(t, id, cd, []string{n0, n1}, 2*time.Minute)
+	waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
+	checkIMEXConnected(t, id, cd)
+	daemons, err := liveDaemons(t, id, cd)
+	must(t, err)
+
+	restart(t)
+	// Ready throughout: sampled every second for ten seconds.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); <-tick.C {
+		cur := &cdv1beta1.ComputeDomain{}
+		if err := c.Get(ctx(), client.ObjectKeyFromObject(cd), cur); err != nil {
+			continue // a client reconnecting
+		}
+		if cur.Status.Status != cdv1beta1.StatusReady {
+			t.Fatalf("after the restart the live domain is %q", cur.Status.Status)
+		}
+	}
+	// The daemons carry on, and so does IMEX.
+	checkDaemonsKept(t, id, cd, daemons)
+	checkIMEXConnected(t, id, cd)
+
+	// Membership follows the workload: a node joins...
+	workerPod(t, ns, "w2", "cd", n2)
+	joined, _ := waitMembership(t, id, cd, []string{n0, n1, n2}, 2*time.Minute)
+	checkIndexesKept(t, before, joined, []string{n0, n1})
+	waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
+	checkIMEXConnected(t, id, cd)
+	checkDaemonsKept(t, id, cd, daemons)
+	// ...and one leaves.
+	deleteAndWait(t, w0)
+	left, _ := waitMembership(t, id, cd, []string{n1, n2}, 2*time.Minute)
+	checkIndexesKept(t, joined, left, []string{n1, n2})
+	waitStatus(t, cd, cdv1beta1.StatusReady, time.Minute)
+	checkIMEXConnected(t, id, cd)
+	delete(daemons, n0)
+	checkDaemonsKept(t, id, cd, daemons)
+
+	// And a new domain is served.
+	fresh := computeDomain(t, ns, "after", 1, "")
+	workerPod(t, ns, "after", "after", spare)
+	waitStatus(t, fresh, cdv1beta1.StatusReady, 2*time.Minute)
+}
+
+// checkDaemonsKept asserts that each node of before still runs the same daemon pod, whose
+// containers did not restart.
+func checkDaemonsKept(t *testing.T, id string, cd *cdv1beta1.ComputeDomain, before map[string]corev1.Pod) {
+	t.Helper()
+	now, err := liveDaemons(t, id, cd)
+	must(t, err)
+	for node, old := range before {
+		p, ok := now[node]
+		switch {
+		case !ok:
+			t.Errorf("no daemon pod on %s any more (was %s)", node, old.Name)
+		case p.UID != old.UID:
+			t.Errorf("the daemon pod on %s was replaced: %s (%s) is now %s (%s)", node, old.Name, old.UID, p.Name, p.UID)
+		case restarts(&p) != restarts(&old):
+			t.Errorf("the daemon on %s restarted: %d container restarts, %d before", node, restarts(&p), restarts(&old))
+		}
+	}
+}
+
+func restarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, s := range p.Status.ContainerStatuses {
+		n += s.RestartCount
+	}
+	return n
+}
+
+func rackNumber(t *testing.T, rack string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(rack, &n); err != nil {
+		t.Fatalf("rack %q: %v", rack, err)
+	}
+	return n
+}

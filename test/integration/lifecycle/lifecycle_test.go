@@ -3,11 +3,13 @@ package lifecycle
 import (
 	"cdplane/internal/scheme"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -15,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -272,42 +275,197 @@ func checkRBAC(t *testing.T, nsA, nsB string) {
 		t.Errorf("a plugin wrote another driver's slice: %v", err)
 	}
 
-	// Labels: plane-b's service accounts and a namespace editor cannot set, change or remove
-	// a plane label on a namespace or node.
+	// Labels: plane-b's controller, a namespace editor and a user whom RBAC lets change
+	// namespaces and nodes cannot set, change or remove a plane label on a namespace or node.
+	// Each refusal is asserted for what it is: RBAC's where the identity lacks the right, an
+	// admission policy's where it has it (admission is then all that stands in the way).
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-node-" + nsA, Labels: plane.Stamp("plane-a", nil)}}
 	must(t, testCluster.Client.Create(ctx, node))
 	t.Cleanup(func() { _ = testCluster.Client.Delete(context.Background(), node) })
 	must(t, testCluster.Client.Create(ctx, rolebinding(nsB, "tenant-edit", "edit", "tenant")))
-	tenantCfg := rest.CopyConfig(testCluster.Config)
-	tenantCfg.Impersonate = rest.ImpersonationConfig{UserName: "tenant", Groups: []string{"system:authenticated"}}
-	tenant, err := client.New(tenantCfg, client.Options{Scheme: scheme.New()})
-	must(t, err)
-	for who, c := range map[string]client.Client{"plane-b controller": as("plane-b", "cdplane-controller"), "tenant editor": tenant} {
-		for what, obj := range map[string]client.Object{"namespace " + nsA: &corev1.Namespace{}, "node " + node.Name: &corev1.Node{}} {
-			name := strings.SplitN(what, " ", 2)[1]
+	tenant := asUser(t, "tenant")
+	labelEditor := asUser(t, "label-editor-"+nsA)
+	must(t, testCluster.Client.Create(ctx, labelEditorRole(nsA)))
+	must(t, testCluster.Client.Create(ctx, clusterRoleBinding("label-editor-"+nsA, "label-editor-"+nsA, "label-editor-"+nsA)))
+	t.Cleanup(func() {
+		_ = testCluster.Client.Delete(context.Background(), labelEditorRole(nsA))
+		_ = testCluster.Client.Delete(context.Background(), clusterRoleBinding("label-editor-"+nsA, "", ""))
+	})
+	const (
+		byRBAC   = "rbac"
+		byPolicy = "policy"
+	)
+	for _, tc := range []struct {
+		who       string
+		c         client.Client
+		namespace string // who refuses a change on a namespace
+		node      string // who refuses a change on a node
+	}{
+		{"plane-b controller", as("plane-b", "cdplane-controller"), byRBAC, byPolicy},
+		{"tenant editor", tenant, byRBAC, byRBAC},
+		{"label editor", labelEditor, byPolicy, byPolicy},
+	} {
+		for _, target := range []struct {
+			obj client.Object
+			by  string
+		}{{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsA}}, tc.namespace}, {node.DeepCopy(), tc.node}} {
+			kind := "namespaces"
+			if _, ok := target.obj.(*corev1.Node); ok {
+				kind = "nodes"
+			}
+			// RBAC would be checked first anyway; make sure the expectation matches the grant.
+			if allowed := canPatch(t, tc.c, kind); allowed != (target.by == byPolicy) {
+				t.Fatalf("%s may patch %s: %v; the test expects a refusal by %s", tc.who, kind, allowed, target.by)
+			}
 			for change, value := range map[string]*string{"change": ptr("plane-b"), "remove": nil} {
-				cur := obj.DeepCopyObject().(client.Object)
-				must(t, testCluster.Client.Get(ctx, client.ObjectKey{Name: name}, cur))
-				patch := client.MergeFrom(cur.DeepCopyObject().(client.Object))
-				l := cur.GetLabels()
-				if value == nil {
-					delete(l, cdv1beta1.ControlPlaneLabel)
-				} else {
-					l[cdv1beta1.ControlPlaneLabel] = *value
+				what := fmt.Sprintf("%s: %s the plane label of %s %s", tc.who, change, kind, target.obj.GetName())
+				err := tc.c.Patch(ctx, target.obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, labelPatch(value)))
+				switch {
+				case err == nil:
+					t.Errorf("%s: admitted", what)
+				case target.by == byRBAC && !(apierrors.IsForbidden(err) && strings.Contains(err.Error(), `cannot patch resource "`+kind+`"`)):
+					t.Errorf("%s: %v, want RBAC's refusal", what, err)
+				case target.by == byPolicy && !(apierrors.IsForbidden(err) && isLabelPolicyRefusal(err)):
+					t.Errorf("%s: %v, want an admission policy's refusal", what, err)
 				}
-				cur.SetLabels(l)
-				if err := c.Patch(ctx, cur, patch); err == nil {
-					t.Errorf("%s could %s the plane label on %s", who, change, what)
+				if got := planeLabel(t, target.obj); got != "plane-a" {
+					t.Errorf("%s: the label reads %q on a fresh GET, want plane-a", what, got)
 				}
 			}
 		}
-		cd := testutil.MakeComputeDomain("forged-"+strings.ReplaceAll(who, " ", "-")).Namespace(nsB).Label(cdv1beta1.ControlPlaneLabel, "plane-a").Obj()
-		if err := c.Create(ctx, cd); err == nil && cd.Labels[cdv1beta1.ControlPlaneLabel] != "plane-b" {
-			t.Errorf("%s created a ComputeDomain in plane-b's namespace labelled %q", who, cd.Labels[cdv1beta1.ControlPlaneLabel])
-		} else if err == nil {
-			must(t, testCluster.Client.Delete(ctx, cd))
+	}
+	// The refusals are about the plane label, not the identities: plane-b's controller sets
+	// and removes the domain label on a plane-b node (its job), each visible on a fresh GET.
+	ownNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-own-node-" + nsA, Labels: plane.Stamp("plane-b", nil)}}
+	must(t, testCluster.Client.Create(ctx, ownNode))
+	t.Cleanup(func() { _ = testCluster.Client.Delete(context.Background(), ownNode) })
+	for _, value := range []string{"5a1e0c6b-7d7e-4b8e-9f00-00000000000b", ""} {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, cdv1beta1.ComputeDomainLabel, value)
+		if value == "" {
+			patch = fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, cdv1beta1.ComputeDomainLabel)
+		}
+		if err := as("plane-b", "cdplane-controller").Patch(ctx, ownNode.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			t.Errorf("plane-b's controller setting the domain label of its node to %q: %v", value, err)
+			continue
+		}
+		cur := &corev1.Node{}
+		must(t, testCluster.Client.Get(ctx, client.ObjectKeyFromObject(ownNode), cur))
+		if got := cur.Labels[cdv1beta1.ComputeDomainLabel]; got != value {
+			t.Errorf("plane-b's controller set the domain label of its node to %q, admitted: a fresh GET reads %q", value, got)
 		}
 	}
+
+	// A forged label on a new ComputeDomain: the tenant, allowed to create ComputeDomains in
+	// its namespace (edit does not cover the CRD; a role does), gets its domain admitted with
+	// its namespace's plane stamped, as a fresh GET shows; relabelling it is admitted and
+	// stamped back. plane-b's controller may not create ComputeDomains at all (RBAC).
+	must(t, testCluster.Client.Create(ctx, domainEditorRole(nsA)))
+	t.Cleanup(func() { _ = testCluster.Client.Delete(context.Background(), domainEditorRole(nsA)) })
+	must(t, testCluster.Client.Create(ctx, rolebindingTo(nsB, "tenant-domains", "ClusterRole", domainEditorRole(nsA).GetName(), "tenant")))
+	forged := testutil.MakeComputeDomain("forged-tenant").Namespace(nsB).Label(cdv1beta1.ControlPlaneLabel, "plane-a").Obj()
+	if err := tenant.Create(ctx, forged); err != nil {
+		t.Errorf("tenant creating a ComputeDomain in its namespace: %v", err)
+	} else {
+		if got := planeLabel(t, forged); got != "plane-b" {
+			t.Errorf("tenant's ComputeDomain created with label plane-a in plane-b's namespace: a fresh GET reads %q, want plane-b", got)
+		}
+		err := tenant.Patch(ctx, forged.DeepCopy(), client.RawPatch(types.MergePatchType, labelPatch(ptr("plane-a"))))
+		if err != nil {
+			t.Errorf("tenant relabelling its ComputeDomain: %v, want admitted and stamped back", err)
+		}
+		if got := planeLabel(t, forged); got != "plane-b" {
+			t.Errorf("tenant relabelled its ComputeDomain plane-a: a fresh GET reads %q, want plane-b", got)
+		}
+		must(t, testCluster.Client.Delete(ctx, forged))
+	}
+	byController := testutil.MakeComputeDomain("forged-controller").Namespace(nsB).Label(cdv1beta1.ControlPlaneLabel, "plane-a").Obj()
+	if err := as("plane-b", "cdplane-controller").Create(ctx, byController); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `cannot create resource "computedomains"`) {
+		t.Errorf("plane-b's controller creating a ComputeDomain: %v, want RBAC's refusal", err)
+		if err == nil {
+			must(t, testCluster.Client.Delete(ctx, byController))
+		}
+	}
+}
+
+// isLabelPolicyRefusal reports whether err is the refusal of an admission policy that guards
+// plane labels: the prerequisites' ownership policy, or (for a plane's own components) the
+// plane's node policy, whichever the apiserver evaluated first.
+func isLabelPolicyRefusal(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "ValidatingAdmissionPolicy 'control-plane-ownership-labels.nvidia.com'") && strings.Contains(msg, "only cluster administrators") ||
+		strings.Contains(msg, "-cdplane-node-labels'") && strings.Contains(msg, "may only change nodes assigned to their plane")
+}
+
+// asUser returns a client acting as user name, authenticated and in no other group.
+func asUser(t *testing.T, name string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(testCluster.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: name, Groups: []string{"system:authenticated"}}
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	must(t, err)
+	return c
+}
+
+// canPatch asks the apiserver whether c's identity may patch resource kind (core group,
+// cluster-wide): what RBAC grants, before admission.
+func canPatch(t *testing.T, c client.Client, kind string) bool {
+	t.Helper()
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: kind},
+	}}
+	must(t, c.Create(context.Background(), review))
+	return review.Status.Allowed
+}
+
+// planeLabel reads obj's plane label on a fresh GET.
+func planeLabel(t *testing.T, obj client.Object) string {
+	t.Helper()
+	cur := obj.DeepCopyObject().(client.Object)
+	must(t, testCluster.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), cur))
+	return cur.GetLabels()[cdv1beta1.ControlPlaneLabel]
+}
+
+func labelPatch(value *string) []byte {
+	if value == nil {
+		return []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, cdv1beta1.ControlPlaneLabel))
+	}
+	return []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, cdv1beta1.ControlPlaneLabel, *value))
+}
+
+// labelEditorRole lets its holder change namespaces and nodes, labels included, so that only
+// admission stands between it and the plane label.
+func labelEditorRole(suffix string) client.Object {
+	return clusterRole("label-editor-"+suffix, []any{
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"namespaces", "nodes"}, "verbs": []any{"get", "list", "patch", "update"}},
+	})
+}
+
+// domainEditorRole grants what a tenant needs on ComputeDomains.
+func domainEditorRole(suffix string) client.Object {
+	return clusterRole("computedomain-editor-"+suffix, []any{
+		map[string]any{"apiGroups": []any{cdv1beta1.GroupName}, "resources": []any{"computedomains"}, "verbs": []any{"get", "list", "watch", "create", "update", "patch", "delete"}},
+	})
+}
+
+func clusterRole(name string, rules []any) client.Object {
+	r := &unstructured.Unstructured{}
+	r.SetUnstructuredContent(map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+		"metadata": map[string]any{"name": name},
+		"rules":    rules,
+	})
+	return r
+}
+
+func clusterRoleBinding(name, role, user string) client.Object {
+	rb := &unstructured.Unstructured{}
+	rb.SetUnstructuredContent(map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+		"metadata": map[string]any{"name": name},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+		"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}},
+	})
+	return rb
 }
 
 func forbidden(t *testing.T, what string, err error) {
@@ -320,11 +478,15 @@ func forbidden(t *testing.T, what string, err error) {
 func ptr(s string) *string { return &s }
 
 func rolebinding(ns, name, role, user string) client.Object {
+	return rolebindingTo(ns, name, "ClusterRole", role, user)
+}
+
+func rolebindingTo(ns, name, roleKind, role, user string) client.Object {
 	rb := &unstructured.Unstructured{}
 	rb.SetUnstructuredContent(map[string]any{
 		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
 		"metadata": map[string]any{"name": name, "namespace": ns},
-		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": roleKind, "name": role},
 		"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}},
 	})
 	return rb

@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/component-base/featuregate"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -108,6 +110,26 @@ func (n *node) startOnSpecFile(crash bool) (waitLogged func(text string)) {
 	}
 }
 
+var attempts atomic.Int32
+
+// refusedOnce prepares new claims of domain cd (a prepared claim is answered from the
+// checkpoint) until one is refused: the plugin rediscovers its fabric every 100ms, so the first
+// ones may be prepared before it has seen a change. It returns the refusal and the claim.
+func (n *node) refusedOnce(what string, cd *cdv1beta1.ComputeDomain) (string, *resourcev1.ResourceClaim) {
+	n.e.t.Helper()
+	var refusal string
+	var refused *resourcev1.ResourceClaim
+	i := 0
+	n.e.eventually(20*time.Second, what, func() (bool, error) {
+		i++
+		claim := n.e.channelClaim(n.e.ns, fmt.Sprintf("attempt-%d", attempts.Add(1)), n, cd, "")
+		resp, _ := n.prepare(claim)
+		refusal, refused = resp.Error, claim
+		return refusal != "", fmt.Errorf("%d claims prepared", i)
+	})
+	return refusal, refused
+}
+
 func (n *node) serving() bool {
 	select {
 	case <-n.drv.Done():
@@ -134,14 +156,11 @@ func TestFabricRegistrationAtRunTime(t *testing.T) {
 	e.setClique(cd, n, cdv1beta1.StatusReady)
 	n.mustPrepare(e.channelClaim(e.ns, "before", n, cd, ""))
 
-	// In progress. The plugin logs each discovery that fails: once it has logged this one, it
-	// knows.
+	// In progress.
 	n.setFabric(nvml.FabricStateInProgress, nvml.FabricStatusSuccess)
-	waitLogged("IN_PROGRESS")
-	registering := e.channelClaim(e.ns, "registering", n, cd, "")
-	got, _ := n.prepare(registering)
-	if !strings.Contains(got.Error, "retryable error") || !strings.Contains(got.Error, nvml.ErrFabricNotReady.Error()) || !strings.Contains(got.Error, "IN_PROGRESS") {
-		t.Errorf("prepare while the fabric registers: %q, want a retryable error saying registration is in progress", got.Error)
+	got, registering := n.refusedOnce("a prepare refused while the fabric registers", cd)
+	if !strings.Contains(got, "retryable error") || !strings.Contains(got, nvml.ErrFabricNotReady.Error()) || !strings.Contains(got, "IN_PROGRESS") {
+		t.Errorf("prepare while the fabric registers: %q, want a retryable error saying registration is in progress", got)
 	}
 	if _, ok := n.cdiSpec(registering.UID); ok {
 		t.Error("CDI spec written while the fabric registers")
@@ -162,14 +181,13 @@ func TestFabricRegistrationAtRunTime(t *testing.T) {
 		t.Error("no CDI spec once registration completed")
 	}
 
-	// Failed: visible in the log and in prepare's answer; the plugin keeps serving.
+	// Failed: visible in prepare's answer and in the log; the plugin keeps serving.
 	n.setFabric(nvml.FabricStateCompleted, 999)
-	waitLogged(failedRegistration)
-	broken := e.channelClaim(e.ns, "failed", n, cd, "")
-	got, _ = n.prepare(broken)
-	if !strings.Contains(got.Error, failedRegistration) {
-		t.Errorf("prepare after registration failed: %q, want it to contain %q", got.Error, failedRegistration)
+	got, broken := n.refusedOnce("a prepare refused once registration failed", cd)
+	if !strings.Contains(got, failedRegistration) {
+		t.Errorf("prepare after registration failed: %q, want it to contain %q", got, failedRegistration)
 	}
+	waitLogged(failedRegistration)
 	if _, ok := n.cdiSpec(broken.UID); ok {
 		t.Error("CDI spec written with a failed fabric")
 	}
@@ -185,15 +203,14 @@ func TestFabricFailureAtRunTimeIsFatal(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	n := e.addNode(22)
-	waitLogged := n.startOnSpecFile(true)
+	n.startOnSpecFile(true)
 	cd := e.createCD(e.ns, "fatal")
 	e.setClique(cd, n, cdv1beta1.StatusReady)
 
 	n.setFabric(nvml.FabricStateInProgress, nvml.FabricStatusSuccess)
-	waitLogged("IN_PROGRESS")
-	got, _ := n.prepare(e.channelClaim(e.ns, "registering", n, cd, ""))
-	if !strings.Contains(got.Error, "retryable error") || !strings.Contains(got.Error, "IN_PROGRESS") {
-		t.Errorf("prepare while the fabric registers: %q, want a retryable error", got.Error)
+	got, _ := n.refusedOnce("a prepare refused while the fabric registers", cd)
+	if !strings.Contains(got, "retryable error") || !strings.Contains(got, "IN_PROGRESS") {
+		t.Errorf("prepare while the fabric registers: %q, want a retryable error", got)
 	}
 	if !n.serving() {
 		t.Fatalf("the plugin stopped while the fabric registers: %v", n.drv.Err())

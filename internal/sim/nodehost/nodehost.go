@@ -19,6 +19,7 @@ import (
 	"cdplane/internal/daemon"
 	"cdplane/internal/imex"
 	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/nvml"
 	"cdplane/internal/sim/imexsim"
 	"cdplane/internal/sim/nvmlsim"
 )
@@ -77,19 +78,37 @@ func Plugin(inv component.Invocation) (kubeletplugin.Host, error) {
 	if nodeDir == "" {
 		return kubeletplugin.Host{}, fmt.Errorf("%s is not set: this plugin must run on a simulated node", NodeDirEnv)
 	}
-	data, err := os.ReadFile(filepath.Join(nodeDir, NVMLSpecPath))
-	if err != nil {
-		return kubeletplugin.Host{}, fmt.Errorf("the simulated node's NVML: %w", err)
-	}
-	spec, err := nvmlsim.Parse(data)
-	if err != nil {
+	disc := specFile(filepath.Join(nodeDir, NVMLSpecPath))
+	if _, err := disc.read(); err != nil {
 		return kubeletplugin.Host{}, err
 	}
 	return kubeletplugin.Host{
-		Discoverer:     spec,
+		Discoverer:     disc,
 		ReadHostFile:   func(p string) ([]byte, error) { return os.ReadFile(onNode(nodeDir, p)) },
 		MakeCharDevice: makeFileDevice,
 	}, nil
+}
+
+// specFile is a simulated node's NVML read from its spec file on every discovery, so that a
+// change of the node's fabric (registration finishing, failing) reaches a running plugin, as a
+// real GPU's fabric state changes under a running driver.
+type specFile string
+
+func (f specFile) read() (nvmlsim.Node, error) {
+	data, err := os.ReadFile(string(f))
+	if err != nil {
+		return nvmlsim.Node{}, fmt.Errorf("the simulated node's NVML: %w", err)
+	}
+	return nvmlsim.Parse(data)
+}
+
+// Discover reads the spec file and discovers from it.
+func (f specFile) Discover(ctx context.Context) (nvml.Result, error) {
+	spec, err := f.read()
+	if err != nil {
+		return nvml.Result{Backend: nvmlsim.Backend}, err
+	}
+	return spec.Discover(ctx)
 }
 
 // onNode maps a host path under /proc to the node's copy; others are already node paths (the

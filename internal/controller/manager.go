@@ -3,7 +3,6 @@
 package controller
 
 import (
-	"cdplane/internal/scheme"
 	"context"
 	"fmt"
 	"maps"
@@ -30,6 +29,7 @@ import (
 	"cdplane/internal/controller/computedomain"
 	"cdplane/internal/controller/secretmirror"
 	"cdplane/internal/plane"
+	"cdplane/internal/scheme"
 )
 
 // Options configure the controller manager.

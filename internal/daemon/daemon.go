@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	cdv1beta1 "cdplane/api/v1beta1"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/imex"
 )
 

@@ -1,9 +1,10 @@
 package features
 
 import (
-	"k8s.io/component-base/featuregate"
 	"strings"
 	"testing"
+
+	"k8s.io/component-base/featuregate"
 )
 
 func TestParseAndValidate(t *testing.T) {

@@ -1,11 +1,12 @@
 package imex
 
 import (
-	"cdplane/internal/atomicfile"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+
+	"cdplane/internal/atomicfile"
 )
 
 // Action is what a running IMEX daemon needs after its files changed.

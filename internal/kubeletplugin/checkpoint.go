@@ -1,7 +1,6 @@
 package kubeletplugin
 
 import (
-	"cdplane/internal/atomicfile"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"cdplane/internal/atomicfile"
 )
 
 // ClaimState is where a claim's preparation stands.

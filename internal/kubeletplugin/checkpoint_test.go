@@ -1,7 +1,6 @@
 package kubeletplugin
 
 import (
-	"cdplane/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
+
+	"cdplane/internal/atomicfile"
 )
 
 func TestCheckpointRoundTrip(t *testing.T) {

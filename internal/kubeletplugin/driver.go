@@ -1,7 +1,6 @@
 package kubeletplugin
 
 import (
-	"cdplane/internal/scheme"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"cdplane/internal/features"
 	"cdplane/internal/nvml"
 	"cdplane/internal/plane"
+	"cdplane/internal/scheme"
 )
 
 // Defaults of Options.

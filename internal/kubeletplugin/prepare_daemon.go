@@ -2,19 +2,18 @@ package kubeletplugin
 
 import (
 	"bytes"
-	cdv1beta1 "cdplane/api/v1beta1"
-	"cdplane/internal/atomicfile"
-	"cdplane/internal/daemonenv"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 
-	cdispec "tags.cncf.io/container-device-interface/specs-go"
-
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/atomicfile"
+	"cdplane/internal/daemonenv"
 	"cdplane/internal/imex"
 )
 

@@ -7,7 +7,6 @@
 package lifecycle
 
 import (
-	"cdplane/internal/scheme"
 	"fmt"
 	"io"
 	"time"
@@ -19,6 +18,7 @@ import (
 
 	charts "cdplane/deployments/helm"
 	"cdplane/internal/plane"
+	"cdplane/internal/scheme"
 )
 
 const (

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"cdplane/internal/scheme"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +21,7 @@ import (
 
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/progress"
+	"cdplane/internal/scheme"
 	"cdplane/internal/sim/controlplane"
 	"cdplane/internal/sim/kubelet"
 )

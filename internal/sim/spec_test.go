@@ -1,11 +1,12 @@
 package sim
 
 import (
-	"cdplane/internal/sim/nvmlsim"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"cdplane/internal/sim/nvmlsim"
 )
 
 func TestBuildNodes(t *testing.T) {

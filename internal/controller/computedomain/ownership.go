@@ -1,7 +1,6 @@
 package computedomain
 
 import (
-	"cdplane/internal/metrics"
 	"context"
 	"fmt"
 
@@ -10,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/metrics"
 	"cdplane/internal/plane"
 )
 

@@ -1,7 +1,6 @@
 package computedomain
 
 import (
-	"cdplane/internal/daemonenv"
 	"encoding/json"
 	"fmt"
 
@@ -13,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/daemonenv"
 	"cdplane/internal/plane"
 )
 

@@ -1,7 +1,6 @@
 package secretmirror
 
 import (
-	"cdplane/internal/metrics"
 	"context"
 	"fmt"
 
@@ -12,6 +11,8 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"cdplane/internal/metrics"
 )
 
 // outcome is what one write of a copy did.

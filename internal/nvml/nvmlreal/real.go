@@ -5,12 +5,13 @@
 package nvmlreal
 
 import (
-	"cdplane/internal/nvml"
 	"context"
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/dl"
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"cdplane/internal/nvml"
 )
 
 // NVML's two fabric info entry points: the versioned one (R550 and later) and

@@ -3,7 +3,6 @@
 package nvmlreal
 
 import (
-	"cdplane/internal/nvml"
 	"context"
 	"errors"
 	"strings"
@@ -11,6 +10,8 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
+
+	"cdplane/internal/nvml"
 )
 
 // fakeLibrary stands in for go-nvml. Its zero value is a working library

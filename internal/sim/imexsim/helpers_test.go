@@ -2,11 +2,9 @@ package imexsim
 
 import (
 	"bytes"
-	"cdplane/internal/imex"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/google/go-cmp/cmp"
 	"net"
 	"os"
 	"os/signal"
@@ -19,6 +17,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
+
+	"cdplane/internal/imex"
 )
 
 // helperEnv makes the test binary act as another program when it is started as a child:

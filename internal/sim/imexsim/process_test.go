@@ -1,8 +1,6 @@
 package imexsim
 
 import (
-	"cdplane/internal/atomicfile"
-	"cdplane/internal/imex"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"cdplane/internal/atomicfile"
+	"cdplane/internal/imex"
 )
 
 // startProcess starts p and stops it when the test ends.

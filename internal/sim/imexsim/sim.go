@@ -12,7 +12,6 @@
 package imexsim
 
 import (
-	"cdplane/internal/imex"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -27,6 +26,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+
+	"cdplane/internal/imex"
 )
 
 // ErrCrashed ends a simulated IMEX run that was told to crash.

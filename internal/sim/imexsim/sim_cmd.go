@@ -1,7 +1,6 @@
 package imexsim
 
 import (
-	"cdplane/internal/imex"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"cdplane/internal/imex"
 )
 
 // The simulated command service answers one command a connection, one line each way:

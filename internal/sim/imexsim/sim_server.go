@@ -2,7 +2,6 @@ package imexsim
 
 import (
 	"bufio"
-	"cdplane/internal/imex"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"cdplane/internal/imex"
 )
 
 const (

@@ -1,7 +1,6 @@
 package imexsim
 
 import (
-	"cdplane/internal/imex"
 	"context"
 	"errors"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"cdplane/internal/imex"
 )
 
 // startSim starts an in-process simulated IMEX for n and stops it when the test ends.

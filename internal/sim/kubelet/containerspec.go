@@ -1,14 +1,15 @@
 package kubelet
 
 import (
-	corev1 "k8s.io/api/core/v1"
-
-	"cdplane/internal/sim/imexsim"
 	"context"
 	"fmt"
 	"os"
 	"path"
 	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"cdplane/internal/sim/imexsim"
 )
 
 // containerSpec resolves a container for its next instance and opens its log.

@@ -1,7 +1,6 @@
 package kubelet
 
 import (
-	"cdplane/internal/atomicfile"
 	"context"
 	"fmt"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
+
+	"cdplane/internal/atomicfile"
 )
 
 // DefaultTokenExpiration is the lifetime of the tokens requested for pods.

@@ -1,7 +1,6 @@
 package kubelet
 
 import (
-	"cdplane/internal/atomicfile"
 	"context"
 	"fmt"
 	"os"
@@ -11,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"cdplane/internal/atomicfile"
 )
 
 // ServiceAccountMountPath is where Kubernetes pods find their service-account credentials.

@@ -5,13 +5,14 @@ package nvmlsim
 
 import (
 	"bytes"
-	"cdplane/internal/nvml"
 	"context"
 	"crypto/sha1"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+
+	"cdplane/internal/nvml"
 )
 
 // Backend names this backend in nvml.Result.Backend.

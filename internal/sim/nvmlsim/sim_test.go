@@ -1,13 +1,14 @@
 package nvmlsim
 
 import (
-	"cdplane/internal/nvml"
 	"context"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"cdplane/internal/nvml"
 )
 
 // Expected values computed independently with Python:

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"cdplane/internal/sim/imexsim"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"cdplane/internal/daemon"
 	"cdplane/internal/features"
 	"cdplane/internal/imex"
+	"cdplane/internal/sim/imexsim"
 	"cdplane/internal/testutil"
 )
 

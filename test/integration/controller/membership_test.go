@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"cdplane/internal/sim/imexsim"
 	"context"
 	"fmt"
 	"sync"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
 	appsv1 "k8s.io/api/apps/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/sim/imexsim"
 )
 
 func TestFabriclessNodes(t *testing.T) {

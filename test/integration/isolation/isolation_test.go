@@ -3,7 +3,6 @@
 package isolation
 
 import (
-	"cdplane/internal/metrics"
 	"context"
 	"fmt"
 	"os"
@@ -22,6 +21,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller"
 	"cdplane/internal/controller/computedomain"
+	"cdplane/internal/metrics"
 	"cdplane/internal/plane"
 	"cdplane/internal/testutil"
 	"cdplane/internal/testutil/cluster"

@@ -1,7 +1,6 @@
 package kubeletplugin
 
 import (
-	"cdplane/internal/testutil"
 	"context"
 	"fmt"
 	"strings"
@@ -9,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/testutil"
 	"cdplane/internal/testutil/prereqs"
 )
 

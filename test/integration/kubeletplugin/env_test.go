@@ -1,9 +1,6 @@
 package kubeletplugin
 
 import (
-	"cdplane/internal/component"
-	"cdplane/internal/sim/nodehost"
-	"cdplane/internal/sim/nvmlsim"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,14 +10,13 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,8 +29,11 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/component"
 	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/sim/nodehost"
+	"cdplane/internal/sim/nvmlsim"
 	"cdplane/internal/testutil"
 )
 

@@ -1,7 +1,6 @@
 package kubeletplugin
 
 import (
-	"cdplane/internal/sim/nvmlsim"
 	"context"
 	"fmt"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"cdplane/internal/controller"
 	"cdplane/internal/controller/computedomain"
 	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/sim/nvmlsim"
 	"cdplane/internal/testutil"
 )
 

@@ -1,7 +1,6 @@
 package kubeletplugin
 
 import (
-	"cdplane/internal/sim/nodehost"
 	"context"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/sim/nodehost"
 	"cdplane/internal/testutil/cluster"
 )
 

@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"cdplane/internal/scheme"
 	"context"
 	"fmt"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	charts "cdplane/deployments/helm"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
+	"cdplane/internal/scheme"
 	"cdplane/internal/testutil"
 )
 

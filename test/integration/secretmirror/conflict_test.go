@@ -1,7 +1,6 @@
 package secretmirror
 
 import (
-	"cdplane/internal/metrics"
 	"context"
 	"fmt"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/secretmirror"
+	"cdplane/internal/metrics"
 )
 
 // writer is a concurrent writer of one copy: it keeps overwriting the copy's data with the

@@ -1,7 +1,6 @@
 package secretmirror
 
 import (
-	"cdplane/internal/metrics"
 	"context"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/secretmirror"
+	"cdplane/internal/metrics"
 )
 
 // TestColdStartReplaysPreexistingSecrets: Secrets, stale copies and orphaned copies that exist

@@ -1,7 +1,6 @@
 package secretmirror
 
 import (
-	"cdplane/internal/metrics"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -24,6 +23,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/secretmirror"
+	"cdplane/internal/metrics"
 )
 
 // hijacker is a validating admission webhook, called by the apiserver for Secret writes in one

@@ -1,9 +1,6 @@
 package simkubelet
 
 import (
-	"cdplane/internal/component"
-	"cdplane/internal/sim/nodehost"
-	"cdplane/internal/sim/nvmlsim"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,8 +23,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/component"
 	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/sim/nodehost"
+	"cdplane/internal/sim/nvmlsim"
 	"cdplane/internal/testutil"
 )
 

@@ -76,9 +76,13 @@ func TestKubeletPluginRestartWithRunningWorkloads(t *testing.T) {
 		plugin = pluginPod(t, driverNS, node)
 		return plugin != nil && plugin.UID != old.UID && podReady(plugin), nil
 	})
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		ready() // sampling, not waiting for a state
+	// Sample the domain for a few seconds more (not a wait for a state).
+	sample := time.NewTicker(500 * time.Millisecond)
+	for range 10 {
+		<-sample.C
+		ready()
 	}
+	sample.Stop()
 	if len(notReady) > 0 {
 		t.Errorf("the domain was not Ready while the plugin restarted: %v", notReady)
 	}

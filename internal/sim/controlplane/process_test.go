@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"cdplane/internal/testutil"
 )
 
 func TestStopOrder(t *testing.T) {
@@ -105,16 +108,10 @@ func TestProcessLifecycle(t *testing.T) {
 // waitLines waits until log holds n lines that read line.
 func waitLines(t *testing.T, log, line string, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		data, _ := os.ReadFile(log)
-		if strings.Count(string(data), line+"\n") == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the log holds %q, not %d lines %q, after 10s", data, n, line)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("%d lines %q in the log", n, line), func() (bool, error) {
+		data, err := os.ReadFile(log)
+		return strings.Count(string(data), line+"\n") == n, fmt.Errorf("the log holds %q (%v)", data, err)
+	})
 }
 
 func TestTail(t *testing.T) {

@@ -56,13 +56,10 @@ func installPlaneRights(t *testing.T, id string, templates ...string) (driverNS 
 // policy once it has loaded it.
 func eventuallyRefused(t *testing.T, what string, attack func() error) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for err := attack(); !isAdmissionRefusal(err); err = attack() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was still possible after a minute: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(t, time.Minute, "admission to refuse "+what, func() (bool, error) {
+		err := attack()
+		return isAdmissionRefusal(err), err
+	})
 }
 
 // podBoundClient authenticates as service account sa with a token bound to pod, as the kubelet

@@ -5,11 +5,11 @@
 package daemon
 
 import (
-	cdv1beta1 "cdplane/api/v1beta1"
-	"cdplane/internal/daemonenv"
-
 	"fmt"
 	"path/filepath"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/daemonenv"
 )
 
 // Config is the daemon's identity and settings, read from its environment the way the original

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -99,6 +100,9 @@ type supervisor struct {
 	backoff time.Duration
 	restart <-chan time.Time
 	retry   <-chan time.Time
+	// skipped is the last set of clique entries left out (see usablePeers), logged when it
+	// changes.
+	skipped []skippedPeer
 }
 
 func (s *supervisor) settings() imex.Settings {
@@ -154,6 +158,7 @@ func (s *supervisor) sync(ctx context.Context) error {
 		}
 		return nil
 	}
+	peers = s.usable(peers)
 	changes, err := imex.WriteConfig(s.settings(), peers)
 	if err != nil {
 		return fmt.Errorf("writing IMEX config: %w", err)
@@ -185,6 +190,23 @@ func (s *supervisor) sync(ctx context.Context) error {
 	}
 	s.backoff = 0 // a stable run resets the backoff
 	return nil
+}
+
+// usable leaves out the entries that conflict (usablePeers) and logs them once per change.
+func (s *supervisor) usable(peers []imex.Peer) []imex.Peer {
+	kept, skipped := usablePeers(s.cfg.DNSNames, s.cfg.MaxNodes, s.cfg.NodeName, peers)
+	if !slices.Equal(skipped, s.skipped) {
+		s.skipped = skipped
+		if len(skipped) > 0 {
+			nodes, reasons := make([]string, 0, len(skipped)), make([]string, 0, len(skipped))
+			for _, p := range skipped {
+				nodes, reasons = append(nodes, p.NodeName), append(reasons, p.NodeName+": "+p.Reason)
+			}
+			s.log.Info("Leaving clique entries out of the IMEX configuration: they conflict with others; the rest of the clique is kept",
+				"nodes", nodes, "reasons", reasons)
+		}
+	}
+	return kept
 }
 
 // maxRestartBackoff caps the delay before IMEX is restarted after an exit.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -172,6 +173,8 @@ type setup struct {
 	dnsNames       bool
 	restartBackoff time.Duration
 	unsynced       int
+	// log receives the supervisor's log; the test's log when unset.
+	log logr.Logger
 }
 
 func start(t *testing.T, s setup, members ...imex.Peer) *harness {
@@ -185,7 +188,10 @@ func start(t *testing.T, s setup, members ...imex.Peer) *harness {
 		},
 		timers: make(chan timer, 64), notify: make(chan struct{}), done: make(chan error, 1),
 	}
-	log := testr.NewWithOptions(t, testr.Options{Verbosity: 1})
+	log := s.log
+	if log.GetSink() == nil {
+		log = testr.NewWithOptions(t, testr.Options{Verbosity: 1})
+	}
 	sup := &supervisor{
 		cfg: h.cfg, deps: Deps{IMEX: h.imex, Log: log, RestartBackoff: s.restartBackoff}, view: h.view, log: log,
 		after: func(d time.Duration) <-chan time.Time {

@@ -1,8 +1,6 @@
 package imex
 
 import (
-	cdv1beta1 "cdplane/api/v1beta1"
-
 	"bytes"
 	"cmp"
 	"fmt"
@@ -10,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	cdv1beta1 "cdplane/api/v1beta1"
 )
 
 const (

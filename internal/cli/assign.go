@@ -45,7 +45,9 @@ func newUnassignCommand() *cobra.Command {
 and, for a namespace, the plane's mirrored Secrets and RoleBindings in it; the target then belongs
 to the legacy plane.
 Refused when another plane owns the target, and while it still holds (namespace) or serves (node)
-live ComputeDomains of the plane, unless --force.`,
+live ComputeDomains of the plane, unless --force. A namespace is refused, --force or not, while it
+holds ResourceClaims that compute-domain.nvidia.com allocated and pods use: the plane keeps its
+RoleBindings there until those pods are gone.`,
 	}
 	cmd.AddCommand(newAssignKindCommand(lifecycle.KindNamespace, true), newAssignKindCommand(lifecycle.KindNode, true))
 	return cmd
@@ -90,7 +92,7 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 	plane.AddFlag(fs, &f.id)
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
 	if unassign {
-		fs.BoolVar(&f.force, "force", false, "Unassign even though live ComputeDomains of the plane remain; the plane stops reconciling them")
+		fs.BoolVar(&f.force, "force", false, "Unassign even though live ComputeDomains of the plane remain (the plane stops reconciling them); never while pods use claims of cdplane's driver there")
 	}
 	return cmd
 }

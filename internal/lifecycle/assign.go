@@ -84,9 +84,10 @@ func Assign(ctx context.Context, c client.Client, id string, t Target) (*Result,
 // Unassign removes a namespace or node from plane id: it removes the plane label and, for a
 // namespace, the plane's mirrored Secrets and then its RoleBindings there. A bad id or target
 // (ValidateAssignment) is refused before anything is read. It is refused when another plane
-// owns the target, and, unless force, while the target holds (a namespace) or serves (a node)
-// live ComputeDomains of this plane. Unassigning what carries no label only removes
-// RoleBindings the plane left behind.
+// owns the target; unless force, while the target holds (a namespace) or serves (a node) live
+// ComputeDomains of this plane; and, force or not, while a namespace holds ResourceClaims that
+// cdplane's driver allocated and pods use (CheckClaimsInUse). Unassigning what carries no label
+// only removes RoleBindings the plane left behind.
 func Unassign(ctx context.Context, c client.Client, id string, t Target, force bool) (*Result, error) {
 	if err := ValidateAssignment(id, t); err != nil {
 		return nil, err
@@ -104,6 +105,15 @@ func Unassign(ctx context.Context, c client.Client, id string, t Target, force b
 		owned, err := CheckUnassign(t, id, obj.GetLabels(), domains, force)
 		if err != nil || !owned {
 			return err
+		}
+		if t.Kind == KindNamespace {
+			claims, err := claimsOf(ctx, c, t)
+			if err != nil {
+				return err
+			}
+			if err := CheckClaimsInUse(t, id, claims); err != nil {
+				return err
+			}
 		}
 		if err := patchLabel(ctx, c, obj, nil); err != nil {
 			return fmt.Errorf("removing the label of %s: %w", t, err)

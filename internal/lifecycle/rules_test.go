@@ -9,6 +9,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	charts "cdplane/deployments/helm"
+	"cdplane/internal/plane"
 )
 
 func ns(labels map[string]string, deleting bool) metav1.Object {
@@ -82,7 +83,7 @@ func TestCheckClusterScoped(t *testing.T) {
 
 func TestCheckCanonical(t *testing.T) {
 	render := func(id string) []charts.Manifest {
-		ms, err := charts.Render(charts.Plane, "r", "n", map[string]any{"controlPlaneID": id})
+		ms, err := charts.Render(charts.Plane, "r", plane.Name(id, plane.DriverNamespaceLegacyName), map[string]any{"controlPlaneID": id})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,17 @@ import (
 // object but the CRDs; objects that already exist are left as they are. Templates limits it to
 // those templates (file names such as "ownership-policies.yaml"); none means all.
 func Create(ctx context.Context, c client.Client, templates ...string) error {
-	ms, err := charts.Render(charts.Prerequisites, charts.Prerequisites, "kube-system", nil)
+	return install(ctx, c, nil, false, templates)
+}
+
+// Apply renders the chart with values and creates or replaces every object of templates, as
+// `cdplane apply prerequisites --set ...` would.
+func Apply(ctx context.Context, c client.Client, values map[string]any, templates ...string) error {
+	return install(ctx, c, values, true, templates)
+}
+
+func install(ctx context.Context, c client.Client, values map[string]any, replace bool, templates []string) error {
+	ms, err := charts.Render(charts.Prerequisites, charts.Prerequisites, "kube-system", values)
 	if err != nil {
 		return err
 	}
@@ -28,8 +38,17 @@ func Create(ctx context.Context, c client.Client, templates ...string) error {
 		if m.Object.GetKind() == "CustomResourceDefinition" || (len(want) > 0 && !want[m.Template]) {
 			continue
 		}
-		if err := c.Create(ctx, m.Object); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s: creating %s %s: %w", m.Template, m.Object.GetKind(), m.Object.GetName(), err)
+		err := c.Create(ctx, m.Object.DeepCopy())
+		if apierrors.IsAlreadyExists(err) && replace {
+			cur := m.Object.DeepCopy()
+			if err = c.Get(ctx, client.ObjectKeyFromObject(cur), cur); err == nil {
+				obj := m.Object.DeepCopy()
+				obj.SetResourceVersion(cur.GetResourceVersion())
+				err = c.Update(ctx, obj)
+			}
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: writing %s %s: %w", m.Template, m.Object.GetKind(), m.Object.GetName(), err)
 		}
 	}
 	return nil

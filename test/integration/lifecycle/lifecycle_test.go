@@ -120,7 +120,8 @@ func TestLifecycle(t *testing.T) {
 
 	// Two planes; apply before install and install twice are refused.
 	mustNot(t, m.ApplyPlane(ctx, "plane-a", nil), "not installed")
-	must(t, m.InstallPlane(ctx, "plane-a", nil))
+	// plane-a mirrors Secrets (so its controller has Secrets rights), plane-b does not.
+	must(t, m.InstallPlane(ctx, "plane-a", map[string]any{"secretMirror": map[string]any{"selector": "lifecycle.test/mirror=yes"}}))
 	must(t, m.InstallPlane(ctx, "plane-b", nil))
 	mustNot(t, m.InstallPlane(ctx, "plane-b", nil), "already installed")
 	nsA, nsB := assign(t, "plane-a"), assign(t, "plane-b")
@@ -234,7 +235,11 @@ func checkRBAC(t *testing.T, nsA, nsB string) {
 	must(t, ca.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}))
 	must(t, ca.Get(ctx, client.ObjectKeyFromObject(copyInA), &corev1.Secret{}))
 	must(t, ca.Get(ctx, client.ObjectKeyFromObject(clique), &cdv1beta1.ComputeDomainClique{}))
-	must(t, as("plane-b", "cdplane-controller").List(ctx, &corev1.SecretList{}, client.InNamespace(nsB)))
+	// plane-b mirrors nothing: no Secrets rights even in its own namespaces.
+	forbidden(t, "plane-b controller list Secrets in its own namespace without mirroring",
+		as("plane-b", "cdplane-controller").List(ctx, &corev1.SecretList{}, client.InNamespace(nsB)))
+	forbidden(t, "plane-b controller list Secrets in its driver namespace without mirroring",
+		as("plane-b", "cdplane-controller").List(ctx, &corev1.SecretList{}, client.InNamespace(plane.Name("plane-b", plane.DriverNamespaceLegacyName))))
 
 	// ResourceSlices: a plane's kubelet plugin writes only its own node's (the node comes from
 	// its pod-bound token), only for driver compute-domain.nvidia.com.

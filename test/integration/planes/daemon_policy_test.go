@@ -33,7 +33,7 @@ func installPlaneRights(t *testing.T, id string, templates ...string) (driverNS 
 		t.Fatal(err)
 	}
 	if err := testCluster.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: map[string]string{cdv1beta1.ControlPlaneLabel: id}}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		Labels: plane.Stamp(id, nil)}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	for _, m := range ms {

@@ -66,7 +66,7 @@ func installPolicies(t *testing.T) {
 func createManifest(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return prereqs.Create(ctx, testCluster.Client, name, "ownership-admin-groups.yaml")
+	return prereqs.Create(ctx, testCluster.Client, name)
 }
 
 // waitPoliciesEnforced probes each policy until it acts (their type-checking status is written

@@ -33,6 +33,10 @@ the full name. The same rule as plane.Name in internal/plane (a Go test compares
 {{- fail "controlPlaneID \"default\" is reserved" -}}
 {{- end -}}
 {{- end -}}
+{{- $driverNS := include "cdplane.name" (list . "cdplane") -}}
+{{- if ne .Release.Namespace $driverNS -}}
+{{- fail (printf "the release namespace must be the plane's driver namespace %q, not %q: the admission policies identify a plane's service accounts by it" $driverNS .Release.Namespace) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* cdplane.labels: labels on every object, from (list $ "<component>"). */}}

@@ -142,6 +142,9 @@ type Driver struct {
 	// daemon: the kubelet calls concurrently (the helper's serialization is off), so that the
 	// daemon claim a waiting channel prepare needs can be prepared meanwhile.
 	opMu sync.Mutex
+	// claims serialises the calls of each claim for their whole run, and keeps a prepare from
+	// completing after an unprepare of its claim. Taken before opMu.
+	claims claimLocks
 
 	cancel context.CancelCauseFunc
 	done   chan struct{}

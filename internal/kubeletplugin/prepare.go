@@ -2,6 +2,7 @@ package kubeletplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,9 +20,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1
 	out := make(map[types.UID]draplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
 		logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
-		d.opMu.Lock()
-		devices, err := d.prepareClaim(klog.NewContext(ctx, logger), claim, deadline)
-		d.opMu.Unlock()
+		devices, err := d.prepareLocked(klog.NewContext(ctx, logger), claim, deadline)
 		if err != nil {
 			logger.Error(err, "Preparing claim failed", "permanent", IsPermanent(err))
 			out[claim.UID] = draplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
@@ -31,6 +30,24 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1
 		out[claim.UID] = draplugin.PrepareResult{Devices: toDRADevices(devices)}
 	}
 	return out, nil
+}
+
+// prepareLocked runs prepareClaim under the claim's lock and opMu. A prepare stopped or refused
+// because an unprepare of the claim came meanwhile fails with a retryable error saying so.
+func (d *Driver) prepareLocked(ctx context.Context, claim *resourcev1.ResourceClaim, deadline time.Time) ([]PreparedDevice, error) {
+	ctx, release, err := d.claims.prepare(ctx, claim.UID)
+	if err != nil {
+		return nil, &RetryableError{Err: err}
+	}
+	defer release()
+	d.opMu.Lock()
+	defer d.opMu.Unlock()
+	devices, err := d.prepareClaim(ctx, claim, deadline)
+	if err != nil && errors.Is(context.Cause(ctx), errUnpreparedMeanwhile) {
+		klog.FromContext(ctx).V(1).Info("Prepare stopped by an unprepare of its claim", "err", err)
+		return nil, &RetryableError{Err: errUnpreparedMeanwhile}
+	}
+	return devices, err
 }
 
 // prepareClaim prepares one claim, idempotently: a claim already PrepareCompleted gets the

@@ -12,14 +12,17 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// UnprepareResourceClaims unprepares each claim (see unprepareClaim).
+// UnprepareResourceClaims unprepares each claim (see unprepareClaim), after stopping and
+// waiting for a prepare of the same claim in progress (see claimLocks).
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []draplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
 		logger := klog.FromContext(ctx).WithValues("claim", c.NamespacedName, "claimUID", c.UID)
+		release := d.claims.unprepare(c.UID)
 		d.opMu.Lock()
 		err := d.unprepareClaim(klog.NewContext(ctx, logger), c.UID)
 		d.opMu.Unlock()
+		release()
 		if err != nil {
 			logger.Error(err, "Unpreparing claim failed")
 			err = fmt.Errorf("claim %s: %w", c.NamespacedName, err)

@@ -145,25 +145,8 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 	if err := CheckSocketPaths(o.StateDir, BuildNodes(o.Topology)); err != nil {
 		return nil, err
 	}
-	prev, err := Load(o.StateDir)
-	if err != nil {
-		return nil, err
-	}
-	if prev != nil {
-		if running(prev) {
-			if o.Reuse {
-				o.progress("Reusing the simulated cluster running from %s (started %s)", o.StateDir, prev.Started.Format(time.RFC3339))
-				return prev, nil
-			}
-			return nil, fmt.Errorf("a simulated cluster is already running from %s (started %s): use it (export KUBECONFIG=%s), reuse it with --reuse, or stop it with `cdplane sim down --state-dir %s`",
-				o.StateDir, prev.Started.Format(time.RFC3339), prev.ControlPlane.Kubeconfig, o.StateDir)
-		}
-		o.progress("Removing the leftover state of a stopped simulated cluster in %s", o.StateDir)
-		if err := Down(prev, o.StateDir, o.Out); err != nil {
-			return nil, err
-		}
-	} else if entries, err := os.ReadDir(o.StateDir); err == nil && len(entries) > 0 {
-		return nil, fmt.Errorf("%s exists and is not a simulated cluster's state directory (no %s): choose another --state-dir", o.StateDir, stateFile)
+	if prev, err := previous(&o); err != nil || prev != nil {
+		return prev, err
 	}
 	if o.Repo == "" {
 		if o.Repo, err = findRepo(); err != nil {
@@ -172,7 +155,7 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 	}
 	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels, InProcess: inProcess,
 		NodeLeaseRenew: metav1.Duration{Duration: nodeLeaseRenew(o.Nodes)}}
-	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+	if err := prepareStateDir(o.StateDir); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -211,6 +194,34 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 	o.progress("The simulated cluster is up after %s: %d nodes in %d racks, %s", time.Since(start).Round(time.Second),
 		len(st.Nodes), (len(st.Nodes)+o.RackSize-1)/o.RackSize, describePlanes(st.Planes))
 	return st, nil
+}
+
+// previous deals with what the state directory holds before Up starts anything: a running sim
+// is reused (with Reuse) or refused; the leftover of a stopped sim, or of a `sim up` that failed
+// before it recorded a process, is removed. Only a directory the sim created is reused or
+// removed (see checkStateDir); prepareStateDir then refuses anything else that is there.
+func previous(o *Options) (*State, error) {
+	prev, err := Load(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	if prev != nil {
+		if running(prev) {
+			if o.Reuse {
+				o.progress("Reusing the simulated cluster running from %s (started %s)", o.StateDir, prev.Started.Format(time.RFC3339))
+				return prev, nil
+			}
+			return nil, fmt.Errorf("a simulated cluster is already running from %s (started %s): use it (export KUBECONFIG=%s), reuse it with --reuse, or stop it with `cdplane sim down --state-dir %s`",
+				o.StateDir, prev.Started.Format(time.RFC3339), prev.ControlPlane.Kubeconfig, o.StateDir)
+		}
+		o.progress("Removing the leftover state of a stopped simulated cluster in %s", o.StateDir)
+		return nil, Down(prev, o.StateDir, o.Out)
+	}
+	if checkStateDir(o.StateDir, "remove") == nil {
+		o.progress("Removing the leftover state of a simulated cluster that did not start in %s", o.StateDir)
+		return nil, Down(nil, o.StateDir, o.Out)
+	}
+	return nil, nil
 }
 
 func describePlanes(ids []string) string {
@@ -415,24 +426,29 @@ func (st *State) save(dir string) error {
 		return err
 	}
 	tmp := filepath.Join(dir, stateFile+".tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, stateFile))
 }
 
-// Load reads the state in dir; nil when there is none.
+// Load reads the state in dir; nil when there is none. A state file is read only from a
+// directory the sim created (see checkStateDir): anyone could have written one elsewhere.
 func Load(dir string) (*State, error) {
-	data, err := os.ReadFile(filepath.Join(dir, stateFile))
-	if errors.Is(err, os.ErrNotExist) {
+	path := filepath.Join(dir, stateFile)
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
+	if err := checkStateDir(dir, "use"); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	st := &State{}
 	if err := json.Unmarshal(data, st); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return st, nil
 }
@@ -447,15 +463,26 @@ func running(st *State) bool {
 }
 
 // Down stops every process the state records (the simulated kubelet first, which stops the
-// pods' processes; then the control plane, apiserver before etcd) and removes dir.
+// pods' processes; then the control plane, apiserver before etcd) and removes dir. It touches
+// nothing unless dir is a state directory the sim created (see checkStateDir). A recorded
+// process whose PID now belongs to another process (another start time or command line) is
+// not signalled; Down says so and goes on.
 func Down(st *State, dir string, out io.Writer) error {
+	if err := checkStateDir(dir, "remove"); err != nil {
+		return err
+	}
 	if st != nil {
 		for i := len(st.Processes) - 1; i >= 0; i-- {
 			p := st.Processes[i]
 			if controlplane.Alive(p) {
 				fmt.Fprintf(out, "Stopping %s (pid %d)\n", p.Name, p.PID)
 			}
-			if err := controlplane.Stop([]controlplane.Process{p}, 30*time.Second); err != nil {
+			err := controlplane.Stop([]controlplane.Process{p}, 30*time.Second)
+			if reused := (*controlplane.ReusedPIDError)(nil); errors.As(err, &reused) {
+				fmt.Fprintf(out, "Warning: %v\n", reused)
+				continue
+			}
+			if err != nil {
 				return err
 			}
 		}

@@ -87,6 +87,11 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	if progress == nil {
 		progress = func(string, ...any) {}
 	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	o.Dir = dir
 	p := pki{dir: filepath.Join(o.Dir, "pki")}
 	if err := p.generate(); err != nil {
 		return nil, fmt.Errorf("generating credentials: %w", err)
@@ -95,19 +100,25 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, err
 	}
+	sockets, err := etcdSockets(o.Dir)
+	if err != nil {
+		return nil, err
+	}
 	cp := &ControlPlane{CAFile: p.path("ca.crt"), Kubeconfig: filepath.Join(o.Dir, "kubeconfig")}
 	defer func() {
 		if err != nil {
 			_ = Stop(cp.Processes, failedStartStop)
 		}
 	}()
-	ports, err := freePorts(6)
+	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
 	}
-	etcdClient, etcdPeer, apiPort, kcmPort, schedPort := ports[0], ports[1], ports[2], ports[3], ports[4]
-	start := func(name string, args []string) (Process, error) {
-		proc, err := startProcess(name, filepath.Join(o.BinDir, name), filepath.Join(logs, name+".log"), !o.Detached, args...)
+	apiPort, kcmPort, schedPort := ports[0], ports[1], ports[2]
+	// startIn starts a component in working directory wd ("": this process's).
+	startIn := func(wd, name string, args []string) (Process, error) {
+		proc, err := startProcess(Process{Name: name, Binary: filepath.Join(o.BinDir, name), Args: args, Dir: wd,
+			Log: filepath.Join(logs, name+".log"), Attached: !o.Detached})
 		if err == nil {
 			cp.Processes = append(cp.Processes, proc)
 			if o.Started != nil {
@@ -116,25 +127,20 @@ func Start(ctx context.Context, o Options) (_ *ControlPlane, err error) {
 		}
 		return proc, err
 	}
+	start := func(name string, args []string) (Process, error) { return startIn("", name, args) }
 
 	progress("Starting etcd")
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
-	etcd, err := start("etcd", []string{"--data-dir=" + filepath.Join(o.Dir, "etcd"),
-		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
-		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", etcdPeer),
-		fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", etcdPeer),
-		fmt.Sprintf("--initial-cluster=default=http://127.0.0.1:%d", etcdPeer),
-		"--unsafe-no-fsync=true", "--quota-backend-bytes=8589934592"})
+	etcd, err := startIn(sockets.dir, "etcd", etcdFlags(o, sockets).args())
 	if err != nil {
 		return nil, err
 	}
-	if err := waitHealthy(ctx, etcd, etcdURL+"/health", nil, etcdStartTimeout); err != nil {
+	if err := waitHealthy(ctx, etcd, "http://etcd/health", sockets.httpClient(), etcdStartTimeout); err != nil {
 		return nil, err
 	}
 
 	progress("Starting kube-apiserver")
 	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	api, err := start("kube-apiserver", apiServerFlags(o, p, etcdURL, apiPort).args())
+	api, err := start("kube-apiserver", apiServerFlags(o, p, sockets.clientURL(), apiPort).args())
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +228,8 @@ func (cp *ControlPlane) Stop(timeout time.Duration) error {
 func apiServerFlags(o Options, p pki, etcdURL string, port int) flags {
 	f := flags{}
 	f.set("etcd-servers", etcdURL)
+	// Every request authenticates: a client certificate of the cluster CA or a token.
+	f.set("anonymous-auth", "false")
 	f.set("bind-address", "127.0.0.1")
 	f.set("advertise-address", "127.0.0.1")
 	f.set("secure-port", strconv.Itoa(port))

@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -28,7 +30,8 @@ func TestAPIServerFlags(t *testing.T) {
 	}{
 		"sim: all controllers, ServiceAccount admission on": {
 			opts: Options{ControllerManager: true, Scheduler: true},
-			want: map[string][]string{"authorization-mode": {"Node,RBAC"}, "disable-admission-plugins": nil, "etcd-servers": {"http://127.0.0.1:1"}},
+			want: map[string][]string{"authorization-mode": {"Node,RBAC"}, "disable-admission-plugins": nil, "etcd-servers": {"unix:///d/etcd-sockets/client.sock"},
+				"anonymous-auth": {"false"}},
 		},
 		"no kube-controller-manager: nothing creates default ServiceAccounts": {
 			opts: Options{},
@@ -55,7 +58,7 @@ func TestAPIServerFlags(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			args := apiServerFlags(tc.opts, p, "http://127.0.0.1:1", 2).args()
+			args := apiServerFlags(tc.opts, p, sockets{dir: "/d/etcd-sockets"}.clientURL(), 2).args()
 			for flag, want := range tc.want {
 				if diff := cmp.Diff(want, flagValues(args, flag)); diff != "" {
 					t.Errorf("--%s (-want +got):\n%s\nin %v", flag, diff, args)
@@ -65,6 +68,53 @@ func TestAPIServerFlags(t *testing.T) {
 				t.Errorf("--client-ca-file = %v", got)
 			}
 		})
+	}
+}
+
+// etcd listens on Unix sockets in its socket directory, never on a TCP port: it authenticates
+// no client.
+func TestEtcdFlags(t *testing.T) {
+	s := sockets{dir: "/d/etcd-sockets"}
+	args := etcdFlags(Options{Dir: "/d"}, s).args()
+	want := map[string][]string{
+		"listen-client-urls":          {"unix:///d/etcd-sockets/client.sock"},
+		"advertise-client-urls":       {"unix:///d/etcd-sockets/client.sock"},
+		"listen-peer-urls":            {"unix://peer.sock"},
+		"initial-advertise-peer-urls": {"unix://peer.sock"},
+		"initial-cluster":             {"default=unix://peer.sock"},
+		"listen-metrics-urls":         nil,
+		"data-dir":                    {"/d/etcd"},
+	}
+	for flag, w := range want {
+		if diff := cmp.Diff(w, flagValues(args, flag)); diff != "" {
+			t.Errorf("--%s (-want +got):\n%s\nin %v", flag, diff, args)
+		}
+	}
+	for _, a := range args {
+		if strings.Contains(a, "http://") || strings.Contains(a, "https://") {
+			t.Errorf("etcd flag %s names a TCP URL", a)
+		}
+	}
+}
+
+func TestEtcdSocketsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, etcdSocketDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, etcdSocketDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := etcdSockets(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(s.dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("socket directory %s: %v, %v; want mode 0700 even where it existed open", s.dir, fi, err)
+	}
+	long := filepath.Join(dir, strings.Repeat("d", 100))
+	if _, err := etcdSockets(long); err == nil || !strings.Contains(err.Error(), "use a shorter directory") {
+		t.Errorf("a socket path over 107 bytes: %v", err)
 	}
 }
 

@@ -19,7 +19,13 @@ type Process struct {
 	PID    int      `json:"pid"`
 	Binary string   `json:"binary"`
 	Args   []string `json:"args,omitempty"`
-	Log    string   `json:"log"`
+	// Dir is the working directory it was started in; empty: the starter's.
+	Dir string `json:"dir,omitempty"`
+	// StartTime is when it started, in clock ticks after boot (field 22 of /proc/<pid>/stat):
+	// with the command line, what tells it from a later process given the same PID. Zero in
+	// state written before it was recorded: the command line alone.
+	StartTime uint64 `json:"startTime,omitempty"`
+	Log       string `json:"log"`
 	// Attached: the kernel kills the process when the process that started it exits.
 	Attached bool `json:"attached,omitempty"`
 }
@@ -27,32 +33,37 @@ type Process struct {
 // StartDetached starts a process in its own session, its output appended to log, and returns
 // without waiting for it; it outlives the caller.
 func StartDetached(name, binary, log string, args ...string) (Process, error) {
-	return startProcess(name, binary, log, false, args...)
+	return startProcess(Process{Name: name, Binary: binary, Log: log, Args: args})
 }
 
-// startProcess starts binary in its own session (so that Stop can signal its process group),
-// its output appended to log. An attached process is killed by the kernel when the thread that
-// started it exits, so that a test binary that dies leaves no control plane behind.
-func startProcess(name, binary, log string, attached bool, args ...string) (Process, error) {
-	out, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+// startProcess starts p.Binary with p.Args in p.Dir, in its own session (so that Stop can
+// signal its process group), its output appended to p.Log, and returns p with its PID and start
+// time. An attached process is killed by the kernel when the thread that started it exits, so
+// that a test binary that dies leaves no control plane behind.
+func startProcess(p Process) (Process, error) {
+	out, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return Process{}, fmt.Errorf("creating the log of %s: %w", name, err)
+		return Process{}, fmt.Errorf("creating the log of %s: %w", p.Name, err)
 	}
 	defer out.Close()
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = out, out
+	cmd := exec.Command(p.Binary, p.Args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = p.Dir, out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if attached {
+	if p.Attached {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
 	if err := cmd.Start(); err != nil {
-		return Process{}, fmt.Errorf("starting %s: %w", name, err)
+		return Process{}, fmt.Errorf("starting %s: %w", p.Name, err)
 	}
-	proc := Process{Name: name, PID: cmd.Process.Pid, Binary: binary, Args: args, Log: log, Attached: attached}
+	p.PID, p.StartTime = cmd.Process.Pid, 0
 	// Reap it if it exits while this process still runs; Stop and `sim down` find it by PID.
+	// Until then the PID cannot be reused, so the start time read below is this process's.
 	go func() { _ = cmd.Wait() }()
-	waitExeced(proc)
-	return proc, nil
+	waitExeced(p)
+	if st, err := readStat(p.PID); err == nil {
+		p.StartTime = st.startTime
+	}
+	return p, nil
 }
 
 // waitExeced waits (up to a second) until the kernel shows p's command line: for a moment
@@ -73,34 +84,28 @@ func Restart(p Process, timeout time.Duration) (Process, error) {
 	if err := Stop([]Process{p}, timeout); err != nil {
 		return Process{}, err
 	}
-	return startProcess(p.Name, p.Binary, p.Log, p.Attached, p.Args...)
+	return startProcess(p)
 }
 
-// Alive reports whether the process still runs the binary it was started with (a PID reused
-// by another program does not count).
+// Alive reports whether p still runs: its PID is a live process with the recorded start time
+// and command line (a PID reused by another process does not count).
 func Alive(p Process) bool {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
-	if err != nil {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
-	if err == nil {
-		// A zombie has exited.
-		if f := strings.Fields(string(stat)); len(f) > 2 && f[2] == "Z" {
-			return false
-		}
-	}
-	return strings.HasPrefix(string(cmdline), p.Binary+"\x00") || string(cmdline) == p.Binary
+	return identify(p).state == running
 }
 
 // Stop stops processes in reverse start order, etcd last whatever its place (an apiserver
 // whose etcd went first can hang in its shutdown): SIGTERM to each one's process group, then
-// SIGKILL if it still runs after timeout. Only processes that still run their recorded binary
-// are signalled.
+// SIGKILL if it still runs after timeout. Only processes that are still the recorded ones
+// (PID, start time and command line) are signalled; one whose PID now belongs to another
+// process is left alone and reported as a *ReusedPIDError in the returned error.
 func Stop(procs []Process, timeout time.Duration) error {
 	var errs []error
 	for _, p := range stopOrder(procs) {
-		if !Alive(p) {
+		switch id := identify(p); id.state {
+		case exited:
+			continue
+		case reused:
+			errs = append(errs, &ReusedPIDError{Process: p, Detail: id.detail})
 			continue
 		}
 		_ = syscall.Kill(-p.PID, syscall.SIGTERM)

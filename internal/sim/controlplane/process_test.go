@@ -56,7 +56,7 @@ func TestStopOrder(t *testing.T) {
 func TestProcessLifecycle(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "p.log")
-	p, err := startProcess("looper", "/bin/sh", log, true, "-c", "echo started; sleep 60 & wait")
+	p, err := startProcess(Process{Name: "looper", Binary: "/bin/sh", Log: log, Attached: true, Args: []string{"-c", "echo started; sleep 60 & wait"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestProcessLifecycle(t *testing.T) {
 		t.Error("alive after Stop")
 	}
 
-	stubborn, err := startProcess("stubborn", "/bin/sh", log, true, "-c", `trap "" TERM; echo trapped; sleep 60 & wait`)
+	stubborn, err := startProcess(Process{Name: "stubborn", Binary: "/bin/sh", Log: log, Attached: true, Args: []string{"-c", `trap "" TERM; echo trapped; sleep 60 & wait`}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,12 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,6 +47,29 @@ func TestStartRestartStop(t *testing.T) {
 	}
 	if len(started) != 4 || len(cp.Processes) != 4 {
 		t.Fatalf("started %d processes, recorded %v", len(started), names)
+	}
+	for _, p := range cp.Processes {
+		if p.StartTime == 0 {
+			t.Errorf("%s recorded without its start time", p.Name)
+		}
+	}
+	// etcd authenticates no client: only its owner may reach it, on Unix sockets in a 0700
+	// directory, and on no TCP port.
+	etcd := cp.Processes[0]
+	if ls, err := tcpListeners(etcd.PID); err != nil || len(ls) > 0 {
+		t.Errorf("etcd listens on TCP %v (%v), want none", ls, err)
+	}
+	if ls, err := tcpListeners(cp.Processes[1].PID); err != nil || len(ls) == 0 {
+		t.Errorf("kube-apiserver listens on TCP %v (%v): the check of etcd's listeners sees nothing", ls, err)
+	}
+	if fi, err := os.Stat(etcd.Dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("etcd's socket directory %s: %v, %v; want mode 0700", etcd.Dir, fi, err)
+	}
+	// The apiserver answers no anonymous request, not even its health.
+	for _, path := range []string{"/readyz", "/version", "/api/v1/namespaces"} {
+		if code := anonymousStatus(t, cp, path); code != http.StatusUnauthorized {
+			t.Errorf("an anonymous GET %s got %d, want 401", path, code)
+		}
 	}
 
 	admin, err := cp.AdminConfig()
@@ -100,6 +128,55 @@ func TestStartRestartStop(t *testing.T) {
 			t.Errorf("%s (pid %d) runs after Stop", p.Name, p.PID)
 		}
 	}
+}
+
+// tcpListeners returns the local addresses (hex, as /proc/net/tcp writes them) of the TCP
+// sockets pid listens on.
+func tcpListeners(pid int) ([]string, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return nil, err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if inode, ok := strings.CutPrefix(target, "socket:["); err == nil && ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	var out []string
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+			f := strings.Fields(line)
+			if len(f) > 9 && f[3] == "0A" && inodes[f[9]] {
+				out = append(out, f[1])
+			}
+		}
+	}
+	return out, nil
+}
+
+// anonymousStatus is the status of a GET of path without credentials (the cluster CA trusted).
+func anonymousStatus(t *testing.T, cp *ControlPlane, path string) int {
+	t.Helper()
+	caPEM, err := os.ReadFile(cp.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	resp, err := c.Get(cp.APIServerURL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }
 
 func poll(ctx context.Context, cond wait.ConditionWithContextFunc) error {

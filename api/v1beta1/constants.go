@@ -43,6 +43,14 @@ const (
 	MaxDaemonsPerClique = 256
 	// FabriclessIndex is the index of a node without an NVLink fabric.
 	FabriclessIndex = -1
+	// MaxStatusBytes bounds the estimated size of what the controller writes into a
+	// ComputeDomain's status (nodes, clique summary, conditions, and the managed-fields entries
+	// server-side apply records for each), so that the object stays under etcd's default request
+	// limit of 1.5 MiB (1,572,864 bytes) with room for metadata: annotations alone may take
+	// 256 KiB, their managed fields as much again. status.nodes is bounded by MaxStatusNodes
+	// entries and by this size, whichever is reached first (see docs/controller-and-daemon.md,
+	// "Status size").
+	MaxStatusBytes = 960 * 1024
 )
 
 // Condition types of a ComputeDomain.
@@ -53,6 +61,10 @@ const (
 	ConditionResourcesCreated = "ResourcesCreated"
 	// ConditionNodesInStatus says whether per-node data is in status.nodes or only in cliques.
 	ConditionNodesInStatus = "NodesInStatus"
+	// ConditionNodesWithheld is True while nodes are kept out of the domain because their
+	// daemon pod carries a clique label no clique can be named after (reason
+	// InvalidCliqueLabel); the message names the nodes and values.
+	ConditionNodesWithheld = "NodesWithheld"
 )
 
 // Condition reasons of a ComputeDomain.
@@ -68,4 +80,15 @@ const (
 	ReasonTooManyNodes    = "TooManyNodesForStatus"
 	ReasonDeleting        = "Deleting"
 	ReasonFabricError     = "FabricError"
+	// ReasonInvalidCliqueLabel: a daemon pod's clique label is not a valid clique id.
+	ReasonInvalidCliqueLabel = "InvalidCliqueLabel"
+	// ReasonNoneWithheld: no node is withheld.
+	ReasonNoneWithheld = "NoneWithheld"
+	// ReasonStatusFull: with ComputeDomainCliques off, membership lives in status.nodes only
+	// and it holds as many entries as fit; new nodes wait (Ready) and the NodesInStatus
+	// condition says so. Members already listed are never dropped.
+	ReasonStatusFull = "StatusFull"
+	// ReasonFabriclessOnly: above the status size, status.nodes lists only the nodes without a
+	// fabric (they have no clique), so that they still become Ready.
+	ReasonFabriclessOnly = "FabriclessNodesOnly"
 )

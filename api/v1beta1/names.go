@@ -1,5 +1,12 @@
 package v1beta1
 
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
 // Names and defaults that several components derive the same way: each is written here once,
 // and every writer and reader uses these.
 
@@ -27,3 +34,20 @@ const (
 	// container's resolver file, which the real IMEX reads through the system resolver.
 	DaemonHostsFile = "/etc/hosts"
 )
+
+// ValidateCliqueID returns an error when a clique id, as a daemon labels its pod with it, cannot
+// name a ComputeDomainClique: it must be empty (no NVLink fabric) or a valid label value that is
+// also a DNS-1123 subdomain (lower case), so that "<cdUID>.<cliqueID>" is a valid object name
+// and the clique can carry it as its CliqueIDLabel. Real ids, "<clusterUUID>.<cliqueId>" as
+// NVML reports them, always are.
+func ValidateCliqueID(id string) error {
+	if id == "" {
+		return nil
+	}
+	errs := validation.IsValidLabelValue(id)
+	errs = append(errs, validation.IsDNS1123Subdomain(id)...)
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid clique id %q: %s", id, strings.Join(errs, "; "))
+	}
+	return nil
+}

@@ -78,7 +78,7 @@ func (o *Options) Defaults() {
 
 // NewManager returns a manager running the controllers. Every watch is scoped at the cache:
 // daemon pods, DaemonSets and cliques to the driver namespace and the domain label, claim
-// templates and nodes (metadata only) to the domain label.
+// templates, channel claims and nodes (metadata only) to the domain label.
 func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	o.Defaults()
 	if err := o.Validate(); err != nil {
@@ -109,8 +109,11 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		&appsv1.DaemonSet{}:                 {Namespaces: driverNS, Label: labelled},
 		&cdv1beta1.ComputeDomainClique{}:    {Namespaces: driverNS, Label: labelled},
 		&resourcev1.ResourceClaimTemplate{}: {Label: labelled},
-		nodeMeta:                            {Label: labelled},
-		&cdv1beta1.ComputeDomain{}:          {Label: domains},
+		// Channel claims, made from the domain's template, carry its labels; membership
+		// requires one allocated on a node (computedomain.allocatedNodes).
+		&resourcev1.ResourceClaim{}: {Label: labelled},
+		nodeMeta:                    {Label: labelled},
+		&cdv1beta1.ComputeDomain{}:  {Label: domains},
 	}
 	var mirror *secretmirror.Reconciler
 	if o.SecretMirror.SecretSelector != nil {

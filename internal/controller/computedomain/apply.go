@@ -12,9 +12,9 @@ import (
 // (api/v1beta1/applyconfiguration). An empty optional string is left out, as the API types'
 // omitempty leaves it out, so that applying it never sets an enum to "".
 
-// statusApply is the apply configuration of a domain's status: the domain's identity (its UID
+// StatusApply is the apply configuration of a domain's status: the domain's identity (its UID
 // makes the apply fail on a domain recreated under the same name) and every status field.
-func statusApply(cd *cdv1beta1.ComputeDomain, st cdv1beta1.ComputeDomainStatus) *cdapply.ComputeDomainApplyConfiguration {
+func StatusApply(cd *cdv1beta1.ComputeDomain, st cdv1beta1.ComputeDomainStatus) *cdapply.ComputeDomainApplyConfiguration {
 	s := cdapply.ComputeDomainStatus().WithReadyNodes(st.ReadyNodes).WithTotalNodes(st.TotalNodes)
 	if st.Status != "" {
 		s.WithStatus(st.Status)

@@ -62,7 +62,7 @@ func TestStatusApply(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, statusApply(testDomain(), tc.status)); diff != "" {
+			if diff := cmp.Diff(tc.want, StatusApply(testDomain(), tc.status)); diff != "" {
 				t.Errorf("status apply configuration (-want +got):\n%s", diff)
 			}
 		})
@@ -128,7 +128,7 @@ func TestApplyOmitsEmptyOptionalStrings(t *testing.T) {
 		wantNone []string
 	}{
 		"status": {
-			apply:    statusApply(testDomain(), status),
+			apply:    StatusApply(testDomain(), status),
 			want:     []string{`"readyNodes":0`, `"totalNodes":0`, `"cliqueID":""`, `"index":-1`},
 			wantNone: []string{`"status":""`},
 		},

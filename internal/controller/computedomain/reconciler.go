@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -127,11 +128,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 
-	res, err := r.computeMembership(ctx, cd)
+	useCliques := r.opts.Gates.Enabled(features.ComputeDomainCliques)
+	res, err := r.computeMembership(ctx, cd, ds, !useCliques)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	useCliques := r.opts.Gates.Enabled(features.ComputeDomainCliques)
 	if useCliques {
 		if err := r.writeCliques(ctx, cd, ds, res); err != nil {
 			return ctrl.Result{}, err
@@ -152,10 +153,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, nil
 }
 
-// computeMembership reads the domain's daemon pods, labelled nodes and existing entries.
-func (r *Reconciler) computeMembership(ctx context.Context, cd *cdv1beta1.ComputeDomain) (membership.Result, error) {
+// computeMembership reads the domain's daemon pods, labelled nodes, allocated channel claims and
+// existing entries. Only pods controlled by ds count as daemons (none while ds is nil: its name
+// is taken). statusOnly says membership lives in status.nodes only (cliques off).
+func (r *Reconciler) computeMembership(ctx context.Context, cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, statusOnly bool) (membership.Result, error) {
 	uid := string(cd.UID)
-	in := membership.Input{MaxNodes: r.opts.MaxNodesPerIMEXDomain, LabelledNodes: sets.New[string]()}
+	in := membership.Input{MaxNodes: r.opts.MaxNodesPerIMEXDomain, LabelledNodes: sets.New[string](), StatusOnly: statusOnly}
 
 	nodes := &metav1.PartialObjectMetadataList{}
 	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
@@ -165,13 +168,18 @@ func (r *Reconciler) computeMembership(ctx context.Context, cd *cdv1beta1.Comput
 	for _, n := range nodes.Items {
 		in.LabelledNodes.Insert(n.Name)
 	}
+	allocated, err := r.allocatedNodes(ctx, cd)
+	if err != nil {
+		return membership.Result{}, err
+	}
+	in.AllocatedNodes = allocated
 
 	pods := &corev1.PodList{}
 	if err := r.client.List(ctx, pods, client.InNamespace(r.opts.DriverNamespace), client.MatchingLabels{cdv1beta1.ComputeDomainLabel: uid}); err != nil {
 		return membership.Result{}, fmt.Errorf("listing daemon pods: %w", err)
 	}
 	for i := range pods.Items {
-		in.Pods = append(in.Pods, podInfo(&pods.Items[i]))
+		in.Pods = append(in.Pods, podInfo(&pods.Items[i], ds))
 	}
 
 	// Existing entries: status.nodes, overridden by cliques (they are the source of truth when
@@ -195,11 +203,15 @@ func (r *Reconciler) computeMembership(ctx context.Context, cd *cdv1beta1.Comput
 	return membership.Compute(in), nil
 }
 
-func podInfo(p *corev1.Pod) membership.Pod {
+func podInfo(p *corev1.Pod, ds *appsv1.DaemonSet) membership.Pod {
 	clique, labelled := p.Labels[cdv1beta1.CliqueIDLabel]
 	out := membership.Pod{
 		NodeName: p.Spec.NodeName, IP: p.Status.PodIP, CliqueID: clique, Labelled: labelled,
 		Terminating: p.DeletionTimestamp != nil, Created: p.CreationTimestamp.Time,
+	}
+	if ds != nil && ds.UID != "" {
+		owner := metav1.GetControllerOf(p)
+		out.Owned = owner != nil && owner.UID == ds.UID && owner.Kind == "DaemonSet" && owner.Name == ds.Name
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -217,7 +229,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, cd *cdv1beta1.ComputeDomai
 	if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
 		return err
 	}
-	if err := r.client.Status().Apply(ctx, statusApply(cd, st), client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
+	if err := r.client.Status().Apply(ctx, StatusApply(cd, st), client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Wrote status", "computeDomain", klog.KObj(cd), "status", st.Status,

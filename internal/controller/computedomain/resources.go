@@ -66,13 +66,18 @@ func (r *Reconciler) workloadClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourc
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 			}},
 		},
-		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
-			Requests: []resourcev1.DeviceRequest{{
-				Name:    channelRequestName,
-				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.ChannelDeviceClass, Selectors: r.planeSelectors()},
+		Spec: resourcev1.ResourceClaimTemplateSpec{
+			// Claims made from the template carry the domain's labels, so that the controller's
+			// cache, scoped by label, holds them; the labels prove nothing (see allocatedNodes).
+			ObjectMeta: metav1.ObjectMeta{Labels: r.ownedLabels(cd)},
+			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+				Requests: []resourcev1.DeviceRequest{{
+					Name:    channelRequestName,
+					Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.ChannelDeviceClass, Selectors: r.planeSelectors()},
+				}},
+				Config: opaqueConfig([]string{channelRequestName}, cdv1beta1.NewChannelConfig(string(cd.UID), mode)),
 			}},
-			Config: opaqueConfig([]string{channelRequestName}, cdv1beta1.NewChannelConfig(string(cd.UID), mode)),
-		}}},
+		},
 	}
 }
 
@@ -147,11 +152,9 @@ func CreatedByController(labels map[string]string) bool {
 
 // planeSelectors makes a plane's claim templates select only devices its own kubelet plugins
 // publish, so the scheduler never places its workloads on another plane's nodes. The legacy
-// plane's templates carry no selector: its output carries no trace of planes.
+// plane's plugins publish controlPlane "", and its templates select that, so a legacy domain's
+// claims never get a device of a named plane's node either.
 func (r *Reconciler) planeSelectors() []resourcev1.DeviceSelector {
-	if r.opts.ControlPlaneID == "" {
-		return nil
-	}
 	return []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
 		Expression: fmt.Sprintf("device.attributes[%q].controlPlane == %q", cdv1beta1.DriverName, r.opts.ControlPlaneID),
 	}}}

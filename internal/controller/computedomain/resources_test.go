@@ -61,12 +61,16 @@ func TestWorkloadClaimTemplate(t *testing.T) {
 				Name: "cd-channel", Namespace: "ns", Labels: ownedBy(planeID),
 				OwnerReferences: []metav1.OwnerReference{testutil.ControllerRef("resource.nvidia.com/v1beta1", "ComputeDomain", "cd", testUID)},
 			},
-			Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
-				Requests: []resourcev1.DeviceRequest{{Name: "channel", Exactly: &resourcev1.ExactDeviceRequest{
-					DeviceClassName: "compute-domain-default-channel.nvidia.com", Selectors: selectors,
-				}}},
-				Config: opaque("channel", `{"kind":"ComputeDomainChannelConfig","apiVersion":"resource.nvidia.com/v1beta1","domainID":"`+testUID+`","allocationMode":"`+mode+`"}`),
-			}}},
+			Spec: resourcev1.ResourceClaimTemplateSpec{
+				// Claims made from it carry the domain's labels: the controller's cache holds them.
+				ObjectMeta: metav1.ObjectMeta{Labels: ownedBy(planeID)},
+				Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+					Requests: []resourcev1.DeviceRequest{{Name: "channel", Exactly: &resourcev1.ExactDeviceRequest{
+						DeviceClassName: "compute-domain-default-channel.nvidia.com", Selectors: selectors,
+					}}},
+					Config: opaque("channel", `{"kind":"ComputeDomainChannelConfig","apiVersion":"resource.nvidia.com/v1beta1","domainID":"`+testUID+`","allocationMode":"`+mode+`"}`),
+				}},
+			},
 		}
 	}
 	cases := map[string]struct {
@@ -74,8 +78,8 @@ func TestWorkloadClaimTemplate(t *testing.T) {
 		mode    string
 		want    *resourcev1.ResourceClaimTemplate
 	}{
-		"legacy plane: no plane label, no selector; mode defaults to Single": {want: want("", "Single", nil)},
-		"mode All":                        {mode: "All", want: want("", "All", nil)},
+		"legacy plane: no plane label, selects controlPlane \"\"; mode defaults to Single": {want: want("", "Single", planeSelector(""))},
+		"mode All":                        {mode: "All", want: want("", "All", planeSelector(""))},
 		"plane: plane label and selector": {planeID: "alpha", want: want("alpha", "Single", planeSelector("alpha"))},
 	}
 	for name, tc := range cases {
@@ -107,7 +111,7 @@ func TestDaemonClaimTemplate(t *testing.T) {
 		planeID string
 		want    *resourcev1.ResourceClaimTemplate
 	}{
-		"legacy plane": {want: want("", nil)},
+		"legacy plane": {want: want("", planeSelector(""))},
 		"plane":        {planeID: "alpha", want: want("alpha", planeSelector("alpha"))},
 	}
 	for name, tc := range cases {

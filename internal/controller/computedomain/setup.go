@@ -37,6 +37,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		Watches(&cdv1beta1.ComputeDomainClique{}, byLabel).
 		Watches(&appsv1.DaemonSet{}, byLabel).
 		Watches(&resourcev1.ResourceClaimTemplate{}, byLabel).
+		Watches(&resourcev1.ResourceClaim{}, byLabel).
 		WatchesMetadata(&corev1.Node{}, byLabel).
 		WithOptions(opts).
 		Complete(r)

@@ -15,8 +15,13 @@ import (
 const maxNamesInMessage = 8
 
 // Aggregate computes a ComputeDomain's membership status from the result of Compute: nodes
-// (omitted above the limit), the per-clique summary, counts, status and the Ready and
-// NodesInStatus conditions. Conditions other than those two are carried over from prev.
+// (bounded by MaxStatusNodes and MaxStatusBytes), the per-clique summary, counts, status and the
+// Ready, NodesInStatus and NodesWithheld conditions. Other conditions are carried over from prev.
+//
+// When every entry fits, status.nodes lists them all. When they do not, and cliques hold the
+// membership, status.nodes lists only the nodes without a fabric (they are in no clique, and
+// the kubelet plugin learns that they are Ready from status.nodes), as many as fit; with
+// res.StatusOnly (cliques off) Compute admitted only what fits, and every entry is listed.
 func Aggregate(res Result, numNodes int, generation int64, prev []metav1.Condition) cdv1beta1.ComputeDomainStatus {
 	all := res.All()
 	st := cdv1beta1.ComputeDomainStatus{Conditions: append([]metav1.Condition(nil), prev...)}
@@ -31,21 +36,11 @@ func Aggregate(res Result, numNodes int, generation int64, prev []metav1.Conditi
 	st.TotalNodes = int32(len(all))
 	st.Cliques = summarise(res)
 
-	nodesCond := metav1.Condition{
-		Type: cdv1beta1.ConditionNodesInStatus, Status: metav1.ConditionTrue, Reason: cdv1beta1.ReasonNodesListed,
-		Message: "status.nodes lists every node of the domain", ObservedGeneration: generation,
-	}
-	if len(all) > cdv1beta1.MaxStatusNodes {
-		nodesCond.Status = metav1.ConditionFalse
-		nodesCond.Reason = cdv1beta1.ReasonTooManyNodes
-		nodesCond.Message = fmt.Sprintf("the domain has %d nodes, more than the %d status.nodes can hold; per-node data is in its ComputeDomainCliques only",
-			len(all), cdv1beta1.MaxStatusNodes)
-	} else {
-		for _, e := range all {
-			st.Nodes = append(st.Nodes, cdv1beta1.ComputeDomainNode{
-				Name: e.NodeName, IPAddress: e.IPAddress, CliqueID: e.CliqueID, Index: e.Index, Status: e.Status,
-			})
-		}
+	listed, overflow, nodesCond := nodesInStatus(res, all, generation)
+	for _, e := range listed {
+		st.Nodes = append(st.Nodes, cdv1beta1.ComputeDomainNode{
+			Name: e.NodeName, IPAddress: e.IPAddress, CliqueID: e.CliqueID, Index: e.Index, Status: e.Status,
+		})
 	}
 
 	ready := metav1.Condition{Type: cdv1beta1.ConditionReady, ObservedGeneration: generation}
@@ -54,6 +49,9 @@ func Aggregate(res Result, numNodes int, generation int64, prev []metav1.Conditi
 	case len(waiting) > 0:
 		ready.Status, ready.Reason = metav1.ConditionFalse, cdv1beta1.ReasonCliqueFull
 		ready.Message = "no free IMEX index in the clique (raise --max-nodes-per-imex-domain or place fewer nodes per clique) for nodes: " + names(waiting)
+	case len(overflow) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, cdv1beta1.ReasonStatusFull
+		ready.Message = fmt.Sprintf("%d nodes wait for room in status.nodes (see condition %s): %s", len(overflow), cdv1beta1.ConditionNodesInStatus, names(overflow))
 	case len(all) < numNodes:
 		ready.Status, ready.Reason = metav1.ConditionFalse, cdv1beta1.ReasonWaitingForNodes
 		ready.Message = fmt.Sprintf("%d of %d nodes have joined; waiting for the workload's pods to land on %d more", len(all), numNodes, numNodes-len(all))
@@ -70,7 +68,75 @@ func Aggregate(res Result, numNodes int, generation int64, prev []metav1.Conditi
 	}
 	meta.SetStatusCondition(&st.Conditions, ready)
 	meta.SetStatusCondition(&st.Conditions, nodesCond)
+	meta.SetStatusCondition(&st.Conditions, withheldCondition(res.Withheld, generation))
 	return st
+}
+
+// nodesInStatus decides which entries status.nodes lists, which nodes wait for room in it, and
+// the NodesInStatus condition that says so.
+func nodesInStatus(res Result, all []Entry, generation int64) (listed []Entry, overflow []string, cond metav1.Condition) {
+	cond = metav1.Condition{
+		Type: cdv1beta1.ConditionNodesInStatus, Status: metav1.ConditionTrue, Reason: cdv1beta1.ReasonNodesListed,
+		Message: "status.nodes lists every node of the domain", ObservedGeneration: generation,
+	}
+	b := newBudget()
+	for _, e := range all {
+		b.add(e)
+	}
+	overflow = append(overflow, res.Overflow...)
+	switch {
+	case res.StatusOnly && len(overflow) > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, cdv1beta1.ReasonStatusFull
+		cond.Message = fmt.Sprintf("membership lives in status.nodes (ComputeDomainCliques is off) and it is full at %d nodes (at most %d entries and %d estimated bytes); %d more wait and no member is dropped; turn ComputeDomainCliques on for larger domains",
+			len(all), cdv1beta1.MaxStatusNodes, cdv1beta1.MaxStatusBytes, len(overflow))
+		return all, overflow, cond
+	case res.StatusOnly || b.within():
+		return all, overflow, cond
+	}
+	// Too large: per-node data is in the cliques; fabric-less nodes, in none, are listed.
+	fit := newBudget()
+	for id := range res.Cliques {
+		fit.addSummary(id)
+	}
+	for _, e := range res.Fabricless {
+		if !fit.fits(e) {
+			overflow = append(overflow, e.NodeName)
+			continue
+		}
+		fit.add(e)
+		listed = append(listed, e)
+	}
+	cond.Status, cond.Reason = metav1.ConditionFalse, cdv1beta1.ReasonTooManyNodes
+	cond.Message = fmt.Sprintf("the domain's %d nodes do not fit status.nodes (at most %d entries and %d estimated bytes); it lists only the %d nodes without an NVLink fabric, and per-node data of the others is in the domain's ComputeDomainCliques",
+		len(all), cdv1beta1.MaxStatusNodes, cdv1beta1.MaxStatusBytes, len(listed))
+	return listed, overflow, cond
+}
+
+// withheldCondition is the NodesWithheld condition: True, naming nodes and values, while any
+// daemon pod carries an invalid clique label.
+func withheldCondition(withheld []Withheld, generation int64) metav1.Condition {
+	c := metav1.Condition{
+		Type: cdv1beta1.ConditionNodesWithheld, Status: metav1.ConditionFalse, Reason: cdv1beta1.ReasonNoneWithheld,
+		Message: "no node is withheld", ObservedGeneration: generation,
+	}
+	if len(withheld) == 0 {
+		return c
+	}
+	items := make([]string, len(withheld))
+	for i, w := range withheld {
+		items[i] = fmt.Sprintf("%s (%q)", w.Node, truncate(w.Value, 64))
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, cdv1beta1.ReasonInvalidCliqueLabel
+	c.Message = fmt.Sprintf("%d nodes are withheld: their daemon pod's label %s is not a valid clique id (lower-case DNS subdomain of at most 63 characters): %s",
+		len(withheld), cdv1beta1.CliqueIDLabel, names(items))
+	return c
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 func summarise(res Result) []cdv1beta1.ComputeDomainCliqueSummary {

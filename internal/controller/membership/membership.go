@@ -26,6 +26,9 @@ type Pod struct {
 	Ready       bool
 	Terminating bool
 	Created     time.Time
+	// Owned is true when the pod's controller owner reference is the domain's daemon DaemonSet
+	// (by UID). Only such pods are the domain's daemons; any other pod is ignored.
+	Owned bool
 }
 
 // Input is everything Compute needs.
@@ -36,8 +39,18 @@ type Input struct {
 	Pods []Pod
 	// LabelledNodes are the nodes carrying the domain's node label.
 	LabelledNodes sets.Set[string]
+	// AllocatedNodes are the nodes on which the scheduler allocated a channel claim of the
+	// domain. A node is a member only when it is in both sets: the label alone is something a
+	// compromised node could set on itself; an allocation only the scheduler writes.
+	AllocatedNodes sets.Set[string]
 	// MaxNodes bounds indexes within a clique: 0 <= index < MaxNodes.
 	MaxNodes int
+	// StatusOnly says membership lives in status.nodes only (ComputeDomainCliques off), so that
+	// an entry left out of it is lost. Then every existing entry is kept, and a new node is
+	// admitted (in node-name order) only while the entries fit status.nodes: at most
+	// MaxStatusNodes entries and MaxStatusBytes estimated bytes; the rest wait in
+	// Result.Overflow.
+	StatusOnly bool
 }
 
 // Result is the membership to write.
@@ -49,6 +62,22 @@ type Result struct {
 	Fabricless []Entry
 	// Waiting maps clique ids to nodes that could not get an index because the clique is full.
 	Waiting map[string][]string
+	// Withheld lists nodes kept out because their daemon pod carries a clique label that is not
+	// a valid clique id (cdv1beta1.ValidateCliqueID), by node name. A withheld node that had an
+	// entry keeps it, not ready, as when its daemon is restarting.
+	Withheld []Withheld
+	// Overflow lists nodes that would join but do not fit status.nodes, by node name: new nodes
+	// when StatusOnly, and, set by Aggregate, fabric-less nodes of a domain too large for
+	// status.nodes that do not fit it.
+	Overflow []string
+	// StatusOnly is Input.StatusOnly.
+	StatusOnly bool
+}
+
+// Withheld is a node kept out of the domain, with the clique label value that is to blame.
+type Withheld struct {
+	Node  string
+	Value string
 }
 
 // Compute derives membership. A node keeps its entry and index for as long as it carries the
@@ -62,13 +91,23 @@ func Compute(in Input) Result {
 		existing[e.NodeName] = e
 	}
 
-	res := Result{Cliques: map[string][]Entry{}, Waiting: map[string][]string{}}
-	used := map[string]sets.Set[int]{}
-	var needIndex []Entry
-
+	res := Result{Cliques: map[string][]Entry{}, Waiting: map[string][]string{}, StatusOnly: in.StatusOnly}
+	var known, joining []Entry
 	for _, node := range sets.List(in.LabelledNodes) {
+		if !in.AllocatedNodes.Has(node) {
+			continue // labelled, but no channel claim of the domain was allocated on it
+		}
 		pod, hasPod := pods[node]
 		old, hadEntry := existing[node]
+		if hadEntry && cdv1beta1.ValidateCliqueID(old.CliqueID) != nil {
+			hadEntry = false // an entry no clique can hold (written before ids were checked)
+		}
+		if hasPod && pod.Labelled {
+			if err := cdv1beta1.ValidateCliqueID(pod.CliqueID); err != nil {
+				res.Withheld = append(res.Withheld, Withheld{Node: node, Value: pod.CliqueID})
+				pod.Labelled = false // as if its daemon had not labelled it yet
+			}
+		}
 		var e Entry
 		switch {
 		case hasPod && pod.Labelled:
@@ -83,6 +122,19 @@ func Compute(in Input) Result {
 		default:
 			continue // nothing known about this node yet
 		}
+		if hadEntry {
+			known = append(known, e)
+		} else {
+			joining = append(joining, e)
+		}
+	}
+	if in.StatusOnly {
+		joining, res.Overflow = admit(known, joining)
+	}
+
+	used := map[string]sets.Set[int]{}
+	var needIndex []Entry
+	for _, e := range append(known, joining...) {
 		if e.CliqueID == "" {
 			e.Index = cdv1beta1.FabriclessIndex
 			res.Fabricless = append(res.Fabricless, e)
@@ -91,6 +143,7 @@ func Compute(in Input) Result {
 		if used[e.CliqueID] == nil {
 			used[e.CliqueID] = sets.New[int]()
 		}
+		old, hadEntry := existing[e.NodeName]
 		if hadEntry && old.CliqueID == e.CliqueID && old.Index >= 0 && old.Index < in.MaxNodes &&
 			!used[e.CliqueID].Has(old.Index) {
 			e.Index = old.Index
@@ -100,7 +153,7 @@ func Compute(in Input) Result {
 		}
 		needIndex = append(needIndex, e)
 	}
-
+	sortEntries(needIndex)
 	for _, e := range needIndex {
 		idx, ok := lowestFree(used[e.CliqueID], in.MaxNodes)
 		if !ok {
@@ -114,18 +167,38 @@ func Compute(in Input) Result {
 	for id := range res.Cliques {
 		sortEntries(res.Cliques[id])
 	}
+	sortEntries(res.Fabricless)
 	if len(res.Waiting) == 0 {
 		res.Waiting = nil
 	}
 	return res
 }
 
-// pickPods returns one pod per node: a running pod over a terminating one, a labelled one over
+// admit returns the joining entries that fit status.nodes next to the known ones (which are
+// always kept: dropping one would lose a member's index), in node-name order, and the names of
+// those that do not fit.
+func admit(known, joining []Entry) (admitted []Entry, overflow []string) {
+	b := newBudget()
+	for _, e := range known {
+		b.add(e)
+	}
+	for _, e := range joining {
+		if !b.fits(e) {
+			overflow = append(overflow, e.NodeName)
+			continue
+		}
+		b.add(e)
+		admitted = append(admitted, e)
+	}
+	return admitted, overflow
+}
+
+// pickPods returns one pod per node, of the pods the domain's DaemonSet owns: a running pod over a terminating one, a labelled one over
 // one its daemon has not labelled yet, then the newest.
 func pickPods(pods []Pod) map[string]Pod {
 	out := make(map[string]Pod, len(pods))
 	for _, p := range pods {
-		if p.NodeName == "" {
+		if p.NodeName == "" || !p.Owned {
 			continue
 		}
 		cur, ok := out[p.NodeName]

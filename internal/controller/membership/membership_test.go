@@ -2,6 +2,8 @@ package membership
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +20,7 @@ const c1, c2 = "uuid-a.1", "uuid-b.1"
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func pod(node, ip, clique string, ready bool) Pod {
-	return Pod{NodeName: node, IP: ip, CliqueID: clique, Labelled: true, Ready: ready, Created: t0}
+	return Pod{NodeName: node, IP: ip, CliqueID: clique, Labelled: true, Ready: ready, Created: t0, Owned: true}
 }
 
 func entry(node, ip, clique string, index int, ready bool) Entry {
@@ -33,8 +35,8 @@ func TestCompute(t *testing.T) {
 		"new nodes get the lowest free indexes in node-name order": {
 			in: Input{
 				Pods:          []Pod{pod("n3", "127.0.0.3", c1, false), pod("n1", "127.0.0.1", c1, true), pod("n2", "127.0.0.2", c1, true)},
-				LabelledNodes: sets.New("n1", "n2", "n3"),
-				MaxNodes:      18,
+				LabelledNodes: sets.New("n1", "n2", "n3"), AllocatedNodes: sets.New("n1", "n2", "n3"),
+				MaxNodes: 18,
 			},
 			want: Result{Cliques: map[string][]Entry{c1: {
 				entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 1, true), entry("n3", "127.0.0.3", c1, 2, false),
@@ -44,8 +46,8 @@ func TestCompute(t *testing.T) {
 			in: Input{
 				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 0, true), entry("n3", "127.0.0.3", c1, 2, true)},
 				Pods:          []Pod{pod("n1", "127.0.0.1", c1, true), pod("n3", "127.0.0.3", c1, true), pod("n4", "127.0.0.4", c1, false)},
-				LabelledNodes: sets.New("n1", "n3", "n4"),
-				MaxNodes:      18,
+				LabelledNodes: sets.New("n1", "n3", "n4"), AllocatedNodes: sets.New("n1", "n3", "n4"),
+				MaxNodes: 18,
 			},
 			want: Result{Cliques: map[string][]Entry{c1: {
 				entry("n1", "127.0.0.1", c1, 0, true), entry("n3", "127.0.0.3", c1, 2, true), entry("n4", "127.0.0.4", c1, 1, false),
@@ -54,17 +56,17 @@ func TestCompute(t *testing.T) {
 		"a labelled node whose pod is gone keeps its entry and index, not ready": {
 			in: Input{
 				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 5, true)},
-				LabelledNodes: sets.New("n1"),
-				MaxNodes:      18,
+				LabelledNodes: sets.New("n1"), AllocatedNodes: sets.New("n1"),
+				MaxNodes: 18,
 			},
 			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 5, false)}}},
 		},
 		"a replacement pod not yet labelled keeps the index and takes the new IP": {
 			in: Input{
 				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 5, true)},
-				Pods:          []Pod{{NodeName: "n1", IP: "127.0.0.9", Created: t0}},
-				LabelledNodes: sets.New("n1"),
-				MaxNodes:      18,
+				Pods:          []Pod{{NodeName: "n1", IP: "127.0.0.9", Created: t0, Owned: true}},
+				LabelledNodes: sets.New("n1"), AllocatedNodes: sets.New("n1"),
+				MaxNodes: 18,
 			},
 			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.9", c1, 5, false)}}},
 		},
@@ -72,8 +74,8 @@ func TestCompute(t *testing.T) {
 			in: Input{
 				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 7, true)},
 				Pods:          []Pod{pod("n1", "127.0.0.8", c1, true)},
-				LabelledNodes: sets.New("n1"),
-				MaxNodes:      18,
+				LabelledNodes: sets.New("n1"), AllocatedNodes: sets.New("n1"),
+				MaxNodes: 18,
 			},
 			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.8", c1, 7, true)}}},
 		},
@@ -81,24 +83,24 @@ func TestCompute(t *testing.T) {
 			in: Input{
 				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 1, true)},
 				Pods:          []Pod{pod("n1", "127.0.0.1", c1, true), pod("n2", "127.0.0.2", c1, true)},
-				LabelledNodes: sets.New("n1"),
-				MaxNodes:      18,
+				LabelledNodes: sets.New("n1"), AllocatedNodes: sets.New("n1"),
+				MaxNodes: 18,
 			},
 			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 0, true)}}},
 		},
 		"a labelled node without pod or entry is not a member yet": {
-			in:   Input{LabelledNodes: sets.New("n1"), MaxNodes: 18},
+			in:   Input{LabelledNodes: sets.New("n1"), AllocatedNodes: sets.New("n1"), MaxNodes: 18},
 			want: Result{Cliques: map[string][]Entry{}},
 		},
 		"a pod its daemon has not labelled yet is not a member yet": {
-			in:   Input{Pods: []Pod{{NodeName: "n1", IP: "127.0.0.1"}}, LabelledNodes: sets.New("n1"), MaxNodes: 18},
+			in:   Input{Pods: []Pod{{NodeName: "n1", IP: "127.0.0.1", Owned: true}}, LabelledNodes: sets.New("n1"), AllocatedNodes: sets.New("n1"), MaxNodes: 18},
 			want: Result{Cliques: map[string][]Entry{}},
 		},
 		"fabric-less pods are listed apart with index -1": {
 			in: Input{
 				Pods:          []Pod{pod("n1", "127.0.0.1", "", true), pod("n2", "127.0.0.2", c1, true)},
-				LabelledNodes: sets.New("n1", "n2"),
-				MaxNodes:      18,
+				LabelledNodes: sets.New("n1", "n2"), AllocatedNodes: sets.New("n1", "n2"),
+				MaxNodes: 18,
 			},
 			want: Result{
 				Cliques:    map[string][]Entry{c1: {entry("n2", "127.0.0.2", c1, 0, true)}},
@@ -108,8 +110,8 @@ func TestCompute(t *testing.T) {
 		"indexes are per clique": {
 			in: Input{
 				Pods:          []Pod{pod("a1", "127.0.0.1", c1, true), pod("b1", "127.0.0.2", c2, true)},
-				LabelledNodes: sets.New("a1", "b1"),
-				MaxNodes:      18,
+				LabelledNodes: sets.New("a1", "b1"), AllocatedNodes: sets.New("a1", "b1"),
+				MaxNodes: 18,
 			},
 			want: Result{Cliques: map[string][]Entry{
 				c1: {entry("a1", "127.0.0.1", c1, 0, true)},
@@ -120,16 +122,16 @@ func TestCompute(t *testing.T) {
 			in: Input{
 				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 3, true), entry("n2", "127.0.0.2", c2, 0, true)},
 				Pods:          []Pod{pod("n1", "127.0.0.1", c2, true), pod("n2", "127.0.0.2", c2, true)},
-				LabelledNodes: sets.New("n1", "n2"),
-				MaxNodes:      18,
+				LabelledNodes: sets.New("n1", "n2"), AllocatedNodes: sets.New("n1", "n2"),
+				MaxNodes: 18,
 			},
 			want: Result{Cliques: map[string][]Entry{c2: {entry("n1", "127.0.0.1", c2, 1, true), entry("n2", "127.0.0.2", c2, 0, true)}}},
 		},
 		"a full clique leaves the rest waiting": {
 			in: Input{
 				Pods:          []Pod{pod("n1", "127.0.0.1", c1, true), pod("n2", "127.0.0.2", c1, true), pod("n3", "127.0.0.3", c1, true)},
-				LabelledNodes: sets.New("n1", "n2", "n3"),
-				MaxNodes:      2,
+				LabelledNodes: sets.New("n1", "n2", "n3"), AllocatedNodes: sets.New("n1", "n2", "n3"),
+				MaxNodes: 2,
 			},
 			want: Result{
 				Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 1, true)}},
@@ -140,8 +142,8 @@ func TestCompute(t *testing.T) {
 			in: Input{
 				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 0, true)},
 				Pods:          []Pod{pod("n1", "127.0.0.1", c1, true), pod("n2", "127.0.0.2", c1, true)},
-				LabelledNodes: sets.New("n1", "n2"),
-				MaxNodes:      18,
+				LabelledNodes: sets.New("n1", "n2"), AllocatedNodes: sets.New("n1", "n2"),
+				MaxNodes: 18,
 			},
 			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 1, true)}}},
 		},
@@ -149,13 +151,70 @@ func TestCompute(t *testing.T) {
 			in: Input{
 				Existing: []Entry{entry("n1", "127.0.0.1", c1, 4, true)},
 				Pods: []Pod{
-					{NodeName: "n1", IP: "127.0.0.1", CliqueID: c1, Labelled: true, Ready: true, Terminating: true, Created: t0.Add(time.Hour)},
-					{NodeName: "n1", IP: "127.0.0.7", CliqueID: c1, Labelled: true, Ready: false, Created: t0},
+					{NodeName: "n1", IP: "127.0.0.1", CliqueID: c1, Labelled: true, Ready: true, Terminating: true, Created: t0.Add(time.Hour), Owned: true},
+					{NodeName: "n1", IP: "127.0.0.7", CliqueID: c1, Labelled: true, Ready: false, Created: t0, Owned: true},
 				},
-				LabelledNodes: sets.New("n1"),
-				MaxNodes:      18,
+				LabelledNodes: sets.New("n1"), AllocatedNodes: sets.New("n1"),
+				MaxNodes: 18,
 			},
 			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.7", c1, 4, false)}}},
+		},
+		"a labelled node without an allocated channel claim of the domain is not a member": {
+			in: Input{
+				Existing:       []Entry{entry("n1", "127.0.0.1", c1, 0, true)},
+				Pods:           []Pod{pod("n1", "127.0.0.1", c1, true), pod("n2", "127.0.0.2", c1, true)},
+				LabelledNodes:  sets.New("n1", "n2"),
+				AllocatedNodes: sets.New("n2", "n3"),
+				MaxNodes:       18,
+			},
+			want: Result{Cliques: map[string][]Entry{c1: {entry("n2", "127.0.0.2", c1, 0, true)}}},
+		},
+		"a pod the domain's DaemonSet does not own is not a daemon": {
+			in: Input{
+				Pods: []Pod{
+					{NodeName: "n1", IP: "127.0.0.66", CliqueID: c2, Labelled: true, Ready: true, Created: t0.Add(time.Hour)},
+					pod("n1", "127.0.0.1", c1, false),
+					{NodeName: "n2", IP: "127.0.0.2", CliqueID: c1, Labelled: true, Ready: true, Created: t0},
+				},
+				LabelledNodes: sets.New("n1", "n2"), AllocatedNodes: sets.New("n1", "n2"),
+				MaxNodes: 18,
+			},
+			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 0, false)}}},
+		},
+		"an invalid clique label withholds that node only": {
+			in: Input{
+				Pods: []Pod{
+					pod("n1", "127.0.0.1", "Bad_Clique", true), pod("n2", "127.0.0.2", c1, true),
+					pod("n3", "127.0.0.3", "uuid..1", true), pod("n4", "127.0.0.4", "", true),
+				},
+				LabelledNodes: sets.New("n1", "n2", "n3", "n4"), AllocatedNodes: sets.New("n1", "n2", "n3", "n4"),
+				MaxNodes: 18,
+			},
+			want: Result{
+				Cliques:    map[string][]Entry{c1: {entry("n2", "127.0.0.2", c1, 0, true)}},
+				Fabricless: []Entry{entry("n4", "127.0.0.4", "", -1, true)},
+				Withheld:   []Withheld{{Node: "n1", Value: "Bad_Clique"}, {Node: "n3", Value: "uuid..1"}},
+			},
+		},
+		"a member whose label turns invalid keeps its entry and index, not ready": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 3, true)},
+				Pods:          []Pod{pod("n1", "127.0.0.1", "UPPER.1", true)},
+				LabelledNodes: sets.New("n1"), AllocatedNodes: sets.New("n1"),
+				MaxNodes: 18,
+			},
+			want: Result{
+				Cliques:  map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 3, false)}},
+				Withheld: []Withheld{{Node: "n1", Value: "UPPER.1"}},
+			},
+		},
+		"an existing entry with an invalid clique id is not kept": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", "Bad_Clique", 3, true)},
+				LabelledNodes: sets.New("n1"), AllocatedNodes: sets.New("n1"),
+				MaxNodes: 18,
+			},
+			want: Result{Cliques: map[string][]Entry{}},
 		},
 	}
 	for name, tc := range cases {
@@ -169,11 +228,12 @@ func TestCompute(t *testing.T) {
 }
 
 func TestComputeEighteenAtOnceGetDistinctIndexes(t *testing.T) {
-	in := Input{LabelledNodes: sets.New[string](), MaxNodes: 18}
+	in := Input{LabelledNodes: sets.New[string](), AllocatedNodes: sets.New[string](), MaxNodes: 18}
 	for i := range 18 {
 		node := fmt.Sprintf("node-%02d", 17-i)
 		in.Pods = append(in.Pods, pod(node, fmt.Sprintf("127.0.1.%d", i+1), c1, false))
 		in.LabelledNodes.Insert(node)
+		in.AllocatedNodes.Insert(node)
 	}
 	got := Compute(in).Cliques[c1]
 	seen := sets.New[int]()
@@ -184,7 +244,7 @@ func TestComputeEighteenAtOnceGetDistinctIndexes(t *testing.T) {
 		t.Fatalf("want 18 entries with indexes 0..17, got %+v", got)
 	}
 	// Feeding the result back in changes nothing: indexes are stable.
-	again := Compute(Input{Existing: got, Pods: in.Pods, LabelledNodes: in.LabelledNodes, MaxNodes: 18}).Cliques[c1]
+	again := Compute(Input{Existing: got, Pods: in.Pods, LabelledNodes: in.LabelledNodes, AllocatedNodes: in.AllocatedNodes, MaxNodes: 18}).Cliques[c1]
 	if diff := cmp.Diff(got, again); diff != "" {
 		t.Errorf("recomputing moved entries (-first +second):\n%s", diff)
 	}
@@ -266,4 +326,113 @@ func findCondition(conds []metav1.Condition, t string) metav1.Condition {
 		}
 	}
 	return metav1.Condition{}
+}
+
+// longName is a node name of the most characters a node name may have (253).
+func longName(i int) string {
+	return fmt.Sprintf("%s-%06d", strings.Repeat("n", 246), i)
+}
+
+const longIP = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255" // 45 characters, the most
+
+// With cliques off, status.nodes is the only place membership lives: every member is kept, new
+// nodes join only while the entries fit, the rest wait.
+func TestComputeStatusOnlyAdmitsWhatFits(t *testing.T) {
+	in := Input{LabelledNodes: sets.New[string](), AllocatedNodes: sets.New[string](), MaxNodes: 18, StatusOnly: true}
+	const members = 1000
+	for i := range 3000 {
+		node := longName(i)
+		clique := fmt.Sprintf("7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11.%d", i%200)
+		in.LabelledNodes.Insert(node)
+		in.AllocatedNodes.Insert(node)
+		in.Pods = append(in.Pods, pod(node, longIP, clique, true))
+		if i >= 3000-members { // the members sort last: they are kept before any newcomer
+			in.Existing = append(in.Existing, entry(node, longIP, clique, (i/200)%18, true))
+		}
+	}
+	res := Compute(in)
+	all := res.All()
+	b := newBudget()
+	for _, e := range all {
+		b.add(e)
+	}
+	if !b.within() {
+		t.Errorf("%d entries of %d estimated bytes admitted, more than status.nodes holds", len(all), b.bytes)
+	}
+	if len(all)+len(res.Overflow) != 3000 || len(res.Overflow) == 0 {
+		t.Fatalf("%d admitted and %d waiting, want 3000 in all and some waiting", len(all), len(res.Overflow))
+	}
+	admitted := sets.New[string]()
+	for _, e := range all {
+		admitted.Insert(e.NodeName)
+	}
+	for _, e := range in.Existing {
+		if !admitted.Has(e.NodeName) {
+			t.Fatalf("member %s was dropped", e.NodeName)
+		}
+	}
+	if !sort.StringsAreSorted(res.Overflow) || res.Overflow[len(res.Overflow)-1] != longName(3000-members-1) {
+		t.Errorf("waiting nodes are not the last newcomers in name order: %v", res.Overflow[len(res.Overflow)-3:])
+	}
+	st := Aggregate(res, 0, 1, nil)
+	if len(st.Nodes) != len(all) {
+		t.Errorf("status.nodes lists %d entries, want every one of the %d members", len(st.Nodes), len(all))
+	}
+	nodesCond, ready := findCondition(st.Conditions, cdv1beta1.ConditionNodesInStatus), findCondition(st.Conditions, cdv1beta1.ConditionReady)
+	if nodesCond.Reason != cdv1beta1.ReasonStatusFull || ready.Reason != cdv1beta1.ReasonStatusFull || st.Status != cdv1beta1.StatusNotReady {
+		t.Errorf("NodesInStatus %s, Ready %s, status %s; want StatusFull, StatusFull, NotReady", nodesCond.Reason, ready.Reason, st.Status)
+	}
+}
+
+// Above the byte bound (far below 4,096 entries with the longest names and addresses), cliques
+// hold per-node data and status.nodes lists only the fabric-less nodes, so that they become Ready.
+func TestAggregateBoundsStatusByBytes(t *testing.T) {
+	res := Result{Cliques: map[string][]Entry{}}
+	const n = 2000
+	for i := range n {
+		id := fmt.Sprintf("7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11.%d", i/18)
+		res.Cliques[id] = append(res.Cliques[id], entry(longName(i), longIP, id, i%18, true))
+	}
+	res.Fabricless = []Entry{entry(longName(n), longIP, "", -1, true), entry(longName(n+1), longIP, "", -1, true)}
+	st := Aggregate(res, 0, 1, nil)
+	c := findCondition(st.Conditions, cdv1beta1.ConditionNodesInStatus)
+	if c.Status != metav1.ConditionFalse || c.Reason != cdv1beta1.ReasonTooManyNodes {
+		t.Errorf("NodesInStatus = %s/%s, want False/%s", c.Status, c.Reason, cdv1beta1.ReasonTooManyNodes)
+	}
+	var listed []string
+	for _, e := range st.Nodes {
+		listed = append(listed, e.Name)
+	}
+	if diff := cmp.Diff([]string{longName(n), longName(n + 1)}, listed); diff != "" {
+		t.Errorf("status.nodes (-want +got), want the fabric-less nodes only:\n%s", diff)
+	}
+	if st.Status != cdv1beta1.StatusReady || st.TotalNodes != n+2 {
+		t.Errorf("status %s with %d nodes, want Ready with %d", st.Status, st.TotalNodes, n+2)
+	}
+}
+
+func TestEntryBytesWorstCase(t *testing.T) {
+	e := entry(longName(0), longIP, "7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11.4294967295", 17, false)
+	fit := (cdv1beta1.MaxStatusBytes - conditionsAllowance) / (EntryBytes(e) + SummaryBytes(e.CliqueID)/18)
+	t.Logf("worst-case entry: %d estimated bytes; about %d such entries fit status.nodes", EntryBytes(e), fit)
+	if fit < 1000 || fit >= cdv1beta1.MaxStatusNodes {
+		t.Errorf("%d worst-case entries fit: the byte bound is not the one that binds, or is absurdly low", fit)
+	}
+}
+
+func TestWithheldCondition(t *testing.T) {
+	var w []Withheld
+	for i := range 10 {
+		w = append(w, Withheld{Node: fmt.Sprintf("n%d", i), Value: "Bad_" + strings.Repeat("x", 80)})
+	}
+	st := Aggregate(Result{Withheld: w}, 0, 4, nil)
+	c := findCondition(st.Conditions, cdv1beta1.ConditionNodesWithheld)
+	if c.Status != metav1.ConditionTrue || c.Reason != cdv1beta1.ReasonInvalidCliqueLabel || c.ObservedGeneration != 4 ||
+		!strings.Contains(c.Message, `n0 ("Bad_x`) || !strings.Contains(c.Message, "(and 2 more)") || len(c.Message) > 2048 {
+		t.Errorf("NodesWithheld = %+v", c)
+	}
+	st = Aggregate(Result{}, 0, 4, st.Conditions)
+	if c := findCondition(st.Conditions, cdv1beta1.ConditionNodesWithheld); c.Status != metav1.ConditionFalse || c.Reason != cdv1beta1.ReasonNoneWithheld {
+		t.Errorf("once none is withheld: %+v", c)
+	}
 }

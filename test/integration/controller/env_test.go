@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,10 +12,15 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -161,8 +167,21 @@ func (h *heldIMEX) Start(ctx context.Context) (<-chan error, error) {
 	return h.Interface.Start(ctx)
 }
 
-// addNode creates a Node labelled for the domain.
+// addNode creates a Node labelled for the domain, as the kubelet plugin labels it, and a channel
+// claim of the domain allocated on it, as the scheduler leaves it: a node is a member only with
+// both.
 func (e *env) addNode(cd *cdv1beta1.ComputeDomain, name string) string {
+	e.t.Helper()
+	name = e.labelNode(cd, name)
+	if err := e.allocateClaim(e.c, cd, name); err != nil {
+		e.t.Fatal(err)
+	}
+	return name
+}
+
+// labelNode creates a Node labelled for the domain, and nothing else: what a node could do on
+// its own.
+func (e *env) labelNode(cd *cdv1beta1.ComputeDomain, name string) string {
 	e.t.Helper()
 	name = e.ns + "-" + name
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cdv1beta1.ComputeDomainLabel: string(cd.UID)}}}
@@ -171,6 +190,74 @@ func (e *env) addNode(cd *cdv1beta1.ComputeDomain, name string) string {
 	}
 	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), n) })
 	return name
+}
+
+// channelClaim is a claim made from the domain's workload template (labels, request, config), in
+// namespace ns.
+func channelClaim(cd *cdv1beta1.ComputeDomain, ns, node string) *resourcev1.ResourceClaim {
+	raw, _ := json.Marshal(cdv1beta1.NewChannelConfig(string(cd.UID), cdv1beta1.AllocationModeSingle))
+	opaque := resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
+		Driver: cdv1beta1.DriverName, Parameters: runtime.RawExtension{Raw: raw},
+	}}
+	return &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "channel-" + node, Namespace: ns,
+			Labels: map[string]string{cdv1beta1.ComputeDomainLabel: string(cd.UID), "app.kubernetes.io/managed-by": "cdplane"},
+		},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "channel", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.ChannelDeviceClass}}},
+			Config:   []resourcev1.DeviceClaimConfiguration{{Requests: []string{"channel"}, DeviceConfiguration: opaque}},
+		}},
+	}
+}
+
+// allocate writes the allocation the scheduler writes for a claim placed on node: channel-0 of
+// the node's pool, the claim's config, a node selector naming the node.
+func allocate(ctx context.Context, c client.Client, claim *resourcev1.ResourceClaim, node string) error {
+	claim.Status.Allocation = &resourcev1.AllocationResult{
+		Devices: resourcev1.DeviceAllocationResult{
+			Results: []resourcev1.DeviceRequestAllocationResult{{Request: "channel", Driver: cdv1beta1.DriverName, Pool: node, Device: "channel-0"}},
+			Config: []resourcev1.DeviceAllocationConfiguration{{
+				Source: resourcev1.AllocationConfigSourceClaim, Requests: []string{"channel"},
+				DeviceConfiguration: claim.Spec.Devices.Config[0].DeviceConfiguration,
+			}},
+		},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+		}}}}},
+	}
+	if err := c.Status().Update(ctx, claim); err != nil {
+		return fmt.Errorf("allocating claim %s on %s: %w", claim.Name, node, err)
+	}
+	return nil
+}
+
+// allocateClaim creates a channel claim of the domain in its namespace and allocates it on node.
+func (e *env) allocateClaim(c client.Client, cd *cdv1beta1.ComputeDomain, node string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	claim := channelClaim(cd, cd.Namespace, node)
+	if err := c.Create(ctx, claim); err != nil {
+		return fmt.Errorf("channel claim for %s: %w", node, err)
+	}
+	return allocate(ctx, c, claim, node)
+}
+
+// daemonSetRef returns a controller reference to the domain's daemon DaemonSet, waiting for the
+// controller to create it: daemon pods are the DaemonSet's.
+func (e *env) daemonSetRef(cd *cdv1beta1.ComputeDomain) (metav1.OwnerReference, error) {
+	ds := &appsv1.DaemonSet{}
+	key := client.ObjectKey{Namespace: e.driverNS, Name: cdv1beta1.DaemonSetName(string(cd.UID))}
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return e.c.Get(ctx, key, ds) == nil, nil
+	})
+	if err != nil {
+		return metav1.OwnerReference{}, fmt.Errorf("waiting for DaemonSet %s: %w", key, err)
+	}
+	return metav1.OwnerReference{
+		APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}, nil
 }
 
 // unlabelNode removes the domain label from a node, as unprepare does.
@@ -218,11 +305,16 @@ func (e *env) tryStartDaemon(cd *cdv1beta1.ComputeDomain, nodeName, clique strin
 
 func (n *node) createPod() error {
 	e := n.e
+	owner, err := e.daemonSetRef(n.cd)
+	if err != nil {
+		return err
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: cdv1beta1.DaemonSetName(string(n.cd.UID))[:30] + "-",
-			Namespace:    e.driverNS,
-			Labels:       map[string]string{cdv1beta1.ComputeDomainLabel: string(n.cd.UID), "app.kubernetes.io/managed-by": "cdplane"},
+			GenerateName:    cdv1beta1.DaemonSetName(string(n.cd.UID))[:30] + "-",
+			Namespace:       e.driverNS,
+			Labels:          map[string]string{cdv1beta1.ComputeDomainLabel: string(n.cd.UID), "app.kubernetes.io/managed-by": "cdplane"},
+			OwnerReferences: []metav1.OwnerReference{owner},
 		},
 		Spec: corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "daemon", Image: "cdplane:test"}}},
 	}

@@ -33,7 +33,10 @@ func TestStatusSizeLimit(t *testing.T) {
 	}
 	const n = cdv1beta1.MaxStatusNodes + 1
 	cd := e.createCD("huge", n)
-	uid := string(cd.UID)
+	owner, err := e.daemonSetRef(cd)
+	if err != nil {
+		t.Fatal(err)
+	}
 	work := make(chan int)
 	errs := make(chan error, 1)
 	var wg sync.WaitGroup
@@ -42,7 +45,7 @@ func TestStatusSizeLimit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				if err := createReadyDaemon(c, e, uid, i); err != nil {
+				if err := createReadyDaemon(c, e, cd, owner, i); err != nil {
 					select {
 					case errs <- err:
 					default:
@@ -86,17 +89,21 @@ func TestStatusSizeLimit(t *testing.T) {
 	}
 }
 
-func createReadyDaemon(c client.Client, e *env, uid string, i int) error {
+func createReadyDaemon(c client.Client, e *env, cd *cdv1beta1.ComputeDomain, owner metav1.OwnerReference, i int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	uid := string(cd.UID)
 	name := fmt.Sprintf("%s-h%05d", e.ns, i)
 	if err := c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cdv1beta1.ComputeDomainLabel: uid}}}); err != nil {
+		return err
+	}
+	if err := e.allocateClaim(c, cd, name); err != nil {
 		return err
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("d-%05d", i), Namespace: e.driverNS, Labels: map[string]string{
 			cdv1beta1.ComputeDomainLabel: uid, cdv1beta1.CliqueIDLabel: fmt.Sprintf("00000000-0000-4000-8000-%012d.1", i/18),
-		}},
+		}, OwnerReferences: []metav1.OwnerReference{owner}},
 		Spec: corev1.PodSpec{NodeName: name, Containers: []corev1.Container{{Name: "d", Image: "cdplane:test"}}},
 	}
 	if err := c.Create(ctx, pod); err != nil {

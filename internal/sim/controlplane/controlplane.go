@@ -1,9 +1,10 @@
 // Package controlplane starts and stops a Kubernetes control plane — etcd, kube-apiserver and,
 // on request, kube-controller-manager and kube-scheduler, from the builds of hack/k8s-bins.sh —
-// as processes bound to loopback only, with credentials of its own. It is the one launcher of
+// as processes bound to loopback only (etcd, which authenticates no client, to Unix sockets in
+// a directory only its owner can enter), with credentials of its own. It is the one launcher of
 // the project: `cdplane sim up` starts it detached, so that the command can return while the
 // cluster keeps running and `cdplane sim down` can stop exactly what was started (by PID,
-// checked against the binary); the test harness (internal/testutil/cluster) and `cdplane bench`
+// checked against the start time and command line); the test harness (internal/testutil/cluster) and `cdplane bench`
 // start it attached, so that its processes die with the process that started them.
 package controlplane
 
@@ -244,6 +245,8 @@ func apiServerFlags(o Options, p pki, etcdURL string, port int) flags {
 	f.set("allow-privileged", "true")
 	f.set("service-cluster-ip-range", "10.96.0.0/16")
 	f.set("kubelet-preferred-address-types", "InternalIP")
+	f.set("kubelet-client-certificate", p.path("apiserver-kubelet-client.crt"))
+	f.set("kubelet-client-key", p.path("apiserver-kubelet-client.key"))
 	f.set("endpoint-reconciler-type", "none")
 	if !createsServiceAccounts(o) {
 		// Nothing creates a namespace's default ServiceAccount, which the admission plugin

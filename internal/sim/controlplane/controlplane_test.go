@@ -67,6 +67,9 @@ func TestAPIServerFlags(t *testing.T) {
 			if got := flagValues(args, "client-ca-file"); !slices.Equal(got, []string{"/d/pki/ca.crt"}) {
 				t.Errorf("--client-ca-file = %v", got)
 			}
+			if got := flagValues(args, "kubelet-client-certificate"); !slices.Equal(got, []string{"/d/pki/apiserver-kubelet-client.crt"}) {
+				t.Errorf("--kubelet-client-certificate = %v", got)
+			}
 		})
 	}
 }

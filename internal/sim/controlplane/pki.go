@@ -17,8 +17,8 @@ import (
 )
 
 // pki holds the control plane's credentials, as files under dir: a CA, the apiserver's
-// serving certificate, an administrator's client certificate (group system:masters) and the
-// service-account signing key. issue signs more client certificates with the CA.
+// serving certificate, an administrator's client certificate (group system:masters), the
+// apiserver's client certificate for kubelets and the service-account signing key. issue signs more client certificates with the CA.
 type pki struct {
 	dir string
 }
@@ -79,6 +79,11 @@ func (p pki) generate() error {
 		return err
 	}
 	if err := leaf("admin", clientTemplate(big.NewInt(3), "cdplane-sim-admin", []string{"system:masters"})); err != nil {
+		return err
+	}
+	// What kube-apiserver presents to kubelets (logs, exec): a kubelet can require a client
+	// certificate of the cluster CA instead of serving anyone who reaches its port.
+	if err := leaf("apiserver-kubelet-client", clientTemplate(big.NewInt(4), "kube-apiserver-kubelet-client", nil)); err != nil {
 		return err
 	}
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +47,7 @@ func startProcess(p Process) (Process, error) {
 		return Process{}, fmt.Errorf("creating the log of %s: %w", p.Name, err)
 	}
 	defer out.Close()
+	closeStrayOnExec()
 	cmd := exec.Command(p.Binary, p.Args...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = p.Dir, out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -64,6 +66,22 @@ func startProcess(p Process) (Process, error) {
 		p.StartTime = st.startTime
 	}
 	return p, nil
+}
+
+// closeStrayOnExec marks every descriptor of this process above stderr close-on-exec, so that
+// what it starts inherits its standard streams only. Go opens its own descriptors so, but one
+// this process inherited without the flag (flock(1)'s lock, a CI runner's pipe) would stay
+// open, and a lock held, in every process of the cluster until `sim down`.
+func closeStrayOnExec() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 // waitExeced waits (up to a second) until the kernel shows p's command line: for a moment

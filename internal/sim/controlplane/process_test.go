@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,6 +103,35 @@ func TestProcessLifecycle(t *testing.T) {
 	}
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Errorf("killed after %s, before the timeout", d)
+	}
+}
+
+// A descriptor this process inherited without close-on-exec (flock(1)'s lock, say) does not
+// reach the processes it starts, which would hold it until `sim down`.
+func TestStartedProcessInheritsNoStrayDescriptor(t *testing.T) {
+	const stray = 100
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Dup3(int(f.Fd()), stray, 0); err != nil { // no O_CLOEXEC
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Close(stray) }()
+	log := filepath.Join(t.TempDir(), "p.log")
+	p, err := startProcess(Process{Name: "fds", Binary: "/bin/sh", Log: log, Attached: true,
+		Args: []string{"-c", fmt.Sprintf(`if [ -e /proc/$$/fd/%d ]; then echo inherited; else echo clean; fi`, stray)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = Stop([]Process{p}, time.Second) })
+	testutil.Eventually(t, 10*time.Second, "the child to report", func() (bool, error) {
+		data, err := os.ReadFile(log)
+		return len(data) > 0, fmt.Errorf("the log holds %q (%v)", data, err)
+	})
+	if data, _ := os.ReadFile(log); string(data) != "clean\n" {
+		t.Errorf("the child says %q: it inherited descriptor %d", data, stray)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -28,7 +29,7 @@ func installDevicePolicies(t *testing.T) {
 	devicePoliciesOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		err = prereqs.Create(ctx, testCluster.Client, "device-claims-policy.yaml", "resourceslice-policy.yaml")
+		err = prereqs.Create(ctx, testCluster.Client, "device-claims-policy.yaml", "resourceslice-policy.yaml", "node-domain-label-policy.yaml")
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -260,5 +261,37 @@ func TestNodeCannotPublishAnotherPlanesDevices(t *testing.T) {
 		if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, slice("gpu.example.com"), dryRun); err != nil {
 			t.Errorf("%s publishing another driver's slice: %v, want admitted", u, err)
 		}
+	}
+}
+
+// TestNodeIdentityCannotLabelItselfIntoADomain: NodeRestriction lets a kubelet change any label
+// of its Node outside kubernetes.io; a compromised node's kubelet credentials still cannot set,
+// change or remove the domain label (which would schedule that domain's daemon, and its token,
+// onto the node). Other label changes by the node are not affected.
+func TestNodeIdentityCannotLabelItselfIntoADomain(t *testing.T) {
+	t.Parallel()
+	installDevicePolicies(t)
+	ctx := testContext(t)
+	node := newNode(t, map[string]string{cdv1beta1.ComputeDomainLabel: "uid-old"})
+	kubelet, err := newIdentity(ctx, "system:node:"+node, []string{"system:nodes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kubelet.bindClusterRole(ctx, labelEditorRole); err != nil {
+		t.Fatal(err)
+	}
+	nodes := kubernetes.NewForConfigOrDie(kubelet.cfg).CoreV1().Nodes()
+	patch := func(labels string) error {
+		_, err := nodes.Patch(ctx, node, types.MergePatchType, []byte(`{"metadata":{"labels":`+labels+`}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	eventuallyRefused(t, "a node labelling itself into a domain", func() error {
+		return patch(`{"resource.nvidia.com/computeDomain":"uid-victim"}`)
+	})
+	if err := patch(`{"resource.nvidia.com/computeDomain":null}`); !isAdmissionRefusal(err) || !strings.Contains(err.Error(), "node's own identity may not") {
+		t.Errorf("a node removing its domain label: %v, want refused", err)
+	}
+	if err := patch(`{"example.com/rack":"r1"}`); err != nil {
+		t.Errorf("a node changing an unrelated label: %v, want admitted", err)
 	}
 }

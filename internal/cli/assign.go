@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +23,8 @@ type assignFlags struct {
 	id         string
 	kubeconfig string
 	force      bool
+	check      bool
+	timeout    time.Duration
 }
 
 func newAssignCommand() *cobra.Command {
@@ -63,34 +68,53 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 		Use:   string(kind) + " NAME --" + plane.FlagName + " ID",
 		Short: strings.ToUpper(verb[:1]) + verb[1:] + " a " + string(kind),
 		Args: func(cmd *cobra.Command, args []string) error {
+			if f.check {
+				if len(args) != 0 {
+					return fmt.Errorf("--check takes no %s name, got %d arguments: it checks every recorded node", kind, len(args))
+				}
+				return nil
+			}
 			if len(args) != 1 {
 				return fmt.Errorf("want exactly one %s name, got %d arguments (usage: %s)", kind, len(args), cmd.UseLine())
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.check {
+				return checkNodes(cmd, f)
+			}
 			t := lifecycle.Target{Kind: kind, Name: args[0]}
 			// The id and the name are checked before the kubeconfig is read.
-			if err := lifecycle.ValidateAssignment(f.id, t); err != nil {
+			if err := errors.Join(f.validate(), lifecycle.ValidateAssignment(f.id, t)); err != nil {
 				return refused(verb, err)
 			}
-			c, err := assignClient(f.kubeconfig)
+			c, err := assignClient(cmd, f)
 			if err != nil {
 				return err
 			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
 			var res *lifecycle.Result
 			if unassign {
-				res, err = lifecycle.Unassign(cmd.Context(), c, f.id, t, f.force)
+				res, err = lifecycle.Unassign(ctx, c, f.id, t, f.force)
 			} else {
-				res, err = lifecycle.Assign(cmd.Context(), c, f.id, t)
+				res, err = lifecycle.Assign(ctx, c, f.id, t)
 			}
-			printResult(cmd, verb, t, f.id, res)
+			printResult(cmd, verb, t, f.id, res, err)
 			return refused(verb, err)
 		},
 	}
 	fs := cmd.Flags()
 	plane.AddFlag(fs, &f.id)
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+	fs.DurationVar(&f.timeout, "timeout", time.Minute, "How long the command may take, retrying API requests that fail transiently")
+	if kind == lifecycle.KindNode && !unassign {
+		fs.BoolVar(&f.check, "check", false, "Check every recorded node assignment (of the plane given, or of every plane) instead of assigning: report nodes that lost their label (deleted and registered again) with the command that restores it; exit 1 if any did")
+		cmd.Long = `Sets the plane label on the node and records the assignment in ConfigMap
+` + lifecycle.NodeAssignmentsNamespace + "/" + lifecycle.NodeAssignmentsName + `, where only administrators write. A deleted node that
+registers again comes back without the label (a kubelet cannot set it): ` + "`" + `cdplane assign node --check` + "`" + `
+(no NAME) reports such nodes with the command that restores each.`
+	}
 	if unassign {
 		fs.BoolVar(&f.force, "force", false, "Unassign even though live ComputeDomains of the plane remain (the plane stops reconciling them); never while pods use claims of cdplane's driver there")
 	}
@@ -106,13 +130,21 @@ func refused(verb string, err error) error {
 	return err
 }
 
-func printResult(cmd *cobra.Command, verb string, t lifecycle.Target, id string, res *lifecycle.Result) {
+// printResult prints what an assign or unassign changed and, unless it failed (then the error
+// says what is left), its outcome.
+func printResult(cmd *cobra.Command, verb string, t lifecycle.Target, id string, res *lifecycle.Result, err error) {
 	if res == nil {
 		return
 	}
 	w := cmd.OutOrStdout()
 	for _, c := range res.Changes {
 		fmt.Fprintln(w, c)
+	}
+	for _, warning := range res.Warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", warning)
+	}
+	if err != nil {
+		return
 	}
 	to := "to"
 	if verb == "unassign" {
@@ -125,14 +157,24 @@ func printResult(cmd *cobra.Command, verb string, t lifecycle.Target, id string,
 	fmt.Fprintf(w, "%s %sed %s control plane %q\n", t, verb, to, id)
 }
 
-// assignClient builds a client from a kubeconfig: the given file, or the usual loading rules.
-func assignClient(kubeconfig string) (client.Client, error) {
+func (f *assignFlags) validate() error {
+	if f.timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", f.timeout)
+	}
+	return nil
+}
+
+// assignClient builds a client from a kubeconfig (the given file, or the usual loading rules)
+// whose requests are retried while they fail transiently, within --timeout, saying so on the
+// command's output.
+func assignClient(cmd *cobra.Command, f assignFlags) (client.Client, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
+	rules.ExplicitPath = f.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
+	cfg = lifecycle.WithRetries(cfg, cmd.OutOrStdout(), f.timeout)
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -145,4 +187,45 @@ func assignClient(kubeconfig string) (client.Client, error) {
 		return nil, fmt.Errorf("creating a client: %w", err)
 	}
 	return c, nil
+}
+
+// checkNodes reports the recorded node assignments that do not hold (lifecycle.CheckNodeAssignments):
+// an error when a node exists without its plane's label or with another's, or a labelled node
+// is not recorded; a recorded node that does not exist is only reported.
+func checkNodes(cmd *cobra.Command, f assignFlags) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	if f.id != "" {
+		if err := plane.ValidateID(f.id); err != nil {
+			return err
+		}
+	}
+	c, err := assignClient(cmd, f)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	defer cancel()
+	findings, holding, err := lifecycle.NodeAssignmentReport(ctx, c, f.id)
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	broken := 0
+	for _, fd := range findings {
+		fmt.Fprintln(w, fd.Message)
+		if !fd.Absent {
+			broken++
+		}
+	}
+	whose := "their control plane's"
+	if f.id != "" {
+		whose = fmt.Sprintf("control plane %q's", f.id)
+	}
+	fmt.Fprintf(w, "%d assigned node(s) carry %s label\n", holding, whose)
+	if broken > 0 {
+		return fmt.Errorf("%d node assignment(s) do not hold; the commands above repair them", broken)
+	}
+	return nil
 }

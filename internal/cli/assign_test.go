@@ -34,5 +34,12 @@ func TestAssignValidation(t *testing.T) {
 	cases["assign: --force is unassign's"] = cliCase{args: []string{"assign", "node", "n1", "--control-plane-id", "plane-a", "--force"}, code: 1, stderr: "unknown flag: --force"}
 	cases["unassign: --force"] = cliCase{args: []string{"unassign", "node", "n1", "--control-plane-id", "plane-a", "--force", "--kubeconfig", "{missing}"}, code: 1, stderr: reachedCluster}
 	cases["unassign: --force does not skip validation"] = cliCase{args: []string{"unassign", "node", "n1", "--force"}, code: 1, stderr: "a control-plane id is required"}
+	cases["assign: a bad --timeout"] = cliCase{args: []string{"assign", "node", "n1", "--control-plane-id", "plane-a", "--timeout", "0s"}, code: 1, stderr: "--timeout must be positive, got 0s"}
+	cases["assign node --check: a bad --timeout"] = cliCase{args: []string{"assign", "node", "--check", "--timeout", "-1s"}, code: 1, stderr: "--timeout must be positive"}
+	cases["assign node --check: no name"] = cliCase{args: []string{"assign", "node", "n1", "--check"}, code: 1, stderr: "--check takes no node name, got 1 arguments"}
+	cases["assign node --check: invalid id"] = cliCase{args: []string{"assign", "node", "--check", "--control-plane-id", "Plane-A"}, code: 1, stderr: `invalid control-plane id "Plane-A"`}
+	cases["assign node --check: every plane"] = cliCase{args: []string{"assign", "node", "--check", "--kubeconfig", "{missing}"}, code: 1, stderr: reachedCluster}
+	cases["assign namespace: no --check"] = cliCase{args: []string{"assign", "namespace", "--check"}, code: 1, stderr: "unknown flag: --check"}
+	cases["unassign node: no --check"] = cliCase{args: []string{"unassign", "node", "--check"}, code: 1, stderr: "unknown flag: --check"}
 	runCases(t, cases)
 }

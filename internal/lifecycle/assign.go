@@ -24,10 +24,27 @@ type Result struct {
 	Target  Target
 	ID      string
 	Changes []string
+	// Warnings say what could not be done that the assignment itself does not need.
+	Warnings []string
 }
 
 func (r *Result) add(format string, args ...any) {
 	r.Changes = append(r.Changes, fmt.Sprintf(format, args...))
+}
+
+func (r *Result) warn(format string, args ...any) {
+	r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...))
+}
+
+// command is the cdplane command line that repeats this assignment or unassignment.
+func (r *Result) command(verb string) string {
+	return commandLine(verb+" "+string(r.Target.Kind)+" "+r.Target.Name, r.ID)
+}
+
+// partial wraps the failure of a step after the label step: what this run did (r.Changes),
+// what is left, and the same command again, which finishes it.
+func (r *Result) partial(verb string, err error, notDone string) error {
+	return &PartialError{Err: err, Done: r.Changes, NotDone: notDone, Finish: r.command(verb)}
 }
 
 // Assign assigns a namespace or node to plane id: it sets the label
@@ -36,7 +53,11 @@ func (r *Result) add(format string, args ...any) {
 // change, and the label is written with that read's resourceVersion, so a concurrent change
 // makes it read and check again. A bad id or target (ValidateAssignment) is refused before
 // anything is read. Refusals (CheckAssign, PlanRoleBinding) are RefusedErrors and change
-// nothing. Assigning what the plane already owns is a no-op.
+// nothing. Assigning what the plane already owns is a no-op. An assigned node is also recorded
+// in ConfigMap kube-system/cdplane-node-assignments (NodeAssignments), so that a node deleted
+// and registered again without its label is reported (CheckNodeAssignments); a caller not
+// allowed to write the record gets a warning. A failure after the label was set is a
+// PartialError naming what is done and the command that finishes it.
 func Assign(ctx context.Context, c client.Client, id string, t Target) (*Result, error) {
 	if err := ValidateAssignment(id, t); err != nil {
 		return nil, err
@@ -73,9 +94,18 @@ func Assign(ctx context.Context, c client.Client, id string, t Target) (*Result,
 	if err != nil {
 		return nil, err
 	}
-	if t.Kind == KindNamespace {
+	switch t.Kind {
+	case KindNamespace:
 		if err := ensureRoleBindings(ctx, c, id, t, res); err != nil {
-			return res, err
+			return res, res.partial("assign", err, fmt.Sprintf(
+				"the plane's RoleBindings in %s (without them its controller and daemons cannot serve the namespace)", t))
+		}
+	case KindNode:
+		if err := recordNode(ctx, c, id, t.Name, res); apierrors.IsForbidden(err) {
+			res.warn("the assignment is not recorded (%v): if the node is deleted and registers again, `cdplane assign node --check` will not report its lost label; an identity allowed to write %s can record it by running %s",
+				err, describeNodeRecord(), res.command("assign"))
+		} else if err != nil {
+			return res, res.partial("assign", err, "recording the assignment in "+describeNodeRecord()+" (it lets `cdplane assign node --check` report the node if it registers again without its label)")
 		}
 	}
 	return res, nil
@@ -87,14 +117,28 @@ func Assign(ctx context.Context, c client.Client, id string, t Target) (*Result,
 // owns the target; unless force, while the target holds (a namespace) or serves (a node) live
 // ComputeDomains of this plane; and, force or not, while a namespace holds ResourceClaims that
 // cdplane's driver allocated and pods use (CheckClaimsInUse). Unassigning what carries no label
-// only removes RoleBindings the plane left behind.
+// only removes what the plane left behind (RoleBindings; a node's recorded assignment, even
+// when the node no longer exists).
 func Unassign(ctx context.Context, c client.Client, id string, t Target, force bool) (*Result, error) {
 	if err := ValidateAssignment(id, t); err != nil {
 		return nil, err
 	}
 	res := &Result{Target: t, ID: id}
+	absent := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		obj, err := getTarget(ctx, c, t)
+		if t.Kind == KindNode && apierrors.IsNotFound(err) {
+			// A deleted node: only its recorded assignment is left to forget.
+			recorded, rerr := NodeAssignments(ctx, c)
+			if rerr != nil {
+				return rerr
+			}
+			if recorded[t.Name] != id {
+				return err
+			}
+			absent = true
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -124,14 +168,26 @@ func Unassign(ctx context.Context, c client.Client, id string, t Target, force b
 	if err != nil {
 		return nil, err
 	}
-	if t.Kind == KindNamespace {
+	switch t.Kind {
+	case KindNamespace:
 		// The copies go before the RoleBindings: the plane's controller, which also removes
 		// them when a namespace leaves, needs its rights there to do so.
 		if err := removeMirroredCopies(ctx, c, id, t, res); err != nil {
-			return res, err
+			return res, res.partial("unassign", err, "removing the plane's mirrored Secrets and RoleBindings in "+t.String())
 		}
 		if err := removeRoleBindings(ctx, c, id, t, res); err != nil {
-			return res, err
+			return res, res.partial("unassign", err, "removing the plane's RoleBindings in "+t.String())
+		}
+	case KindNode:
+		err := forgetNodes(ctx, c, id, func(node string) bool { return node == t.Name }, res)
+		if apierrors.IsForbidden(err) {
+			if absent {
+				return res, err
+			}
+			res.warn("the assignment stays recorded (%v): `cdplane assign node --check` will report the node; an identity allowed to write %s can remove it by running %s",
+				err, describeNodeRecord(), res.command("unassign"))
+		} else if err != nil {
+			return res, res.partial("unassign", err, "removing the assignment from "+describeNodeRecord())
 		}
 	}
 	return res, nil

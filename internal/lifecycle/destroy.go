@@ -64,26 +64,48 @@ func (m *Manager) DestroyPlane(ctx context.Context, id string, deleteDomains boo
 		}
 	}
 
-	if err := m.deleteDomains(ctx, id, domains); err != nil {
-		return err
+	// Checks passed: the first change. From here on, a failure names what is done and the
+	// command that finishes the job: the same destroy again.
+	again := commandLine("destroy plane", id)
+	if deleteDomains {
+		again += " --delete-domains"
+	}
+	var done []string
+	partial := func(err error, notDone string) error {
+		if len(done) == 0 {
+			return err
+		}
+		return &PartialError{Err: err, Done: done, NotDone: notDone, Finish: again}
+	}
+	requested, err := m.deleteDomains(ctx, id, domains)
+	if requested > 0 {
+		done = append(done, fmt.Sprintf("deletion of %d ComputeDomains requested", requested))
+	}
+	if err != nil {
+		return partial(err, "the ComputeDomains finalized; the plane's namespaces and nodes unassigned; its release and namespace removed")
 	}
 	if id != "" {
 		if err := m.unassignAll(ctx, id, ns); err != nil {
-			return err
+			return partial(err, "the plane's namespaces and nodes unassigned; its release and namespace removed")
 		}
+		done = append(done, "the plane's namespaces and nodes unassigned")
 	}
 	if rel != nil {
 		m.progress("Uninstalling Helm release %s/%s", ns, release)
 		if err := m.uninstall(release, ns); err != nil {
-			return err
+			if state := m.releaseState(release, ns); state != "" {
+				done = append(done, state)
+			}
+			return partial(err, "the Helm release's objects removed; namespace "+ns+" deleted")
 		}
+		done = append(done, "Helm release "+ns+"/"+release+" uninstalled")
 	}
 	if err := m.deleteNamespace(ctx, id, ns); err != nil {
-		return err
+		return partial(err, "namespace "+ns+" deleted")
 	}
 	residue, err := m.residue(ctx, id)
 	if err != nil {
-		return err
+		return partial(err, "checking that nothing of the plane is left")
 	}
 	if len(residue) > 0 {
 		return fmt.Errorf("%s is uninstalled, but these objects remain: %s", describePlane(id), strings.Join(residue, ", "))
@@ -106,17 +128,19 @@ func (m *Manager) domains(ctx context.Context, id string) ([]cdv1beta1.ComputeDo
 
 // deleteDomains deletes each domain after a fresh read confirms it is still the plane's, then
 // waits until all are gone.
-func (m *Manager) deleteDomains(ctx context.Context, id string, domains []cdv1beta1.ComputeDomain) error {
+// It returns how many deletions it requested.
+func (m *Manager) deleteDomains(ctx context.Context, id string, domains []cdv1beta1.ComputeDomain) (int, error) {
 	if len(domains) == 0 {
-		return nil
+		return 0, nil
 	}
 	m.progress("Deleting %d ComputeDomains of %s", len(domains), describePlane(id))
+	requested := 0
 	for _, cd := range domains {
 		cur := &cdv1beta1.ComputeDomain{}
 		if err := m.c.Get(ctx, client.ObjectKeyFromObject(&cd), cur); apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {
-			return fmt.Errorf("reading ComputeDomain %s/%s: %w", cd.Namespace, cd.Name, err)
+			return requested, fmt.Errorf("reading ComputeDomain %s/%s: %w", cd.Namespace, cd.Name, err)
 		}
 		if !plane.Owns(id, cur.Labels) {
 			m.progress("  skipping %s/%s: no longer %s's", cd.Namespace, cd.Name, describePlane(id))
@@ -124,10 +148,11 @@ func (m *Manager) deleteDomains(ctx context.Context, id string, domains []cdv1be
 		}
 		err := m.c.Delete(ctx, cur, client.Preconditions{UID: &cur.UID})
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting ComputeDomain %s/%s: %w", cd.Namespace, cd.Name, err)
+			return requested, fmt.Errorf("deleting ComputeDomain %s/%s: %w", cd.Namespace, cd.Name, err)
 		}
+		requested++
 	}
-	return m.waitFor(ctx, "the ComputeDomains' finalizers (the controller cleans up their daemons and templates)", func(ctx context.Context) (bool, string, error) {
+	return requested, m.waitFor(ctx, "the ComputeDomains' finalizers (the controller cleans up their daemons and templates)", func(ctx context.Context) (bool, string, error) {
 		var left []string
 		for _, cd := range domains {
 			cur := &cdv1beta1.ComputeDomain{}
@@ -145,7 +170,8 @@ func (m *Manager) deleteDomains(ctx context.Context, id string, domains []cdv1be
 }
 
 // unassignAll unassigns every namespace (but the driver namespace) and node labelled for the
-// plane, removing its RoleBindings and mirrored Secrets there.
+// plane, removing its RoleBindings and mirrored Secrets there, and forgets every node recorded
+// for it.
 func (m *Manager) unassignAll(ctx context.Context, id, driverNS string) error {
 	sel := client.MatchingLabels{cdv1beta1.ControlPlaneLabel: id}
 	nss := &corev1.NamespaceList{}
@@ -176,6 +202,14 @@ func (m *Manager) unassignAll(ctx context.Context, id, driverNS string) error {
 		for _, line := range res.Changes {
 			m.progress("  %s", line)
 		}
+	}
+	// Recorded nodes that are gone or lost their label are the plane's no more.
+	res := &Result{}
+	if err := forgetNodes(ctx, m.c, id, func(string) bool { return true }, res); err != nil {
+		return err
+	}
+	for _, line := range res.Changes {
+		m.progress("  %s", line)
 	}
 	return nil
 }
@@ -221,7 +255,9 @@ func (m *Manager) residue(ctx context.Context, id string) ([]string, error) {
 			"ComputeDomainClique": &cdv1beta1.ComputeDomainCliqueList{},
 		}
 		for kind, list := range lists {
-			if err := m.c.List(ctx, list, sel); err != nil {
+			if err := m.c.List(ctx, list, sel); meta.IsNoMatchError(err) {
+				continue // the API is not served (the prerequisites are gone): none left
+			} else if err != nil {
 				return nil, fmt.Errorf("listing %ss of %s: %w", kind, describePlane(id), err)
 			}
 			for _, o := range items(list) {

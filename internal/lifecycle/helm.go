@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/kube"
+	rcommon "helm.sh/helm/v4/pkg/release/common"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/rest"
 
 	charts "cdplane/deployments/helm"
 )
@@ -26,6 +27,7 @@ func (m *Manager) helmFor(namespace string) (*action.Configuration, error) {
 	}
 	ns := namespace
 	flags.Namespace = &ns
+	flags.WrapConfigFn = func(cfg *rest.Config) *rest.Config { return WithRetries(cfg, m.out, m.opts.Timeout) }
 	handler := slog.Handler(slog.DiscardHandler)
 	if m.opts.Verbose {
 		handler = slog.NewTextHandler(m.out, &slog.HandlerOptions{Level: slog.LevelDebug})
@@ -55,6 +57,50 @@ func (m *Manager) release(name, namespace string) (*releasev1.Release, error) {
 		return nil, fmt.Errorf("reading Helm release %s/%s: unexpected type %T", namespace, name, rel)
 	}
 	return r, nil
+}
+
+// releaseCheck decides what an install finds in an existing release rel of name in namespace
+// (nil: none): "" to install, resume to install over a release whose every revision failed (an
+// earlier install that failed halfway: the same install command finishes it, as an upgrade), or
+// an error: the release is deployed (what to run instead is the caller's to say), or pending (a
+// command is working on it, or was interrupted).
+func (m *Manager) releaseCheck(rel *releasev1.Release, name, namespace string) (resume bool, deployed bool, err error) {
+	if rel == nil {
+		return false, false, nil
+	}
+	if rel.Info != nil && rel.Info.Status.IsPending() {
+		return false, false, fmt.Errorf("the Helm release %s/%s is %s (revision %d): another command is working on it, or one was interrupted; "+
+			"if none is running, roll it back (`helm rollback %s -n %s`) or, for a first install, uninstall it (`helm uninstall %s -n %s`), then run this command again",
+			namespace, name, rel.Info.Status, rel.Version, name, namespace, name, namespace)
+	}
+	if rel.Info == nil || rel.Info.Status != rcommon.StatusFailed {
+		return false, true, nil
+	}
+	cfg, err := m.helmFor(namespace)
+	if err != nil {
+		return false, false, err
+	}
+	history, err := cfg.Releases.History(name)
+	if err != nil {
+		return false, false, fmt.Errorf("reading the history of Helm release %s/%s: %w", namespace, name, err)
+	}
+	for _, h := range history {
+		r, ok := h.(*releasev1.Release)
+		if ok && r.Info != nil && (r.Info.Status == rcommon.StatusDeployed || r.Info.Status == rcommon.StatusSuperseded) {
+			return false, true, nil
+		}
+	}
+	return true, false, nil
+}
+
+// releaseState describes a release as it is now, for the message of a command that failed
+// halfway: "" when there is none, or it cannot be read.
+func (m *Manager) releaseState(name, namespace string) string {
+	rel, err := m.release(name, namespace)
+	if err != nil || rel == nil || rel.Info == nil {
+		return ""
+	}
+	return fmt.Sprintf("Helm release %s/%s is at revision %d, %s", namespace, name, rel.Version, rel.Info.Status)
 }
 
 // releasesOfChart lists the releases of a chart in every namespace.
@@ -136,6 +182,3 @@ func (m *Manager) uninstall(name, namespace string) error {
 func (m *Manager) progress(format string, args ...any) {
 	fmt.Fprintf(m.out, format+"\n", args...)
 }
-
-// discard is an io.Writer dropping everything.
-var discard io.Writer = io.Discard

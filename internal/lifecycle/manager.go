@@ -38,7 +38,8 @@ type Options struct {
 	Context    string
 	// Out receives progress lines (nil: discarded).
 	Out io.Writer
-	// Timeout bounds each wait (default 5m).
+	// Timeout bounds each wait (default 5m), and the retries of each request that fails
+	// transiently (WithRetries).
 	Timeout time.Duration
 	// Wait waits for the plane's controller and kubelet plugin to be ready after install or
 	// apply (the prerequisites are always waited for).
@@ -65,10 +66,7 @@ func New(opts Options) (*Manager, error) {
 	if opts.Poll == 0 {
 		opts.Poll = time.Second
 	}
-	out := opts.Out
-	if out == nil {
-		out = discard
-	}
+	out := syncWriter(opts.Out)
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = opts.Kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
@@ -77,6 +75,7 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
+	cfg = WithRetries(cfg, out, opts.Timeout)
 	scheme := scheme.New()
 	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -83,37 +84,79 @@ func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]
 	if err != nil {
 		return err
 	}
+	resume, deployed, err := m.releaseCheck(rel, release, ns)
 	switch {
+	case err != nil:
+		return err
 	case upgrade && rel == nil:
 		return fmt.Errorf("%s is not installed: run `cdplane install plane` first", describePlane(id))
-	case !upgrade && rel != nil:
+	case !upgrade && deployed:
 		return fmt.Errorf("%s is already installed (release %s/%s, revision %d): use `cdplane apply plane` to upgrade it", describePlane(id), ns, release, rel.Version)
 	}
 	if err := m.checkPlaneObjects(ctx, id, release, ns, manifests); err != nil {
 		return err
 	}
 
-	// Checks passed: the first change.
-	for _, name := range namespacesOf(ns, manifests) {
-		if err := m.ensureNamespace(ctx, id, name); err != nil {
+	// Checks passed: the first change. From here on, a failure names what is done and the
+	// command that finishes the job.
+	verb, cmd := "Installing", "install plane"
+	if upgrade {
+		verb, cmd = "Upgrading", "apply plane"
+	}
+	again := commandLine(cmd, id) + sameValues(values)
+	var done []string
+	partial := func(err error, notDone, finish string) error {
+		if state := m.releaseState(release, ns); state != "" && !slices.Contains(done, state) {
+			done = append(done, state)
+		}
+		if len(done) == 0 {
 			return err
 		}
+		return &PartialError{Err: err, Done: done, NotDone: notDone, Finish: finish}
 	}
-	verb := "Installing"
-	if upgrade {
-		verb = "Upgrading"
+	for _, name := range namespacesOf(ns, manifests) {
+		created, err := m.ensureNamespace(ctx, id, name)
+		if err != nil {
+			return partial(err, "namespace "+name+" and the Helm release", again)
+		}
+		if created {
+			done = append(done, "created namespace "+name)
+		}
+	}
+	if resume {
+		m.progress("Helm release %s/%s failed to install before (revision %d: %s): installing over it", ns, release, rel.Version, rel.Info.Description)
 	}
 	m.progress("%s Helm release %s/%s (chart %s)", verb, ns, release, charts.Plane)
-	if err := m.installOrUpgrade(ctx, charts.Plane, release, ns, vals, upgrade); err != nil {
-		return err
+	if err := m.installOrUpgrade(ctx, charts.Plane, release, ns, vals, upgrade || resume); err != nil {
+		return partial(err, "the Helm release's objects, as the chart renders them", again)
 	}
 	if m.opts.Wait {
 		if err := m.waitPlaneReady(ctx, id, ns); err != nil {
-			return err
+			return partial(err, "the controller and the kubelet plugin ready", commandLine("apply plane", id)+sameValues(values)+" (it upgrades to the same chart and waits again)")
 		}
 	}
 	m.progress("%s is %s", describePlane(id), map[bool]string{false: "installed", true: "upgraded"}[upgrade])
+	m.reportNodes(ctx, id)
 	return nil
+}
+
+// reportNodes prints a warning for each recorded node of plane id that lost its label (see
+// CheckNodeAssignments); the plane's kubelet plugin does not run there until it is assigned
+// again.
+func (m *Manager) reportNodes(ctx context.Context, id string) {
+	if id == "" {
+		return
+	}
+	findings, _, err := NodeAssignmentReport(ctx, m.c, id)
+	if err != nil {
+		m.progress("Warning: could not check the plane's recorded node assignments: %v", err)
+		return
+	}
+	for _, f := range findings {
+		if !f.Absent {
+			m.progress("Warning: %s", f.Message)
+		}
+	}
 }
 
 // checkPlaneObjects checks, before any change, every namespace the plane will use and every
@@ -172,19 +215,27 @@ func (m *Manager) getNamespace(ctx context.Context, name string) (*corev1.Namesp
 }
 
 // ensureNamespace creates a namespace for the plane, labelled for it, unless it exists (then
-// it was checked already).
-func (m *Manager) ensureNamespace(ctx context.Context, id, name string) error {
+// it was checked already). It says whether it created it.
+func (m *Manager) ensureNamespace(ctx context.Context, id, name string) (bool, error) {
 	labels := map[string]string{partOfLabel: partOfValue, "app.kubernetes.io/managed-by": "cdplane"}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: plane.Stamp(id, labels)}}
 	err := m.c.Create(ctx, ns)
 	if apierrors.IsAlreadyExists(err) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("creating namespace %s: %w", name, err)
+		return false, fmt.Errorf("creating namespace %s: %w", name, err)
 	}
 	m.progress("Created namespace %s", name)
-	return nil
+	return true, nil
+}
+
+// sameValues reminds, in a command to run again, to pass the same chart values.
+func sameValues(values map[string]any) string {
+	if len(values) == 0 {
+		return ""
+	}
+	return " with the same --values/--set"
 }
 
 // waitPlaneReady waits for the controller to be available and the kubelet plugin to run on

@@ -44,10 +44,13 @@ func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any
 	if err != nil {
 		return err
 	}
+	resume, deployed, err := m.releaseCheck(rel, PrerequisitesRelease, PrerequisitesNamespace)
 	switch {
+	case err != nil:
+		return err
 	case upgrade && rel == nil:
 		return errors.New("the prerequisites are not installed: run `cdplane install prerequisites` first")
-	case !upgrade && rel != nil:
+	case !upgrade && deployed:
 		return fmt.Errorf("the prerequisites are already installed (release %s/%s, revision %d): use `cdplane apply prerequisites` to upgrade them", PrerequisitesNamespace, PrerequisitesRelease, rel.Version)
 	}
 	for _, mf := range manifests {
@@ -62,16 +65,26 @@ func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any
 			return err
 		}
 	}
-	verb := "Installing"
+	verb, cmd := "Installing", "cdplane install prerequisites"
 	if upgrade {
-		verb = "Upgrading"
+		verb, cmd = "Upgrading", "cdplane apply prerequisites"
+	}
+	partial := func(err error, notDone, finish string) error {
+		state := m.releaseState(PrerequisitesRelease, PrerequisitesNamespace)
+		if state == "" {
+			return err
+		}
+		return &PartialError{Err: err, Done: []string{state}, NotDone: notDone, Finish: finish + sameValues(values)}
+	}
+	if resume {
+		m.progress("Helm release %s/%s failed to install before (revision %d: %s): installing over it", PrerequisitesNamespace, PrerequisitesRelease, rel.Version, rel.Info.Description)
 	}
 	m.progress("%s Helm release %s/%s (chart %s)", verb, PrerequisitesNamespace, PrerequisitesRelease, charts.Prerequisites)
-	if err := m.installOrUpgrade(ctx, charts.Prerequisites, PrerequisitesRelease, PrerequisitesNamespace, values, upgrade); err != nil {
-		return err
+	if err := m.installOrUpgrade(ctx, charts.Prerequisites, PrerequisitesRelease, PrerequisitesNamespace, values, upgrade || resume); err != nil {
+		return partial(err, "the release's objects, as the chart renders them", cmd)
 	}
 	if err := m.waitPrerequisitesServed(ctx); err != nil {
-		return err
+		return partial(err, "the ComputeDomain API served and admitted", "cdplane apply prerequisites")
 	}
 	m.progress("The prerequisites are %s", map[bool]string{false: "installed", true: "upgraded"}[upgrade])
 	return nil
@@ -138,11 +151,22 @@ func (m *Manager) DestroyPrerequisites(ctx context.Context) error {
 		return err
 	}
 	if rel == nil {
-		return errors.New("the prerequisites are not installed")
-	}
-	m.progress("Uninstalling Helm release %s/%s", PrerequisitesNamespace, PrerequisitesRelease)
-	if err := m.uninstall(PrerequisitesRelease, PrerequisitesNamespace); err != nil {
-		return err
+		// An earlier destroy may have uninstalled the release and stopped while the CRDs
+		// were going: then this one waits for them.
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := m.c.Get(ctx, client.ObjectKey{Name: cdCRD}, crd); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("looking for the ComputeDomain CRD: %w", err)
+		} else if err != nil || crd.DeletionTimestamp == nil {
+			return errors.New("the prerequisites are not installed")
+		}
+	} else {
+		m.progress("Uninstalling Helm release %s/%s", PrerequisitesNamespace, PrerequisitesRelease)
+		if err := m.uninstall(PrerequisitesRelease, PrerequisitesNamespace); err != nil {
+			if state := m.releaseState(PrerequisitesRelease, PrerequisitesNamespace); state != "" {
+				return &PartialError{Err: err, Done: []string{state}, NotDone: "removing the release's objects", Finish: "cdplane destroy prerequisites"}
+			}
+			return err
+		}
 	}
 	if err := m.waitFor(ctx, "the CRDs to be gone", func(ctx context.Context) (bool, string, error) {
 		err := m.c.Get(ctx, client.ObjectKey{Name: cdCRD}, &apiextensionsv1.CustomResourceDefinition{})
@@ -151,7 +175,8 @@ func (m *Manager) DestroyPrerequisites(ctx context.Context) error {
 		}
 		return false, "terminating", err
 	}); err != nil {
-		return err
+		return &PartialError{Err: err, Done: []string{"Helm release " + PrerequisitesNamespace + "/" + PrerequisitesRelease + " uninstalled"},
+			NotDone: "the CRDs gone", Finish: "cdplane destroy prerequisites"}
 	}
 	m.progress("The prerequisites are destroyed")
 	return nil

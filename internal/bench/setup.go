@@ -5,15 +5,20 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -165,8 +170,10 @@ type world struct {
 	cliques  []string
 }
 
-// newWorld creates the namespaces, the domain, N labelled nodes and N bound daemon pods (what
-// the DaemonSet controller and scheduler would have made) with a fast admin client.
+// newWorld creates the namespaces, the domain, its daemon DaemonSet, N labelled nodes, N channel
+// claims allocated one per node and N daemon pods owned by the DaemonSet and bound to the nodes
+// (what the controller, the scheduler and the DaemonSet controller would have made; the
+// controller counts a node only with all three) with a fast admin client.
 func newWorld(ctx context.Context, c client.Client, run string, n, cliqueSize int) (*world, error) {
 	w := &world{run: run, driverNS: run + "-driver", cdNS: run + "-ws"}
 	for _, ns := range []string{w.driverNS, w.cdNS} {
@@ -184,6 +191,12 @@ func newWorld(ctx context.Context, c client.Client, run string, n, cliqueSize in
 		return nil, fmt.Errorf("creating the ComputeDomain: %w", err)
 	}
 	uid := string(w.cd.UID)
+	owned := map[string]string{cdv1beta1.ComputeDomainLabel: uid, "app.kubernetes.io/managed-by": "cdplane"}
+	ds := daemonSet(w.driverNS, uid, owned)
+	if err := c.Create(ctx, ds); err != nil {
+		return nil, fmt.Errorf("creating the daemon DaemonSet: %w", err)
+	}
+	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: ptr.To(true)}
 	w.nodes = make([]string, n)
 	w.pods = make([]*corev1.Pod, n)
 	for i := range n {
@@ -199,10 +212,13 @@ func newWorld(ctx context.Context, c client.Client, run string, n, cliqueSize in
 		if err := c.Create(ctx, node); err != nil {
 			return fmt.Errorf("creating node %s: %w", node.Name, err)
 		}
+		if err := allocatedClaim(ctx, c, w.cdNS, uid, owned, node.Name); err != nil {
+			return err
+		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: fmt.Sprintf("daemon-%05d", i), Namespace: w.driverNS,
-				Labels: map[string]string{cdv1beta1.ComputeDomainLabel: uid, "app.kubernetes.io/managed-by": "cdplane"},
+				Labels: owned, OwnerReferences: []metav1.OwnerReference{owner},
 			},
 			Spec: corev1.PodSpec{NodeName: w.nodes[i], ServiceAccountName: daemonSA,
 				Containers: []corev1.Container{{Name: "daemon", Image: "cdplane:bench"}}},
@@ -214,6 +230,62 @@ func newWorld(ctx context.Context, c client.Client, run string, n, cliqueSize in
 		return nil
 	})
 	return w, err
+}
+
+// daemonSet is the domain's daemon DaemonSet as the controller names and labels it (the
+// controller adopts it: it carries the labels the controller puts on what it creates). The
+// benchmark's cluster runs no DaemonSet controller, so it never makes pods of its own.
+func daemonSet(ns, uid string, labels map[string]string) *appsv1.DaemonSet {
+	sel := map[string]string{cdv1beta1.ComputeDomainLabel: uid}
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: cdv1beta1.DaemonSetName(uid), Namespace: ns, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{NodeSelector: sel, ServiceAccountName: daemonSA,
+					Containers: []corev1.Container{{Name: "daemon", Image: "cdplane:bench"}}},
+			},
+		},
+	}
+}
+
+// allocatedClaim creates a channel claim of the domain in its namespace, labelled as claims made
+// from the domain's template are, and writes the allocation the scheduler would write for it on
+// node: channel-0 of the node's pool, the domain's channel config, a node selector naming node.
+func allocatedClaim(ctx context.Context, c client.Client, ns, uid string, labels map[string]string, node string) error {
+	raw, err := json.Marshal(cdv1beta1.NewChannelConfig(uid, cdv1beta1.AllocationModeSingle))
+	if err != nil {
+		return err
+	}
+	config := resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
+		Driver: cdv1beta1.DriverName, Parameters: runtime.RawExtension{Raw: raw},
+	}}
+	claim := &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "channel-" + node, Namespace: ns, Labels: labels},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "channel", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.ChannelDeviceClass}}},
+			Config:   []resourcev1.DeviceClaimConfiguration{{Requests: []string{"channel"}, DeviceConfiguration: config}},
+		}},
+	}
+	if err := c.Create(ctx, claim); err != nil {
+		return fmt.Errorf("creating the channel claim of node %s: %w", node, err)
+	}
+	claim.Status.Allocation = &resourcev1.AllocationResult{
+		Devices: resourcev1.DeviceAllocationResult{
+			Results: []resourcev1.DeviceRequestAllocationResult{{Request: "channel", Driver: cdv1beta1.DriverName, Pool: node, Device: "channel-0"}},
+			Config: []resourcev1.DeviceAllocationConfiguration{{
+				Source: resourcev1.AllocationConfigSourceClaim, Requests: []string{"channel"}, DeviceConfiguration: config,
+			}},
+		},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+		}}}}},
+	}
+	if err := c.Status().Update(ctx, claim); err != nil {
+		return fmt.Errorf("allocating the channel claim of node %s: %w", node, err)
+	}
+	return nil
 }
 
 func (w *world) clique(i, cliqueSize int) string { return w.cliques[i/cliqueSize] }

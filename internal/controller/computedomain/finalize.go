@@ -31,8 +31,17 @@ func (r *Reconciler) finalize(ctx context.Context, cd *cdv1beta1.ComputeDomain) 
 	}
 	log := ctrl.LoggerFrom(ctx)
 	uid := string(cd.UID)
+	// The channel template lives in the domain's namespace. If the plane lost its rights there
+	// (a forced unassign, the namespace being deleted and its RoleBindings with it), leave the
+	// template to the garbage collector (the domain owns it) rather than never finalizing.
+	wl := &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: cd.Namespace, Name: cd.Spec.Channel.ResourceClaimTemplate.Name}}
+	if err := r.deleteOwned(ctx, wl, uid); apierrors.IsForbidden(err) {
+		log.Info("No right to delete the domain's claim template; the garbage collector removes it with the domain",
+			"computeDomain", klog.KObj(cd), "resourceClaimTemplate", klog.KObj(wl), "err", err.Error())
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
 	for _, obj := range []client.Object{
-		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: cd.Namespace, Name: cd.Spec.Channel.ResourceClaimTemplate.Name}},
 		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: r.opts.DriverNamespace, Name: cdv1beta1.DaemonSetName(uid)}},
 		&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: r.opts.DriverNamespace, Name: cdv1beta1.DaemonSetName(uid)}},
 	} {

@@ -158,6 +158,7 @@ func TestLifecycle(t *testing.T) {
 
 	// With --delete-domains: the domain's finalizer runs (its DaemonSet and templates go),
 	// then nothing of plane-a is left, and plane-b and the CRDs are untouched.
+	endWorkload(t, cdA)
 	must(t, m.DestroyPlane(ctx, "plane-a", true))
 	stopA()
 	if err := testCluster.Client.Get(ctx, client.ObjectKeyFromObject(cdA), &cdv1beta1.ComputeDomain{}); !apierrors.IsNotFound(err) {
@@ -187,6 +188,7 @@ func TestLifecycle(t *testing.T) {
 
 	// The prerequisites stay while plane-b is installed.
 	mustNot(t, m.DestroyPrerequisites(ctx), `control planes are still installed: control plane "plane-b" (release plane-b-cdplane/plane-b-cdplane)`)
+	endWorkload(t, cdB)
 	must(t, m.DestroyPlane(ctx, "plane-b", true))
 	stopB()
 	must(t, m.DestroyPrerequisites(ctx))

@@ -8,6 +8,7 @@ package lifecycle
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -16,8 +17,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
@@ -128,6 +132,9 @@ func readyDomain(t *testing.T, id, ns, name string) *cdv1beta1.ComputeDomain {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), node) })
+	// A node counts only with a channel claim of the domain allocated there, and a daemon only
+	// as a pod of the domain's DaemonSet.
+	allocateChannelClaim(t, cd, node.Name)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "daemon-" + name, Namespace: plane.Name(id, plane.DriverNamespaceLegacyName),
@@ -135,6 +142,7 @@ func readyDomain(t *testing.T, id, ns, name string) *cdv1beta1.ComputeDomain {
 				cdv1beta1.ComputeDomainLabel: string(cd.UID), cdv1beta1.CliqueIDLabel: "clique-1",
 				"app.kubernetes.io/managed-by": "cdplane",
 			}),
+			OwnerReferences: []metav1.OwnerReference{daemonSetRef(t, id, cd)},
 		},
 		Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "daemon", Image: "cdplane:test"}}},
 	}
@@ -149,6 +157,69 @@ func readyDomain(t *testing.T, id, ns, name string) *cdv1beta1.ComputeDomain {
 	}
 	waitReady(t, cd)
 	return cd
+}
+
+// allocateChannelClaim creates a claim of the domain's channel, as its workload template makes
+// one (with the domain's labels, its plane's included), and writes the allocation the scheduler writes for it on node.
+func allocateChannelClaim(t *testing.T, cd *cdv1beta1.ComputeDomain, node string) {
+	t.Helper()
+	ctx := context.Background()
+	raw, err := json.Marshal(cdv1beta1.NewChannelConfig(string(cd.UID), cdv1beta1.AllocationModeSingle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{Driver: cdv1beta1.DriverName, Parameters: runtime.RawExtension{Raw: raw}}}
+	claim := &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "channel-" + node, Namespace: cd.Namespace,
+			Labels: plane.Stamp(cd.Labels[cdv1beta1.ControlPlaneLabel], map[string]string{
+				cdv1beta1.ComputeDomainLabel: string(cd.UID), "app.kubernetes.io/managed-by": "cdplane",
+			}),
+		},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "channel", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.ChannelDeviceClass}}},
+			Config:   []resourcev1.DeviceClaimConfiguration{{Requests: []string{"channel"}, DeviceConfiguration: config}},
+		}},
+	}
+	if err := testCluster.Client.Create(ctx, claim); err != nil {
+		t.Fatalf("channel claim for %s: %v", node, err)
+	}
+	claim.Status.Allocation = &resourcev1.AllocationResult{
+		Devices: resourcev1.DeviceAllocationResult{
+			Results: []resourcev1.DeviceRequestAllocationResult{{Request: "channel", Driver: cdv1beta1.DriverName, Pool: node, Device: "channel-0"}},
+			Config:  []resourcev1.DeviceAllocationConfiguration{{Source: resourcev1.AllocationConfigSourceClaim, Requests: []string{"channel"}, DeviceConfiguration: config}},
+		},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+		}}}}},
+	}
+	if err := testCluster.Client.Status().Update(ctx, claim); err != nil {
+		t.Fatalf("allocating the channel claim on %s: %v", node, err)
+	}
+}
+
+// endWorkload deletes the domain's channel claims, as the end of its workload's pods does.
+func endWorkload(t *testing.T, cd *cdv1beta1.ComputeDomain) {
+	t.Helper()
+	err := testCluster.Client.DeleteAllOf(context.Background(), &resourcev1.ResourceClaim{},
+		client.InNamespace(cd.Namespace), client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// daemonSetRef waits for the domain's daemon DaemonSet, which the plane's controller creates,
+// and returns a controller reference to it.
+func daemonSetRef(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) metav1.OwnerReference {
+	t.Helper()
+	ds := &appsv1.DaemonSet{}
+	key := client.ObjectKey{Namespace: plane.Name(id, plane.DriverNamespaceLegacyName), Name: cdv1beta1.DaemonSetName(string(cd.UID))}
+	testutil.Eventually(t, time.Minute, "DaemonSet "+key.String(), func() (bool, error) {
+		err := testCluster.Client.Get(context.Background(), key, ds)
+		return err == nil, err
+	})
+	controller := true
+	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: &controller}
 }
 
 // playKubelet stands in for the kubelets of the test's nodes, which a pod's graceful deletion

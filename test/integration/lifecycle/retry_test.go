@@ -128,6 +128,16 @@ func TestPartialStateNamesTheFinishingCommand(t *testing.T) {
 		cliThrough(t, kubeconfig, 1, []string{"already installed"}, "install", "plane", "--control-plane-id", id, "--wait=false")
 	})
 
+	t.Run("apply plane reports a node that lost its label", func(t *testing.T) {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "partial-node"}}
+		must(t, testCluster.Client.Create(ctx, node))
+		t.Cleanup(func() { _ = testCluster.Client.Delete(context.Background(), node) })
+		cliThrough(t, kubeconfig, 0, nil, "assign", "node", node.Name, "--control-plane-id", id)
+		reRegister(t, node.Name)
+		cliThrough(t, kubeconfig, 0, []string{`Warning: node partial-node was assigned to control plane "plane-p" but its label is gone (re-registered?): run cdplane assign node partial-node --control-plane-id plane-p`},
+			"apply", "plane", "--control-plane-id", id, "--wait=false")
+	})
+
 	ns := testCluster.Namespace(t, nil)
 	t.Run("assign namespace", func(t *testing.T) {
 		failOnly("POST rolebindings")

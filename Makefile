@@ -7,6 +7,20 @@ GO ?= go
 # Tests run with the race detector; the control-plane binaries come from hack/k8s-bins.sh.
 GOTEST_FLAGS ?= -race -count=1 -timeout 45m
 BIN_DIR ?= bin
+# The one version source: the image tag, both charts' version and appVersion (a test holds
+# them equal) and what every binary reports (embedded by internal/version).
+VERSION := $(shell cat internal/version/VERSION)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+# Every time in the image and the release: the last commit's (reproducible builds).
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+export SOURCE_DATE_EPOCH
+# go-nvml binds deprecated NVML calls; its cgo code would print hundreds of deprecation
+# warnings on every cold build. Go's default flags without them (also in hack/image).
+CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+export CGO_CFLAGS
+IMAGE_DIR ?= $(BIN_DIR)/image
+IMAGE_ARCHIVE ?= $(IMAGE_DIR)/cdplane-$(VERSION).oci.tar
+RELEASE_DIR ?= $(BIN_DIR)/release/$(VERSION)
 
 .PHONY: help
 help: ## List the targets
@@ -58,4 +72,12 @@ test-unit: ## Unit tests only (no control plane)
 
 .PHONY: build
 build: ## Build the binaries into bin/
-	$(GO) build -o $(BIN_DIR)/ ./cmd/...
+	$(GO) build -ldflags "-X cdplane/internal/version.Commit=$(COMMIT)" -o $(BIN_DIR)/ ./cmd/...
+
+.PHONY: image
+image: ## Build the multi-binary OCI image archive into bin/image/ (no container engine, no registry)
+	$(GO) run ./hack/image image --out $(IMAGE_ARCHIVE) --commit $(COMMIT)
+
+.PHONY: release
+release: image ## Write the image archive, both packaged charts and SHA256SUMS into bin/release/<version>/
+	$(GO) run ./hack/image release --image $(IMAGE_ARCHIVE) --out $(RELEASE_DIR)

@@ -15,12 +15,15 @@ import (
 
 	"cdplane/internal/nvml"
 	_ "cdplane/internal/nvml/nvmlreal" // the real NVML backend
+	"cdplane/internal/version"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	root := &cobra.Command{Use: "cdplane-nvml", Short: "NVML fabric discovery", SilenceUsage: true, SilenceErrors: true}
+	root := &cobra.Command{Use: "cdplane-nvml", Short: "NVML fabric discovery", SilenceUsage: true, SilenceErrors: true,
+		Version: version.Version}
+	root.SetVersionTemplate(version.String("cdplane-nvml") + "\n")
 	root.AddCommand(newDiscoverCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "cdplane-nvml:", err)

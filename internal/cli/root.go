@@ -13,6 +13,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"cdplane/internal/version"
 )
 
 // Main runs the command line and returns the exit code.
@@ -22,7 +24,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		Short:         "ComputeDomains on Kubernetes: benchmarks, NVML discovery and tools",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.Version,
 	}
+	root.SetVersionTemplate(version.String("cdplane") + "\n")
 	// The CLI runs controllers and clients in-process for benchmarks; their logs are not its output.
 	ctrl.SetLogger(logr.Discard())
 	root.SetArgs(args)

@@ -13,6 +13,7 @@ package component
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"cdplane/internal/version"
 )
 
 // Invocation is one run of a component.
@@ -89,23 +92,42 @@ type Options interface {
 	Validate() error
 }
 
-// Parse registers o's flags on a flag set named name, parses args into o and validates it: every
-// flag is checked before anything touches a node or the cluster.
+// ErrVersionPrinted is what Parse returns after --version printed the version: the run ends
+// there, successfully (Exit ends the process with status 0).
+var ErrVersionPrinted = errors.New("version printed")
+
+// Parse registers o's flags and --version on a flag set named name, parses args into o and
+// validates it: every flag is checked before anything touches a node or the cluster. With
+// --version it prints the version line (version.String) to Stdout and returns
+// ErrVersionPrinted, whatever else the arguments say.
 func (inv Invocation) Parse(name string, o Options, args []string) error {
 	fs := inv.NewFlagSet(name)
 	o.AddFlags(fs)
+	var printVersion bool
+	fs.BoolVar(&printVersion, "version", false, "Print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if printVersion {
+		return inv.PrintVersion(name)
+	}
 	return o.Validate()
+}
+
+// PrintVersion writes name's version line to Stdout and returns ErrVersionPrinted, for a
+// program that parses its own arguments.
+func (inv Invocation) PrintVersion(name string) error {
+	fmt.Fprintln(inv.Stdout, version.String(name))
+	return ErrVersionPrinted
 }
 
 // SignalContext is cancelled on SIGTERM or SIGINT.
 func SignalContext() context.Context { return ctrl.SetupSignalHandler() }
 
-// Exit ends the process: status 0 for a nil error, else the error on stderr and status 1.
+// Exit ends the process: status 0 for a nil error or ErrVersionPrinted, else the error on
+// stderr and status 1.
 func Exit(name string, err error) {
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrVersionPrinted) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}

@@ -19,6 +19,7 @@ import (
 	"cdplane/internal/imex"
 	"cdplane/internal/nvml"
 	"cdplane/internal/scheme"
+	"cdplane/internal/version"
 )
 
 // Subcommands of cdplane-daemon.
@@ -83,6 +84,9 @@ func Run(ctx context.Context, inv component.Invocation, host Host) error {
 	if len(inv.Args) > 0 {
 		o.Command = inv.Args[0]
 	}
+	if o.Command == "--version" {
+		return inv.PrintVersion("cdplane-daemon")
+	}
 	if o.Command != CommandRun && o.Command != CommandCheck {
 		return o.Validate()
 	}
@@ -138,7 +142,7 @@ func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) 
 	log = log.WithValues("node", cfg.NodeName, "computeDomain", cfg.CDNamespace+"/"+cfg.CDName)
 	if inv.OwnsProcess {
 		ctrl.SetLogger(log)
-		log.Info("Starting cdplane-daemon", "command", o.Command, "cliqueID", cfg.CliqueID)
+		log.Info("Starting cdplane-daemon", "version", version.Version, "command", o.Command, "cliqueID", cfg.CliqueID)
 	}
 
 	io := imex.Options{

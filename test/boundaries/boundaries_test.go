@@ -26,7 +26,7 @@ var (
 		"internal/atomicfile", "internal/component", "internal/controller", "internal/daemon", "internal/daemonenv", "internal/features",
 		"internal/imex", "internal/kubeletplugin", "internal/metrics", "internal/nvml", "internal/plane", "internal/scheme", "internal/version",
 	}
-	nonProduct = []string{"internal/sim", "internal/bench", "internal/cli", "internal/testutil", "test"}
+	nonProduct = []string{"internal/sim", "internal/bench", "internal/cli", "internal/testutil", "test", "hack"}
 )
 
 // components: each binary, and the component packages it must not link.

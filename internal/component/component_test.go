@@ -1,0 +1,62 @@
+package component
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"cdplane/internal/version"
+)
+
+type testOptions struct{ name string }
+
+func (o *testOptions) AddFlags(fs *pflag.FlagSet) { fs.StringVar(&o.name, "name", "", "a name") }
+
+func (o *testOptions) Validate() error {
+	if o.name == "" {
+		return errors.New("--name is required")
+	}
+	return nil
+}
+
+func TestParse(t *testing.T) {
+	versionLine := "cdplane-test " + version.Version + " (commit "
+	cases := map[string]struct {
+		args    []string
+		wantErr string // "" for none
+		wantOut string // a prefix of stdout; "" for no output
+	}{
+		"valid":                            {args: []string{"--name=x"}},
+		"invalid":                          {wantErr: "--name is required"},
+		"unknown flag":                     {args: []string{"--nope"}, wantErr: "unknown flag: --nope"},
+		"version without required flags":   {args: []string{"--version"}, wantErr: ErrVersionPrinted.Error(), wantOut: versionLine},
+		"version among the other flags":    {args: []string{"--name=x", "--version"}, wantErr: ErrVersionPrinted.Error(), wantOut: versionLine},
+		"version with an invalid flag too": {args: []string{"--version", "--nope"}, wantErr: "unknown flag: --nope"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			inv := Invocation{Stdout: &stdout, Stderr: &stderr}
+			err := inv.Parse("cdplane-test", &testOptions{}, tc.args)
+			if gotErr := errString(err); !strings.Contains(gotErr, tc.wantErr) || (tc.wantErr == "") != (err == nil) {
+				t.Errorf("Parse(%q) = %v, want an error with %q", tc.args, err, tc.wantErr)
+			}
+			if tc.wantErr == ErrVersionPrinted.Error() && !errors.Is(err, ErrVersionPrinted) {
+				t.Errorf("Parse(%q) = %v, want ErrVersionPrinted", tc.args, err)
+			}
+			if got := stdout.String(); !strings.HasPrefix(got, tc.wantOut) || (tc.wantOut == "") != (got == "") {
+				t.Errorf("stdout %q, want it to start with %q", got, tc.wantOut)
+			}
+		})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

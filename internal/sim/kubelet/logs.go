@@ -63,9 +63,18 @@ func (n *node) serveLogs(ctx context.Context, wg *sync.WaitGroup) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", n.containerLogs)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	// Only the apiserver reads logs, with its kubelet client certificate: on a shared host no
+	// other local user may read pods' logs. A client certificate signed by the cluster's CA is
+	// required, as a real kubelet with --client-ca-file does.
+	clientCAs := x509.NewCertPool()
+	if !clientCAs.AppendCertsFromPEM(n.k.cfg.APIServerCA) {
+		_ = l.Close()
+		return fmt.Errorf("node %s: serving logs: no CA certificate to verify the apiserver's client certificate with", n.spec.Name)
+	}
 	srv := &http.Server{
-		Handler:           mux,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{n.k.cert}, MinVersion: tls.VersionTLS12},
+		Handler: mux,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{n.k.cert}, MinVersion: tls.VersionTLS12,
+			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs},
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          nil,

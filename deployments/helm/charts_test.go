@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v4/pkg/action"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"cdplane/internal/plane"
@@ -233,5 +234,40 @@ func TestHelmLint(t *testing.T) {
 				t.Errorf("helm lint --strict %s %v:\n%s", dir, vals, strings.Join(msgs, "\n"))
 			}
 		}
+	}
+}
+
+// TestPluginRunsOnlyOnGPUNodes: the kubelet plugin's DaemonSet selects the plane's nodes that
+// carry a GPU label (one node-affinity term per label, each with the plane requirement);
+// with no GPU labels configured, every node of the plane.
+func TestPluginRunsOnlyOnGPUNodes(t *testing.T) {
+	terms := func(extra map[string]any) []any {
+		for _, m := range renderPlane(t, "plane-a", extra) {
+			if m.Object.GetKind() != "DaemonSet" {
+				continue
+			}
+			got, _, err := unstructured.NestedSlice(m.Object.Object, "spec", "template", "spec", "affinity", "nodeAffinity",
+				"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		t.Fatal("no DaemonSet rendered")
+		return nil
+	}
+	def := terms(nil)
+	if len(def) != 2 {
+		t.Fatalf("default: %d node-affinity terms, want 2 (one per GPU label): %v", len(def), def)
+	}
+	for i, want := range []string{"feature.node.kubernetes.io/pci-10de.present", "nvidia.com/gpu.present"} {
+		exprs := def[i].(map[string]any)["matchExpressions"].([]any)
+		if len(exprs) != 2 || exprs[0].(map[string]any)["key"] != "resource.nvidia.com/control-plane-id" || exprs[1].(map[string]any)["key"] != want {
+			t.Errorf("term %d: %v, want the plane requirement and %s", i, exprs, want)
+		}
+	}
+	if all := terms(map[string]any{"kubeletPlugin": map[string]any{"gpuNodeLabels": []any{}}}); len(all) != 1 ||
+		len(all[0].(map[string]any)["matchExpressions"].([]any)) != 1 {
+		t.Errorf("no GPU labels: %v, want the plane requirement alone", all)
 	}
 }

@@ -19,16 +19,38 @@ type cliqueTracker struct {
 	// crash makes a fabric failure fatal (feature gate CrashOnNVLinkFabricErrors).
 	crash bool
 
+	// onNVML, when set, is called from refresh when NVML turns available or unavailable.
+	onNVML func(available bool, err error)
+
 	mu    sync.RWMutex
 	id    string
 	err   error
 	known bool
+	// nvmlDown is whether the last discovery failed because NVML cannot be loaded.
+	nvmlDown bool
+}
+
+// nvmlAvailable reports whether the last discovery could load NVML (a fabric error or an
+// unfinished registration still counts as available: the node has GPUs).
+func (t *cliqueTracker) nvmlAvailable() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return !t.nvmlDown
 }
 
 // refresh discovers the clique once. It returns an error only when it is fatal: a fabric
 // failure with crash set. Other failures are kept and reported by current.
 func (t *cliqueTracker) refresh(ctx context.Context) (changed bool, fatal error) {
 	res, err := t.disc.Discover(ctx)
+	down := errors.Is(err, nvml.ErrNVMLUnavailable)
+	t.mu.Lock()
+	flipped := down != t.nvmlDown
+	t.nvmlDown = down
+	onNVML := t.onNVML
+	t.mu.Unlock()
+	if flipped && onNVML != nil {
+		onNVML(!down, err)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {

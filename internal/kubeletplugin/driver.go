@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/featuregate"
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -237,9 +238,16 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
-	if err := d.helper.PublishResources(ctx, NodeResources(opts.NodeName, opts.NumChannels, opts.ControlPlaneID)); err != nil {
-		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
+	if err := d.publish(ctx, d.clique.nvmlAvailable(), cliqueErr); err != nil {
+		return nil, err
 	}
+	d.clique.mu.Lock()
+	d.clique.onNVML = func(available bool, err error) {
+		if err := d.publish(ctx, available, err); err != nil {
+			logger.Error(err, "Publishing the node's devices after NVML changed")
+		}
+	}
+	d.clique.mu.Unlock()
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -287,6 +295,26 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 	defer cancel()
 	if !c.WaitForCacheSync(syncCtx) {
 		return errors.New("the watch cache of ComputeDomains and cliques did not sync")
+	}
+	return nil
+}
+
+// publish publishes the node's devices, or none while NVML cannot be loaded here: a node
+// without NVIDIA's driver (no GPU, or the driver not installed) offers nothing, so the scheduler
+// never places a ComputeDomain workload or daemon on it. The plugin stays up and publishes the
+// devices once a later discovery loads NVML.
+func (d *Driver) publish(ctx context.Context, nvmlAvailable bool, discoveryErr error) error {
+	res := NodeResources(d.opts.NodeName, d.opts.NumChannels, d.opts.ControlPlaneID)
+	logger := klog.FromContext(ctx)
+	if !nvmlAvailable {
+		res = resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
+		logger.Info("NVML cannot be loaded on this node: publishing no devices, so no ComputeDomain workload is scheduled here",
+			"node", d.opts.NodeName, "err", fmt.Sprint(discoveryErr))
+	} else {
+		logger.V(1).Info("Publishing the node's devices", "node", d.opts.NodeName, "channels", d.opts.NumChannels)
+	}
+	if err := d.helper.PublishResources(ctx, res); err != nil {
+		return fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
 	return nil
 }

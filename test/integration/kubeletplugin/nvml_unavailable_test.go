@@ -1,0 +1,84 @@
+package kubeletplugin
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	resourcev1 "k8s.io/api/resource/v1"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/nvml"
+)
+
+// switchableNVML is the node's simulated NVML, made unloadable while down is set (a node
+// without NVIDIA's driver, or one whose driver is being reinstalled).
+type switchableNVML struct {
+	disc nvml.Discoverer
+	down atomic.Bool
+}
+
+func (s *switchableNVML) Discover(ctx context.Context) (nvml.Result, error) {
+	if s.down.Load() {
+		return nvml.Result{}, fmt.Errorf("%w: libnvidia-ml.so.1 cannot be loaded (test)", nvml.ErrNVMLUnavailable)
+	}
+	return s.disc.Discover(ctx)
+}
+
+// TestNodeWithoutNVMLPublishesNoDevices: on a node where NVML cannot be loaded the plugin keeps
+// running and publishes no devices, so the scheduler places no ComputeDomain workload or daemon
+// there; when NVML loads again it publishes them, and stops when NVML goes away.
+func TestNodeWithoutNVMLPublishesNoDevices(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := e.addNode(1)
+	disc := &switchableNVML{disc: n.sim}
+	disc.down.Store(true)
+	n.startWith(8, testr.NewWithOptions(t, testr.Options{Verbosity: 1}), func(o *kubeletplugin.Options) {
+		o.Discoverer = disc
+		o.CliqueRefreshPeriod = 100 * time.Millisecond
+	})
+	devices := func() (int, error) {
+		list := &resourcev1.ResourceSliceList{}
+		if err := e.c.List(e.ctx(), list); err != nil {
+			return 0, err
+		}
+		count := 0
+		for _, s := range list.Items {
+			if s.Spec.Driver == cdv1beta1.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == n.name {
+				count += len(s.Spec.Devices)
+			}
+		}
+		return count, nil
+	}
+	// Started without NVML: the plugin is up (it registered with the kubelet) and the node's
+	// pool holds no device, sampled over several refresh periods.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for range 10 {
+		if got, err := devices(); err != nil || got != 0 {
+			t.Fatalf("devices of a node without NVML: %d (%v), want 0", got, err)
+		}
+		<-tick.C
+	}
+	select {
+	case <-n.drv.Done():
+		t.Fatalf("the plugin stopped on a node without NVML: %v", n.drv.Err())
+	default:
+	}
+
+	disc.down.Store(false)
+	e.eventually(time.Minute, "the node's devices published once NVML loads", func() (bool, error) {
+		got, err := devices()
+		return got == 9, err // 8 channels and the daemon device
+	})
+	disc.down.Store(true)
+	e.eventually(time.Minute, "the node's devices withdrawn when NVML goes away", func() (bool, error) {
+		got, err := devices()
+		return got == 0, err
+	})
+}

@@ -251,6 +251,11 @@ func build(ctx context.Context, o *Options, st *State) error {
 		"./cmd/cdplane", "./cmd/cdplane-controller", "./cmd/cdplane-daemon",
 		"./internal/sim/cmd/cdplane-kubelet-plugin", "./internal/sim/cmd/imex-sim")
 	cmd.Dir, cmd.Stdout, cmd.Stderr = o.Repo, o.Out, o.Out
+	if os.Getenv("CGO_CFLAGS") == "" {
+		// go-nvml's C headers declare deprecated functions: without this a first build prints
+		// some 150 lines of warnings about code that is not ours (the Makefile sets the same).
+		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	}
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("building cdplane: %w", err)
 	}

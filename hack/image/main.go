@@ -10,8 +10,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -135,7 +133,7 @@ func release(image, dir string, epoch time.Time) error {
 	sort.Strings(files)
 	var sums bytes.Buffer
 	for _, f := range files {
-		sum, err := sha256File(filepath.Join(dir, f))
+		sum, err := imagebuild.FileSHA256(filepath.Join(dir, f))
 		if err != nil {
 			return err
 		}
@@ -163,19 +161,6 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return out.Close()
-}
-
-func sha256File(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // relock rewrites the lock with the current candidate version of each of its packages.
@@ -213,7 +198,7 @@ func relock(lock string) error {
 			return fmt.Errorf("dpkg-deb --show %s: %w", debs[0], err)
 		}
 		f := strings.Fields(string(fields))
-		sum, err := sha256File(debs[0])
+		sum, err := imagebuild.FileSHA256(debs[0])
 		if err != nil {
 			return err
 		}

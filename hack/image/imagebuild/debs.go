@@ -118,7 +118,7 @@ func aptDownload(dir string, p Package) ([]byte, error) {
 
 // checkSHA256 fails unless the file at path has SHA256 want.
 func checkSHA256(path, want string) error {
-	got, err := fileSHA256(path)
+	got, err := FileSHA256(path)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,8 @@ func checkSHA256(path, want string) error {
 	return nil
 }
 
-func fileSHA256(path string) (string, error) {
+// FileSHA256 is the hex SHA256 of a file's content.
+func FileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err

@@ -40,7 +40,8 @@ type Options struct {
 	Gates featuregate.MutableFeatureGate
 	// NVMLLibrary is the NVML library for clique discovery when CLIQUE_ID is not set.
 	NVMLLibrary string
-	// IMEXBinary and IMEXCtlBinary run IMEX and its readiness query (found on PATH by default).
+	// IMEXBinary and IMEXCtlBinary run IMEX and its readiness query: the flags, else the
+	// daemonenv variables the kubelet plugin sets, else found on PATH.
 	IMEXBinary, IMEXCtlBinary string
 }
 
@@ -52,10 +53,23 @@ func NewOptions() *Options {
 // AddFlags registers the flags of the daemon's subcommands.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Kube.AddFlags(fs)
-	fs.StringVar(&o.NVMLLibrary, "nvml-library", "", "NVML library for clique discovery when "+daemonenv.CliqueID+" is not set (default "+nvml.DefaultLibraryPath+")")
-	fs.StringVar(&o.IMEXBinary, "imex-binary", "nvidia-imex", "The IMEX daemon (looked up on PATH unless a path)")
-	fs.StringVar(&o.IMEXCtlBinary, "imex-ctl-binary", "nvidia-imex-ctl", "IMEX's control tool, for the readiness query (looked up on PATH unless a path)")
+	fs.StringVar(&o.NVMLLibrary, "nvml-library", "", "NVML library for clique discovery when "+daemonenv.CliqueID+" is not set (env "+daemonenv.NVMLLibrary+"; default "+nvml.DefaultLibraryPath+")")
+	fs.StringVar(&o.IMEXBinary, "imex-binary", "nvidia-imex", "The IMEX daemon, looked up on PATH unless a path (env "+daemonenv.IMEXBinary+", set by the kubelet plugin)")
+	fs.StringVar(&o.IMEXCtlBinary, "imex-ctl-binary", "nvidia-imex-ctl", "IMEX's control tool, for the readiness query, looked up on PATH unless a path (env "+daemonenv.IMEXCtlBinary+", set by the kubelet plugin)")
 	o.Gates.AddFlag(fs)
+}
+
+// driverFilesFromEnv sets the driver files' options not given as flags from the variables the
+// kubelet plugin sets where it mounted the host driver's files.
+func (o *Options) driverFilesFromEnv(fs *pflag.FlagSet, getenv func(string) string) {
+	for _, f := range []struct {
+		flag, env string
+		p         *string
+	}{{"imex-binary", daemonenv.IMEXBinary, &o.IMEXBinary}, {"imex-ctl-binary", daemonenv.IMEXCtlBinary, &o.IMEXCtlBinary}, {"nvml-library", daemonenv.NVMLLibrary, &o.NVMLLibrary}} {
+		if v := getenv(f.env); v != "" && !fs.Changed(f.flag) {
+			*f.p = v
+		}
+	}
 }
 
 // Validate reports the first invalid option.
@@ -95,6 +109,7 @@ func Run(ctx context.Context, inv component.Invocation, host Host) error {
 	if err := fs.Parse(inv.Args[1:]); err != nil {
 		return err
 	}
+	o.driverFilesFromEnv(fs, inv.Getenv)
 	if v := inv.Getenv(daemonenv.FeatureGates); v != "" && !fs.Changed("feature-gates") {
 		if err := o.Gates.Set(v); err != nil {
 			return fmt.Errorf("%s: %w", daemonenv.FeatureGates, err)

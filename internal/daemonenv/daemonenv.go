@@ -30,6 +30,16 @@ const (
 	FeatureGates          = "FEATURE_GATES"
 	IMEXConfigDir         = "IMEX_CONFIG_DIR"
 	HostsFile             = "IMEX_HOSTS_FILE"
+	// IMEXBinary, IMEXCtlBinary and NVMLLibrary are where the host driver's files were mounted
+	// into the daemon container (the daemon's --imex-binary, --imex-ctl-binary and
+	// --nvml-library defaults).
+	IMEXBinary    = "IMEX_BINARY"
+	IMEXCtlBinary = "IMEX_CTL_BINARY"
+	NVMLLibrary   = "NVML_LIBRARY"
+	// NvidiaVisibleDevices=void tells an NVIDIA container runtime to give the container no GPU.
+	NvidiaVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	// VisibleDevicesNone is the NvidiaVisibleDevices value of daemon containers.
+	VisibleDevicesNone = "void"
 )
 
 // Pod is what the controller sets on the daemon container: the pod's identity from the downward
@@ -78,17 +88,32 @@ type Claim struct {
 	DomainUID, DomainName, DomainNamespace string
 	// IMEXConfigDir is the container path of the config directory (cdv1beta1.DaemonIMEXConfigDir).
 	IMEXConfigDir string
+	// IMEXBinary, IMEXCtlBinary and NVMLLibrary are the container paths of the host driver's
+	// files; each is left out when empty (NVMLLibrary when the driver root has none).
+	IMEXBinary, IMEXCtlBinary, NVMLLibrary string
+	// NoGPUs sets NVIDIA_VISIBLE_DEVICES=void, so that an NVIDIA container runtime gives the
+	// daemon container no GPU.
+	NoGPUs bool
 }
 
 // Environ returns the entries as NAME=value, as CDI container edits carry them.
 func (c Claim) Environ() []string {
-	return []string{
+	env := []string{
 		CliqueID + "=" + c.CliqueID,
 		DomainUID + "=" + c.DomainUID,
 		DomainName + "=" + c.DomainName,
 		DomainNamespace + "=" + c.DomainNamespace,
 		IMEXConfigDir + "=" + c.IMEXConfigDir,
 	}
+	if c.NoGPUs {
+		env = append(env, NvidiaVisibleDevices+"="+VisibleDevicesNone)
+	}
+	for _, v := range []struct{ name, value string }{{IMEXBinary, c.IMEXBinary}, {IMEXCtlBinary, c.IMEXCtlBinary}, {NVMLLibrary, c.NVMLLibrary}} {
+		if v.value != "" {
+			env = append(env, v.name+"="+v.value)
+		}
+	}
+	return env
 }
 
 // Env is everything a daemon reads from its environment.

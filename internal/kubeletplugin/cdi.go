@@ -89,15 +89,15 @@ func channelSpec(claimUID types.UID, plan claimPlan, nodes []*cdispec.DeviceNode
 }
 
 // daemonSpec is the CDI spec of a daemon claim: the domain's identity and clique in the
-// environment (the daemonenv contract), the domain's config directory, and the IMEX management
-// device when the node has a clique.
-func daemonSpec(claimUID types.UID, device string, env daemonenv.Claim, configDir string, mgmtDev *cdispec.DeviceNode) *cdispec.Spec {
+// environment (the daemonenv contract), the domain's config directory, the host driver's files
+// (driverMounts, named in env), and the IMEX management device when the node has a clique.
+func daemonSpec(claimUID types.UID, device string, env daemonenv.Claim, configDir string, driverMounts []*cdispec.Mount, mgmtDev *cdispec.DeviceNode) *cdispec.Spec {
 	edits := cdispec.ContainerEdits{
 		Env: env.Environ(),
-		Mounts: []*cdispec.Mount{{
+		Mounts: append([]*cdispec.Mount{{
 			HostPath: configDir, ContainerPath: env.IMEXConfigDir,
 			Options: []string{"rw", "nosuid", "nodev", "bind"},
-		}},
+		}}, driverMounts...),
 	}
 	if env.CliqueID != "" && mgmtDev != nil {
 		edits.DeviceNodes = []*cdispec.DeviceNode{mgmtDev}

@@ -69,6 +69,15 @@ type Options struct {
 	ProcDevices        string
 	IMEXMgmtCapability string
 
+	// NvidiaDriverRoot is the host's NVIDIA driver root, as the container runtime sees it: the
+	// host paths of the daemon claims' CDI mounts of nvidia-imex, nvidia-imex-ctl and
+	// libnvidia-ml.so.1 start with it. Empty: daemon claims get no driver files (for tests
+	// that prepare no daemon; the command's default is DefaultNvidiaDriverRoot).
+	NvidiaDriverRoot string
+	// ContainerDriverRoot is where the plugin reads NvidiaDriverRoot (its mount point in the
+	// plugin's pod); empty: NvidiaDriverRoot.
+	ContainerDriverRoot string
+
 	// NumChannels is how many channel devices are published (at most MaxChannels).
 	NumChannels int
 	// ControlPlaneID is published in every device's controlPlane attribute ("" legacy plane);
@@ -109,6 +118,7 @@ func (o *Options) defaults() error {
 	set(&o.DeviceRoot, DefaultDeviceRoot)
 	set(&o.ProcDevices, DefaultProcDevices)
 	set(&o.IMEXMgmtCapability, DefaultIMEXMgmtCapability)
+	set(&o.ContainerDriverRoot, o.NvidiaDriverRoot)
 	if o.Gates == nil {
 		o.Gates = features.NewGates()
 	}

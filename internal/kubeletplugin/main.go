@@ -3,6 +3,7 @@ package kubeletplugin
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -21,6 +22,12 @@ import (
 
 // stopTimeout bounds how long the plugin's shutdown may take.
 const stopTimeout = 30 * time.Second
+
+// Environment variables that set the driver-root flags' defaults.
+const (
+	NvidiaDriverRootEnv    = "NVIDIA_DRIVER_ROOT"
+	ContainerDriverRootEnv = "CONTAINER_DRIVER_ROOT"
+)
 
 // CommandOptions are the plugin's command line: the driver's Options and how to reach the
 // apiserver, log, and load NVML.
@@ -46,6 +53,10 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 		Kube:    component.KubeClient{QPS: 5, Burst: 10},
 		Logging: logsapi.NewLoggingConfiguration(),
 	}
+	o.NvidiaDriverRoot, o.ContainerDriverRoot = DefaultNvidiaDriverRoot, inv.Getenv(ContainerDriverRootEnv)
+	if v := inv.Getenv(NvidiaDriverRootEnv); v != "" {
+		o.NvidiaDriverRoot = v
+	}
 	o.FeatureGates = features.NewGates()
 	o.Gates = o.FeatureGates
 	return o
@@ -63,6 +74,8 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory of the checkpoint and the domains' IMEX config directories")
 	fs.StringVar(&o.ProcDevices, "proc-devices", o.ProcDevices, "File listing character device major numbers")
 	fs.StringVar(&o.IMEXMgmtCapability, "imex-mgmt-capability", o.IMEXMgmtCapability, "NVIDIA capability file of the IMEX management device")
+	fs.StringVar(&o.NvidiaDriverRoot, "nvidia-driver-root", o.NvidiaDriverRoot, "Host path of the NVIDIA driver root whose nvidia-imex, nvidia-imex-ctl and libnvidia-ml.so.1 daemon containers get (env "+NvidiaDriverRootEnv+")")
+	fs.StringVar(&o.ContainerDriverRoot, "container-driver-root", o.ContainerDriverRoot, "Where this plugin reads the driver root, when it is mounted elsewhere than --nvidia-driver-root (env "+ContainerDriverRootEnv+"; default --nvidia-driver-root)")
 	plane.AddFlag(fs, &o.ControlPlaneID)
 	fs.IntVar(&o.NumChannels, "num-channels", o.NumChannels, "Number of channel devices to publish (fewer for large simulations)")
 	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "NVML library to load (default "+nvml.DefaultLibraryPath+")")
@@ -88,6 +101,10 @@ func (o *CommandOptions) Validate() error {
 		return fmt.Errorf("--namespace (or POD_NAMESPACE) is required")
 	case o.NumChannels < 1 || o.NumChannels > MaxChannels:
 		return fmt.Errorf("--num-channels %d: want 1 to %d", o.NumChannels, MaxChannels)
+	case !filepath.IsAbs(o.NvidiaDriverRoot):
+		return fmt.Errorf("--nvidia-driver-root %q: want an absolute path", o.NvidiaDriverRoot)
+	case o.ContainerDriverRoot != "" && !filepath.IsAbs(o.ContainerDriverRoot):
+		return fmt.Errorf("--container-driver-root %q: want an absolute path", o.ContainerDriverRoot)
 	}
 	return nil
 }
@@ -121,7 +138,8 @@ func Main(ctx context.Context, inv component.Invocation, o *CommandOptions, host
 		defer logs.FlushLogs()
 		logger = klog.Background()
 		ctrl.SetLogger(logger)
-		logger.Info("Starting cdplane-kubelet-plugin", "version", version.Version, "node", o.NodeName)
+		logger.Info("Starting cdplane-kubelet-plugin", "version", version.Version, "node", o.NodeName,
+			"nvidiaDriverRoot", o.NvidiaDriverRoot, "containerDriverRoot", o.ContainerDriverRoot)
 	}
 	o.Discoverer, o.ReadHostFile, o.MakeCharDevice = host.Discoverer, host.ReadHostFile, host.MakeCharDevice
 	if o.Discoverer == nil {

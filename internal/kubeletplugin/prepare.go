@@ -62,6 +62,14 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	if err != nil {
 		return nil, err
 	}
+	// The host driver's files are looked up before anything is written, so that a driver root
+	// without them leaves nothing half-prepared.
+	var drv driverFiles
+	if plan.Kind == KindDaemon && d.opts.NvidiaDriverRoot != "" {
+		if drv, err = d.driverRoot().locate(); err != nil {
+			return nil, err
+		}
+	}
 	entry := ClaimEntry{State: PrepareStarted, Namespace: claim.Namespace, Name: claim.Name, Kind: string(plan.Kind), DomainID: plan.DomainID}
 	if err := d.cp.put(claim.UID, entry); err != nil {
 		return nil, err
@@ -72,7 +80,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	case KindChannel:
 		devices, spec, err = d.prepareChannel(ctx, claim, plan, deadline)
 	case KindDaemon:
-		devices, spec, err = d.prepareDaemon(ctx, claim, plan)
+		devices, spec, err = d.prepareDaemon(ctx, claim, plan, drv)
 	}
 	if err != nil {
 		return nil, err

@@ -47,11 +47,17 @@ func checkDaemonNamespace(claimNS, claimName, driverNS string) error {
 	return nil
 }
 
+// driverRoot is the host driver's root of the options.
+func (d *Driver) driverRoot() driverRoot {
+	return driverRoot{Host: d.opts.NvidiaDriverRoot, Container: d.opts.ContainerDriverRoot}
+}
+
 // prepareDaemon writes the domain's IMEX config template into the domain's directory under the
 // state directory, and a CDI spec that gives the daemon container its identity (CLIQUE_ID,
-// COMPUTE_DOMAIN_UUID/NAME/NAMESPACE), mounts that directory at /etc/nvidia-imex, and adds the
-// IMEX management device when the node has a clique.
-func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan) ([]PreparedDevice, string, error) {
+// COMPUTE_DOMAIN_UUID/NAME/NAMESPACE), mounts that directory at /etc/nvidia-imex, mounts the host
+// driver's files drv read-only (IMEX_BINARY, IMEX_CTL_BINARY, NVML_LIBRARY name them), and adds
+// the IMEX management device when the node has a clique.
+func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, drv driverFiles) ([]PreparedDevice, string, error) {
 	if err := checkDaemonNamespace(claim.Namespace, claim.Name, d.opts.DriverNamespace); err != nil {
 		return nil, "", err
 	}
@@ -76,6 +82,7 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	}
 	env := daemonenv.Claim{CliqueID: cliqueID, DomainUID: string(cd.UID), DomainName: cd.Name, DomainNamespace: cd.Namespace,
 		IMEXConfigDir: cdv1beta1.DaemonIMEXConfigDir}
+	driverMounts := d.driverRoot().edits(drv, &env)
 	var mgmtDev *cdispec.DeviceNode
 	if cliqueID != "" {
 		if mgmtDev, err = d.nodes.imexMgmt(); err != nil {
@@ -85,7 +92,7 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	// A node publishes one daemon device, so a daemon claim holds exactly one.
 	device := plan.Devices[0].Device
 	name := CDISpecName(claim.UID)
-	if err := d.cdi.write(daemonSpec(claim.UID, device, env, dir, mgmtDev), name); err != nil {
+	if err := d.cdi.write(daemonSpec(claim.UID, device, env, dir, driverMounts, mgmtDev), name); err != nil {
 		return nil, "", err
 	}
 	withCDI := map[string]bool{device: true}

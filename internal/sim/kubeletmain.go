@@ -55,16 +55,9 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 	for _, n := range nodes {
 		specs = append(specs, kubelet.NodeSpec{Name: n.Name, Labels: n.Labels, Capacity: capacity(), InternalIP: n.InternalIP})
 	}
-	// Every node's driver root holds the simulated IMEX as nvidia-imex and nvidia-imex-ctl,
-	// on the PATH of every container, as a GPU node's driver root provides the real ones.
-	driverBin, err := nodehost.InstallDriverRoot(filepath.Join(stateDir, "driver-root"), filepath.Join(st.BinDir, "imex-sim"))
-	if err != nil {
-		return fmt.Errorf("simulated driver root: %w", err)
-	}
-	path := driverBin + string(filepath.ListSeparator) + os.Getenv("PATH")
 	k, err := kubelet.New(kubelet.Config{
 		HostEnv: func(_, nodeDir string) []kubelet.EnvVar {
-			return []kubelet.EnvVar{{Name: "PATH", Value: path}, {Name: nodehost.NodeDirEnv, Value: nodeDir}}
+			return []kubelet.EnvVar{{Name: nodehost.NodeDirEnv, Value: nodeDir}}
 		},
 		RESTConfig: cfg,
 		StateDir:   stateDir,
@@ -81,6 +74,12 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 	for _, n := range nodes {
 		if err := nodehost.WriteNode(k.NodeDir(n.Name), n.NVML); err != nil {
 			return err
+		}
+		// The node's driver root (its "/") holds the simulated IMEX as nvidia-imex and
+		// nvidia-imex-ctl, which the kubelet plugin mounts into daemon containers as it
+		// mounts the real ones on a GPU node.
+		if err := nodehost.InstallDriverRoot(k.NodeDir(n.Name), filepath.Join(st.BinDir, "imex-sim")); err != nil {
+			return fmt.Errorf("simulated driver root of node %s: %w", n.Name, err)
 		}
 	}
 	return k.Run(ctx)

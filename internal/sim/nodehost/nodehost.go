@@ -134,8 +134,9 @@ func makeFileDevice(path string, _, _ uint32) error {
 
 // InProcessDaemon is the host of a daemon run in the simulated kubelet's process: IMEX is the
 // simulated one in the same process (a process per node would not fit thousands of nodes on one
-// machine). A daemon run as a process needs no host: it finds the simulated nvidia-imex on the
-// PATH the simulated kubelet gives it (see DriverRoot).
+// machine). A daemon run as a process needs no host: it runs the simulated nvidia-imex that its
+// daemon claim's CDI edits mount and name (IMEX_BINARY), from the node's driver root (see
+// InstallDriverRoot).
 func InProcessDaemon() daemon.Host {
 	return daemon.Host{NewIMEX: func(o imex.Options) imex.Interface { return imexsim.New(o) }}
 }
@@ -144,21 +145,24 @@ func InProcessDaemon() daemon.Host {
 // nvidia-imex-ctl.
 const DriverRootBin = "usr/bin"
 
-// InstallDriverRoot lays out a simulated driver root at root: nvidia-imex and nvidia-imex-ctl
-// are links to the imex-sim binary. It returns the directory to put on PATH.
-func InstallDriverRoot(root, imexSim string) (string, error) {
+// InstallDriverRoot lays out a simulated driver root at root, a node's directory (the node's
+// "/", the chart's default nvidiaDriverRoot): nvidia-imex and nvidia-imex-ctl in usr/bin are
+// links to the imex-sim binary. The kubelet plugin finds them there as it finds the real ones
+// on a GPU node, and hands them to daemon containers through the daemon claim's CDI mounts.
+// There is no simulated NVML library: the plugin gives daemons CLIQUE_ID, so they need none.
+func InstallDriverRoot(root, imexSim string) error {
 	bin := filepath.Join(root, DriverRootBin)
 	if err := os.MkdirAll(bin, 0o755); err != nil {
-		return "", err
+		return err
 	}
 	for _, name := range []string{"nvidia-imex", "nvidia-imex-ctl"} {
 		link := filepath.Join(bin, name)
 		_ = os.Remove(link)
 		if err := os.Symlink(imexSim, link); err != nil {
-			return "", err
+			return err
 		}
 	}
-	return bin, nil
+	return nil
 }
 
 // RunPlugin runs the kubelet plugin with the simulated node's host: the simulated image's

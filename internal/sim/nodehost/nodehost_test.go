@@ -64,3 +64,23 @@ func TestPluginHostNeedsASimulatedNode(t *testing.T) {
 		t.Error("a plugin host without an NVML spec")
 	}
 }
+
+// A node's driver root holds the simulated IMEX where the kubelet plugin looks for the real
+// one, and installing it again (a restarted simulated kubelet) replaces the links.
+func TestInstallDriverRoot(t *testing.T) {
+	root, imexSim := t.TempDir(), filepath.Join(t.TempDir(), "imex-sim")
+	if err := os.WriteFile(imexSim, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := InstallDriverRoot(root, imexSim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl"} {
+		target, err := os.Readlink(filepath.Join(root, name))
+		if err != nil || target != imexSim {
+			t.Errorf("%s links to %q (%v), want %s", name, target, err, imexSim)
+		}
+	}
+}

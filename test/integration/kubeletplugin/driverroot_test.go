@@ -1,0 +1,102 @@
+package kubeletplugin
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin"
+)
+
+// driverRoot lays out files (paths relative to the root) as executables under a new directory.
+func driverRoot(t *testing.T, files ...string) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, rel := range files {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// TestDaemonClaimDriverRoot prepares daemon claims on nodes whose driver root (seen by the
+// plugin at a mount point, at /host/driver on the host) is complete or lacks nvidia-imex-ctl:
+// the daemon container gets the driver's files read-only at fixed paths named in its
+// environment, or the prepare fails naming the root and what is missing, leaving nothing.
+func TestDaemonClaimDriverRoot(t *testing.T) {
+	t.Parallel()
+	const hostRoot = "/host/driver"
+	ro := []string{"ro", "nosuid", "nodev", "bind"}
+	t.Run("complete", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		n := e.addNode(11)
+		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+		n.startWith(4, testr.NewWithOptions(t, testr.Options{Verbosity: 1}), func(o *kubeletplugin.Options) {
+			o.NvidiaDriverRoot, o.ContainerDriverRoot = hostRoot, root
+		})
+		cd := e.createCD(e.ns, "daemon")
+		claim := e.allocatedClaim(e.driverNS, "daemon", n, kubeletplugin.DaemonDeviceName, rawJSON(t, cdv1beta1.NewDaemonConfig(string(cd.UID))), nil)
+		n.mustPrepare(claim)
+		spec, ok := n.cdiSpec(claim.UID)
+		if !ok {
+			t.Fatal("no CDI spec")
+		}
+		edits := spec.Devices[0].ContainerEdits
+		wantMounts := []*cdispec.Mount{
+			{HostPath: n.path("state", "domains", string(cd.UID)), ContainerPath: "/etc/nvidia-imex", Options: []string{"rw", "nosuid", "nodev", "bind"}},
+			{HostPath: hostRoot + "/usr/bin/nvidia-imex", ContainerPath: "/usr/local/nvidia/bin/nvidia-imex", Options: ro},
+			{HostPath: hostRoot + "/usr/bin/nvidia-imex-ctl", ContainerPath: "/usr/local/nvidia/bin/nvidia-imex-ctl", Options: ro},
+			{HostPath: hostRoot + "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", ContainerPath: "/usr/local/nvidia/lib/libnvidia-ml.so.1", Options: ro},
+		}
+		if diff := cmp.Diff(wantMounts, edits.Mounts); diff != "" {
+			t.Errorf("daemon mounts (-want +got):\n%s", diff)
+		}
+		wantEnv := []string{
+			"CLIQUE_ID=" + n.clique, "COMPUTE_DOMAIN_UUID=" + string(cd.UID), "COMPUTE_DOMAIN_NAME=" + cd.Name,
+			"COMPUTE_DOMAIN_NAMESPACE=" + cd.Namespace, "IMEX_CONFIG_DIR=/etc/nvidia-imex", "NVIDIA_VISIBLE_DEVICES=void",
+			"IMEX_BINARY=/usr/local/nvidia/bin/nvidia-imex", "IMEX_CTL_BINARY=/usr/local/nvidia/bin/nvidia-imex-ctl",
+			"NVML_LIBRARY=/usr/local/nvidia/lib/libnvidia-ml.so.1",
+		}
+		if diff := cmp.Diff(wantEnv, edits.Env); diff != "" {
+			t.Errorf("daemon env (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("no nvidia-imex-ctl", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		n := e.addNode(12)
+		root := driverRoot(t, "usr/bin/nvidia-imex")
+		n.startWith(4, testr.NewWithOptions(t, testr.Options{Verbosity: 1}), func(o *kubeletplugin.Options) {
+			o.NvidiaDriverRoot, o.ContainerDriverRoot = hostRoot, root
+		})
+		cd := e.createCD(e.ns, "daemon")
+		claim := e.allocatedClaim(e.driverNS, "daemon", n, kubeletplugin.DaemonDeviceName, rawJSON(t, cdv1beta1.NewDaemonConfig(string(cd.UID))), nil)
+		got, _ := n.prepare(claim)
+		for _, want := range []string{"NVIDIA driver root " + hostRoot, "no executable nvidia-imex-ctl"} {
+			if !strings.Contains(got.Error, want) {
+				t.Errorf("prepare error %q lacks %q", got.Error, want)
+			}
+		}
+		if _, ok := n.cdiSpec(claim.UID); ok {
+			t.Error("a CDI spec was written")
+		}
+		if e, ok := n.checkpoint().Claims[claim.UID]; ok {
+			t.Errorf("checkpoint entry %+v written", e)
+		}
+		if _, err := os.Stat(n.path("state", "domains", string(cd.UID))); !os.IsNotExist(err) {
+			t.Errorf("domain config directory: %v, want none", err)
+		}
+	})
+}

@@ -247,7 +247,7 @@ func sleeper(t *testing.T) controlplane.Process {
 	t.Helper()
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
-		t.Skip("no sleep binary")
+		t.Fatalf("no sleep binary on PATH (coreutils): %v", err)
 	}
 	p, err := controlplane.StartDetached("sleeper", sleep, filepath.Join(t.TempDir(), "sleeper.log"), "300")
 	if err != nil {

@@ -13,24 +13,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/*
-cdplane-prerequisites.accountPlane: CEL expression, from (list $ "<component>"): the plane id of
-the requesting user when it is exactly that component's service account of some plane — a
-plane's accounts live in its driver namespace "<id>-cdplane" and are named
-"<id>-cdplane-<component>" (the legacy plane: namespace "cdplane", "cdplane-<component>") —
-and '<none>' otherwise. Both parts must name the same id: an account of that name in another
-namespace, or another account in a driver namespace, is no plane's.
+cdplane-prerequisites.accountPlane: CEL expression, from (list $ "<component>" "<parts>"): the
+plane id of the requesting user when it is exactly that component's service account of some
+plane, and '<none>' otherwise. <parts> is a CEL expression holding the username split at ':'
+(a policy variable, so that the split is made once). A plane's accounts live in its driver
+namespace "<id>-cdplane" and are named "<id>-cdplane-<component>" (the legacy plane: namespace
+"cdplane", "cdplane-<component>"). Both parts must name the same id: an account of that name in
+another namespace, or another account in a driver namespace, is no plane's.
 */}}
 {{- define "cdplane-prerequisites.accountPlane" -}}
 {{- $component := index . 1 -}}
-(request.userInfo.username.startsWith('system:serviceaccount:') &&
- size(request.userInfo.username.split(':')) == 4
- ? (request.userInfo.username.split(':')[2] == 'cdplane' &&
-    request.userInfo.username.split(':')[3] == 'cdplane-{{ $component }}'
+{{- $p := index . 2 -}}
+(size({{ $p }}) == 4 && {{ $p }}[0] == 'system' && {{ $p }}[1] == 'serviceaccount'
+ ? ({{ $p }}[2] == 'cdplane' && {{ $p }}[3] == 'cdplane-{{ $component }}'
     ? ''
-    : (request.userInfo.username.split(':')[2].endsWith('-cdplane') &&
-       size(request.userInfo.username.split(':')[2]) > size('-cdplane') &&
-       request.userInfo.username.split(':')[3] == request.userInfo.username.split(':')[2] + '-{{ $component }}'
-       ? request.userInfo.username.split(':')[2].substring(0, size(request.userInfo.username.split(':')[2]) - size('-cdplane'))
+    : ({{ $p }}[2].endsWith('-cdplane') && size({{ $p }}[2]) > size('-cdplane') &&
+       {{ $p }}[3] == {{ $p }}[2] + '-{{ $component }}'
+       ? {{ $p }}[2].substring(0, size({{ $p }}[2]) - size('-cdplane'))
        : '<none>'))
  : '<none>')
 {{- end -}}

@@ -44,24 +44,22 @@ func (t *cliqueTracker) refresh(ctx context.Context) (changed bool, fatal error)
 	res, err := t.disc.Discover(ctx)
 	down := errors.Is(err, nvml.ErrNVMLUnavailable)
 	t.mu.Lock()
-	flipped := down != t.nvmlDown
+	flipped, onNVML := down != t.nvmlDown, t.onNVML
 	t.nvmlDown = down
-	onNVML := t.onNVML
+	if err != nil {
+		t.err = err
+	} else {
+		changed = !t.known || t.id != res.CliqueID
+		t.id, t.err, t.known = res.CliqueID, nil, true
+	}
 	t.mu.Unlock()
+	// Outside the lock: the callback publishes, which reads the tracker.
 	if flipped && onNVML != nil {
 		onNVML(!down, err)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if err != nil {
-		t.err = err
-		if t.crash && errors.Is(err, nvml.ErrFabricFailed) {
-			return false, fmt.Errorf("NVLink fabric error (CrashOnNVLinkFabricErrors is on): %w", err)
-		}
-		return false, nil
+	if t.crash && errors.Is(err, nvml.ErrFabricFailed) {
+		return false, fmt.Errorf("NVLink fabric error (CrashOnNVLinkFabricErrors is on): %w", err)
 	}
-	changed = !t.known || t.id != res.CliqueID
-	t.id, t.err, t.known = res.CliqueID, nil, true
 	return changed, nil
 }
 

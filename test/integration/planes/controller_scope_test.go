@@ -53,8 +53,12 @@ func TestControllerWritesOnlyItsOwnDomainsAndNamespaces(t *testing.T) {
 		return c.Patch(ctx, cd.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(body)), opts...)
 	}
 	const touch = `{"metadata":{"annotations":{"attack":"yes"}}}`
+	// Each plane's policy is its own object, loaded by the apiserver on its own time: wait for both.
 	eventuallyRefused(t, "plane controller touching another plane's domain", func() error {
 		return patch(planeCtl, foreignCD, touch, client.DryRunAll)
+	})
+	eventuallyRefused(t, "legacy controller touching a named plane's domain", func() error {
+		return patch(legacyCtl, ownCD, touch, client.DryRunAll)
 	})
 	for what, tc := range map[string]struct {
 		c    client.Client

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -244,17 +245,24 @@ func TestSimRefusesBadConfig(t *testing.T) {
 	}
 }
 
-// checkListenersGone fails the test if a node's ports are still bound.
+// checkListenersGone fails the test if anything still listens on a node's ports. It dials
+// rather than binds: a bind can be refused while the closed server's connections linger
+// (FIN_WAIT, TIME_WAIT), which says nothing about a listener; only a refused connection proves
+// that no listener is left.
 func checkListenersGone(t *testing.T, nodes ...*testNode) {
 	t.Helper()
 	for _, n := range nodes {
 		for _, port := range []int{n.settings.ServerPort, n.settings.CmdPort} {
-			l, err := net.Listen("tcp", net.JoinHostPort(n.ip, strconv.Itoa(port)))
-			if err != nil {
-				t.Errorf("%s:%d still in use: %v", n.ip, port, err)
+			addr := net.JoinHostPort(n.ip, strconv.Itoa(port))
+			conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err == nil {
+				_ = conn.Close()
+				t.Errorf("%s still accepts connections after the simulated IMEX ended", addr)
 				continue
 			}
-			_ = l.Close()
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("dialling %s: %v, want connection refused", addr, err)
+			}
 		}
 	}
 }

@@ -271,3 +271,21 @@ func TestPluginRunsOnlyOnGPUNodes(t *testing.T) {
 		t.Errorf("no GPU labels: %v, want the plane requirement alone", all)
 	}
 }
+
+// TestHostManagedIMEX: the host-managed mode needs its gate; with it, the controller is told
+// the mode and the plugin gets the mode, its socket and its driver root in the environment (for
+// its readiness probe, the host-IMEX check), keeps the node's clique label, and is probed.
+func TestHostManagedIMEX(t *testing.T) {
+	_, err := Render(Plane, "x", "plane-a-cdplane", map[string]any{"controlPlaneID": "plane-a", "imex": map[string]any{"mode": "hostManaged"}})
+	if err == nil || !strings.Contains(err.Error(), "imex.mode=hostManaged requires featureGates.HostManagedIMEXDaemon=true") {
+		t.Fatalf("hostManaged without the gate: %v, want a refusal naming the gate", err)
+	}
+	if _, err := Render(Plane, "x", "plane-a-cdplane", map[string]any{"controlPlaneID": "plane-a", "imex": map[string]any{"mode": "HostManaged"}}); err == nil {
+		t.Fatal("an unknown imex.mode rendered")
+	}
+	ms := renderPlane(t, "plane-a", map[string]any{
+		"featureGates": map[string]any{"HostManagedIMEXDaemon": true},
+		"imex":         map[string]any{"mode": "hostManaged", "hostSocketPath": "/run/imex/ctl.sock"},
+	})
+	checkGolden(t, "cdplane-host-managed.yaml", toYAML(t, ms))
+}

@@ -62,6 +62,7 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DaemonServiceAccount, "daemon-service-account", o.DaemonServiceAccount, "Service account of the daemon pods")
 	fs.StringVar(&o.DaemonPriorityClass, "daemon-priority-class", o.DaemonPriorityClass, "Priority class of the daemon pods")
 	fs.IntVar(&o.DaemonLogVerbosity, "daemon-log-verbosity", o.DaemonLogVerbosity, "Log verbosity of the daemons")
+	fs.StringVar((*string)(&o.IMEXMode), "imex-mode", string(o.IMEXMode), "Who runs IMEX on the plane's nodes: driverManaged (a daemon DaemonSet per ComputeDomain; the default) or hostManaged (the administrator's nvidia-imex host service; needs the HostManagedIMEXDaemon gate)")
 	fs.IntVar(&o.MaxNodesPerIMEXDomain, "max-nodes-per-imex-domain", o.MaxNodesPerIMEXDomain, "Most nodes in one clique: IMEX indexes are 0..N-1")
 	fs.DurationVar(&o.BatchWindow, "batch-window", o.BatchWindow, "How long events for one ComputeDomain are collected before one reconcile (default 200ms)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "ComputeDomains reconciled concurrently")
@@ -140,6 +141,6 @@ func Main(ctx context.Context, inv component.Invocation, o *CommandOptions) erro
 		return err
 	}
 	klog.Background().Info("Starting cdplane-controller", "version", version.Version, "namespace", o.DriverNamespace,
-		"maxNodesPerIMEXDomain", o.MaxNodesPerIMEXDomain)
+		"maxNodesPerIMEXDomain", o.MaxNodesPerIMEXDomain, "imexMode", o.IMEXMode)
 	return mgr.Start(ctx)
 }

@@ -28,6 +28,7 @@ import (
 	"cdplane/internal/controller/cleanup"
 	"cdplane/internal/controller/computedomain"
 	"cdplane/internal/controller/secretmirror"
+	"cdplane/internal/features"
 	"cdplane/internal/plane"
 	"cdplane/internal/scheme"
 )
@@ -104,8 +105,14 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	nodeMeta := &metav1.PartialObjectMetadata{}
 	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
 
+	// Pods: the daemon pods, labelled for a domain; with host-managed IMEX, where no daemon
+	// runs, the plane's kubelet-plugin pods, whose readiness is their node's host IMEX's.
+	pods := labelled
+	if o.IMEXMode == features.IMEXHostManaged {
+		pods = labels.SelectorFromSet(computedomain.PluginPodLabels()).Add(planeReqs...)
+	}
 	byObject := map[client.Object]cache.ByObject{
-		&corev1.Pod{}:                       {Namespaces: driverNS, Label: labelled},
+		&corev1.Pod{}:                       {Namespaces: driverNS, Label: pods},
 		&appsv1.DaemonSet{}:                 {Namespaces: driverNS, Label: labelled},
 		&cdv1beta1.ComputeDomainClique{}:    {Namespaces: driverNS, Label: labelled},
 		&resourcev1.ResourceClaimTemplate{}: {Label: labelled},

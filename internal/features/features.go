@@ -21,6 +21,11 @@ const (
 	// CrashOnNVLinkFabricErrors makes a failed NVLink fabric registration fatal for the component
 	// that discovers it, instead of an error it reports and retries.
 	CrashOnNVLinkFabricErrors featuregate.Feature = "CrashOnNVLinkFabricErrors"
+
+	// HostManagedIMEXDaemon allows --imex-mode=hostManaged, where the cluster's administrator
+	// runs nvidia-imex as a host service: no daemon DaemonSets, the plugin checks the host
+	// daemon's readiness. The gate alone changes nothing.
+	HostManagedIMEXDaemon featuregate.Feature = "HostManagedIMEXDaemon"
 )
 
 // Specs lists every gate with its default and maturity.
@@ -28,6 +33,7 @@ var Specs = map[featuregate.Feature]featuregate.FeatureSpec{
 	ComputeDomainCliques:      {Default: true, PreRelease: featuregate.Beta},
 	IMEXDaemonsWithDNSNames:   {Default: true, PreRelease: featuregate.Beta},
 	CrashOnNVLinkFabricErrors: {Default: true, PreRelease: featuregate.Beta},
+	HostManagedIMEXDaemon:     {Default: false, PreRelease: featuregate.Alpha},
 }
 
 // NewGates returns a gate set with every cdplane gate at its default.
@@ -49,6 +55,32 @@ func Validate(g featuregate.FeatureGate) error {
 		return fmt.Errorf("invalid feature gates: %s=true requires %s=true", ComputeDomainCliques, IMEXDaemonsWithDNSNames)
 	}
 	return nil
+}
+
+// IMEXMode says who runs the IMEX daemons of a plane's nodes.
+type IMEXMode string
+
+const (
+	// IMEXDriverManaged (the default): cdplane runs one daemon DaemonSet per ComputeDomain.
+	IMEXDriverManaged IMEXMode = "driverManaged"
+	// IMEXHostManaged: the administrator runs nvidia-imex as a host service on every node, and
+	// cdplane only injects channels after checking the host daemon's readiness. Requires the
+	// HostManagedIMEXDaemon gate.
+	IMEXHostManaged IMEXMode = "hostManaged"
+)
+
+// ParseIMEXMode checks an --imex-mode value against the gates; "" is driverManaged.
+func ParseIMEXMode(s string, g featuregate.FeatureGate) (IMEXMode, error) {
+	switch IMEXMode(s) {
+	case "", IMEXDriverManaged:
+		return IMEXDriverManaged, nil
+	case IMEXHostManaged:
+		if !g.Enabled(HostManagedIMEXDaemon) {
+			return "", fmt.Errorf("--imex-mode=%s requires the feature gate %s=true", IMEXHostManaged, HostManagedIMEXDaemon)
+		}
+		return IMEXHostManaged, nil
+	}
+	return "", fmt.Errorf("--imex-mode %q: want %s or %s", s, IMEXDriverManaged, IMEXHostManaged)
 }
 
 // NewGatesForTest returns a gate set at the defaults with the given gates set, failing the test

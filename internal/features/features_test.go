@@ -50,3 +50,36 @@ func TestNewGatesForTest(t *testing.T) {
 		t.Error("a fresh gate set saw another set's flip")
 	}
 }
+
+// hostManaged needs its gate; anything but the two modes is refused, naming the value.
+func TestParseIMEXMode(t *testing.T) {
+	on := NewGatesForTest(t, map[featuregate.Feature]bool{HostManagedIMEXDaemon: true})
+	cases := map[string]struct {
+		value   string
+		gates   featuregate.FeatureGate
+		want    IMEXMode
+		wantErr string
+	}{
+		"default":             {value: "", gates: NewGates(), want: IMEXDriverManaged},
+		"driver managed":      {value: "driverManaged", gates: NewGates(), want: IMEXDriverManaged},
+		"host managed, gated": {value: "hostManaged", gates: on, want: IMEXHostManaged},
+		"host managed, no gate": {value: "hostManaged", gates: NewGates(),
+			wantErr: "--imex-mode=hostManaged requires the feature gate HostManagedIMEXDaemon=true"},
+		"unknown": {value: "HostManaged", gates: on, wantErr: `--imex-mode "HostManaged": want driverManaged or hostManaged`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseIMEXMode(tc.value, tc.gates)
+			switch {
+			case tc.wantErr != "":
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+			case err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case got != tc.want:
+				t.Fatalf("mode = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -62,10 +62,11 @@ func ParseDeviceName(name string) (DeviceKind, int, error) {
 		name, ChannelDevicePrefix, ChannelDevicePrefix, MaxChannels-1, DaemonDeviceName)
 }
 
-// Devices returns the devices of one node: channel-0 … channel-(numChannels-1), then daemon-0,
-// each with the type attribute, channels with their id, and all with the controlPlane
-// attribute (empty for the legacy plane).
-func Devices(numChannels int, controlPlane string) []resourcev1.Device {
+// Devices returns the devices of one node: channel-0 … channel-(numChannels-1), then daemon-0
+// when withDaemon (not in host-managed mode, where no daemon runs), each with the type
+// attribute, channels with their id, and all with the controlPlane attribute (empty for the
+// legacy plane).
+func Devices(numChannels int, controlPlane string, withDaemon bool) []resourcev1.Device {
 	devices := make([]resourcev1.Device, 0, numChannels+1)
 	for n := range numChannels {
 		devices = append(devices, resourcev1.Device{
@@ -76,6 +77,9 @@ func Devices(numChannels int, controlPlane string) []resourcev1.Device {
 				AttributeControlPlane: {StringValue: ptr.To(controlPlane)},
 			},
 		})
+	}
+	if !withDaemon {
+		return devices
 	}
 	devices = append(devices, resourcev1.Device{
 		Name: DaemonDeviceName,
@@ -106,8 +110,8 @@ func SplitSlices(devices []resourcev1.Device, perSlice int) []resourceslice.Slic
 
 // NodeResources is what a node publishes: one pool named after the node, its devices split into
 // slices of at most MaxDevicesPerSlice.
-func NodeResources(nodeName string, numChannels int, controlPlane string) resourceslice.DriverResources {
+func NodeResources(nodeName string, numChannels int, controlPlane string, withDaemon bool) resourceslice.DriverResources {
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		nodeName: {Slices: SplitSlices(Devices(numChannels, controlPlane), MaxDevicesPerSlice)},
+		nodeName: {Slices: SplitSlices(Devices(numChannels, controlPlane, withDaemon), MaxDevicesPerSlice)},
 	}}
 }

@@ -9,7 +9,7 @@ import (
 )
 
 func TestDevices(t *testing.T) {
-	devs := Devices(3, "alpha")
+	devs := Devices(3, "alpha", true)
 	want := []resourcev1.Device{
 		{Name: "channel-0", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
 			"type": {StringValue: ptr.To("channel")}, "id": {IntValue: ptr.To(int64(0))}, "controlPlane": {StringValue: ptr.To("alpha")}}},
@@ -23,8 +23,12 @@ func TestDevices(t *testing.T) {
 	if diff := cmp.Diff(want, devs); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	if cp := Devices(1, "")[0].Attributes[AttributeControlPlane].StringValue; cp == nil || *cp != "" {
+	if cp := Devices(1, "", true)[0].Attributes[AttributeControlPlane].StringValue; cp == nil || *cp != "" {
 		t.Errorf("legacy plane controlPlane attribute %v, want the empty string", cp)
+	}
+	// Host-managed IMEX: no daemon runs, so no daemon device is published.
+	if diff := cmp.Diff(want[:3], Devices(3, "alpha", false)); diff != "" {
+		t.Errorf("without the daemon device (-want +got):\n%s", diff)
 	}
 }
 
@@ -62,7 +66,7 @@ func TestSplitSlices(t *testing.T) {
 			}
 		})
 	}
-	res := NodeResources("n1", MaxChannels, "")
+	res := NodeResources("n1", MaxChannels, "", true)
 	if len(res.Pools) != 1 || len(res.Pools["n1"].Slices) != 17 {
 		t.Errorf("a full node publishes %d pools / %d slices, want 1 pool of 17 slices", len(res.Pools), len(res.Pools["n1"].Slices))
 	}

@@ -92,6 +92,14 @@ type Options struct {
 	// ReadyWaitTimeout bounds how long one prepare call waits for the node's daemon to be Ready
 	// before it returns a retryable error.
 	ReadyWaitTimeout time.Duration
+	// IMEXMode is who runs IMEX on the node: cdplane's daemons (driverManaged, the default) or
+	// the administrator's host service (hostManaged: no daemon device is published, a daemon
+	// claim is refused, and a channel prepare checks the host daemon instead of waiting for a
+	// daemon). hostManaged requires the HostManagedIMEXDaemon gate.
+	IMEXMode features.IMEXMode
+	// HostIMEXSocketPath is the host IMEX command socket, below the driver root, that
+	// nvidia-imex-ctl queries in hostManaged mode; default DefaultHostIMEXSocketPath.
+	HostIMEXSocketPath string
 }
 
 func (o *Options) defaults() error {
@@ -119,8 +127,17 @@ func (o *Options) defaults() error {
 	set(&o.ProcDevices, DefaultProcDevices)
 	set(&o.IMEXMgmtCapability, DefaultIMEXMgmtCapability)
 	set(&o.ContainerDriverRoot, o.NvidiaDriverRoot)
+	set(&o.HostIMEXSocketPath, DefaultHostIMEXSocketPath)
 	if o.Gates == nil {
 		o.Gates = features.NewGates()
+	}
+	mode, err := features.ParseIMEXMode(string(o.IMEXMode), o.Gates)
+	if err != nil {
+		return err
+	}
+	o.IMEXMode = mode
+	if mode == features.IMEXHostManaged && o.NvidiaDriverRoot == "" {
+		return errors.New("--imex-mode=hostManaged needs the NVIDIA driver root, where nvidia-imex-ctl and the host IMEX socket are")
 	}
 	if o.ReadHostFile == nil {
 		o.ReadHostFile = os.ReadFile
@@ -314,7 +331,7 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 // never places a ComputeDomain workload or daemon on it. The plugin stays up and publishes the
 // devices once a later discovery loads NVML.
 func (d *Driver) publish(ctx context.Context, nvmlAvailable bool, discoveryErr error) error {
-	res := NodeResources(d.opts.NodeName, d.opts.NumChannels, d.opts.ControlPlaneID)
+	res := NodeResources(d.opts.NodeName, d.opts.NumChannels, d.opts.ControlPlaneID, d.opts.IMEXMode == features.IMEXDriverManaged)
 	logger := klog.FromContext(ctx)
 	if !nvmlAvailable {
 		res = resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}

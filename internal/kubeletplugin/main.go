@@ -57,6 +57,8 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 	if v := inv.Getenv(NvidiaDriverRootEnv); v != "" {
 		o.NvidiaDriverRoot = v
 	}
+	o.IMEXMode = features.IMEXMode(inv.Getenv(IMEXModeEnv))
+	o.HostIMEXSocketPath = inv.EnvOr(HostIMEXSocketPathEnv, DefaultHostIMEXSocketPath)
 	o.FeatureGates = features.NewGates()
 	o.Gates = o.FeatureGates
 	return o
@@ -81,6 +83,8 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "NVML library to load (default "+nvml.DefaultLibraryPath+")")
 	fs.BoolVar(&o.CliqueNodeLabel, "node-clique-label", o.CliqueNodeLabel, "Keep the node's nvidia.com/gpu.clique label equal to its clique")
 	fs.DurationVar(&o.CliqueRefreshPeriod, "clique-refresh-period", o.CliqueRefreshPeriod, "How often the node's clique is discovered again")
+	fs.StringVar((*string)(&o.IMEXMode), "imex-mode", string(o.IMEXMode), "Who runs IMEX: driverManaged (a daemon per ComputeDomain; the default) or hostManaged (the administrator's nvidia-imex host service; needs the HostManagedIMEXDaemon gate) (env "+IMEXModeEnv+")")
+	fs.StringVar(&o.HostIMEXSocketPath, "imex-host-socket-path", o.HostIMEXSocketPath, "hostManaged: the host nvidia-imex command socket below the driver root (its IMEX_CMD_UNIX_DOMAIN_PATH) (env "+HostIMEXSocketPathEnv+")")
 	fs.DurationVar(&o.ReadyWaitTimeout, "prepare-wait-timeout", o.ReadyWaitTimeout, "How long one prepare call waits for the node's daemon to be Ready before returning a retryable error")
 	logsapi.AddFlags(o.Logging, fs)
 	o.FeatureGates.AddFlag(fs)
@@ -105,6 +109,11 @@ func (o *CommandOptions) Validate() error {
 		return fmt.Errorf("--nvidia-driver-root %q: want an absolute path", o.NvidiaDriverRoot)
 	case o.ContainerDriverRoot != "" && !filepath.IsAbs(o.ContainerDriverRoot):
 		return fmt.Errorf("--container-driver-root %q: want an absolute path", o.ContainerDriverRoot)
+	case !filepath.IsAbs(o.HostIMEXSocketPath):
+		return fmt.Errorf("--imex-host-socket-path %q: want an absolute path (below the driver root)", o.HostIMEXSocketPath)
+	}
+	if _, err := features.ParseIMEXMode(string(o.IMEXMode), o.Gates); err != nil {
+		return err
 	}
 	return nil
 }
@@ -119,8 +128,12 @@ type Host struct {
 }
 
 // Run is `cdplane-kubelet-plugin [flags]`: it parses inv's arguments into fresh options and runs
-// Main. cmd/cdplane-kubelet-plugin and in-process instances both call it.
+// Main. cmd/cdplane-kubelet-plugin and in-process instances both call it. `cdplane-kubelet-plugin
+// check-host-imex` is the readiness probe of host-managed mode (CheckHostIMEX).
 func Run(ctx context.Context, inv component.Invocation, host Host) error {
+	if len(inv.Args) > 0 && inv.Args[0] == CommandCheckHostIMEX {
+		return CheckHostIMEX(ctx, inv)
+	}
 	o := NewCommandOptions(inv)
 	if err := inv.Parse("cdplane-kubelet-plugin", o, inv.Args); err != nil {
 		return err
@@ -139,7 +152,8 @@ func Main(ctx context.Context, inv component.Invocation, o *CommandOptions, host
 		logger = klog.Background()
 		ctrl.SetLogger(logger)
 		logger.Info("Starting cdplane-kubelet-plugin", "version", version.Version, "node", o.NodeName,
-			"nvidiaDriverRoot", o.NvidiaDriverRoot, "containerDriverRoot", o.ContainerDriverRoot)
+			"nvidiaDriverRoot", o.NvidiaDriverRoot, "containerDriverRoot", o.ContainerDriverRoot,
+			"imexMode", o.IMEXMode, "hostIMEXSocketPath", o.HostIMEXSocketPath)
 	}
 	o.Discoverer, o.ReadHostFile, o.MakeCharDevice = host.Discoverer, host.ReadHostFile, host.MakeCharDevice
 	if o.Discoverer == nil {

@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"cdplane/internal/features"
 	"context"
 	"errors"
 	"fmt"
@@ -65,6 +66,10 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	// The host driver's files are looked up before anything is written, so that a driver root
 	// without them leaves nothing half-prepared.
 	var drv driverFiles
+	if plan.Kind == KindDaemon && d.opts.IMEXMode == features.IMEXHostManaged {
+		return nil, permanentf("claim %s/%s is a ComputeDomain daemon claim, but this node runs IMEX as a host service (--imex-mode=%s): no daemon is prepared here",
+			claim.Namespace, claim.Name, features.IMEXHostManaged)
+	}
 	if plan.Kind == KindDaemon && d.opts.NvidiaDriverRoot != "" {
 		if drv, err = d.driverRoot().locate(); err != nil {
 			return nil, err

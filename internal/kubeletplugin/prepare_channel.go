@@ -7,6 +7,8 @@ import (
 
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
+
+	"cdplane/internal/features"
 )
 
 // checkDomainNamespace is the first step of a channel prepare: a workload may only use a
@@ -21,9 +23,10 @@ func checkDomainNamespace(claimNS, claimName, cdNS, cdName string) error {
 
 // prepareChannel runs the channel steps in order: the claim's namespace must be its domain's
 // (else a permanent error); the node is labelled for the domain (refused when it serves
-// another); the node's daemon must be Ready, waited for on the watch cache until deadline
-// (else a retryable error; other prepares and unprepares run meanwhile); then the CDI spec injects the allocated channel (Single) or every
-// channel (All). A node without fabric gets no CDI device at all.
+// another); the node's IMEX must be ready (waitIMEXReady: the domain's daemon, waited for on
+// the watch cache until deadline, or the host service), else a retryable error; then the CDI
+// spec injects the allocated channel (Single) or every channel (All). A node without fabric
+// gets no CDI device at all.
 func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, deadline time.Time) ([]PreparedDevice, string, error) {
 	logger := klog.FromContext(ctx)
 	cd, err := d.view.domain(ctx, plan.DomainID)
@@ -40,13 +43,7 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceC
 	if err != nil {
 		return nil, "", err
 	}
-	// The wait releases opMu (held by the caller): the daemon's own claim is prepared meanwhile.
-	waitCtx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	d.opMu.Unlock()
-	err = d.view.waitDaemonReady(waitCtx, plan.DomainID, cliqueID, d.opts.NodeName)
-	d.opMu.Lock()
-	if err != nil {
+	if err := d.waitIMEXReady(ctx, plan.DomainID, cliqueID, deadline); err != nil {
 		return nil, "", err
 	}
 	if cliqueID == "" {
@@ -64,4 +61,27 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceC
 	}
 	logger.V(1).Info("Injecting IMEX channels", "computeDomain", klog.KObj(cd), "mode", plan.AllocationMode, "channels", len(nodes))
 	return preparedDevices(claim.UID, plan, channelCDIDevices(plan)), name, nil
+}
+
+// waitIMEXReady is the readiness step of a channel prepare. Driver-managed: the node's daemon
+// of the domain must be Ready, waited for until deadline. Host-managed: the host's nvidia-imex
+// must answer READY now (a node without a fabric has no IMEX to check); a failure is retryable,
+// the kubelet calls again. Either releases opMu (held by the caller) meanwhile, so that other
+// claims, the daemon's own among them, are prepared while this one waits.
+func (d *Driver) waitIMEXReady(ctx context.Context, domainID, cliqueID string, deadline time.Time) error {
+	waitCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	d.opMu.Unlock()
+	defer d.opMu.Lock()
+	if d.opts.IMEXMode != features.IMEXHostManaged {
+		return d.view.waitDaemonReady(waitCtx, domainID, cliqueID, d.opts.NodeName)
+	}
+	if cliqueID == "" {
+		return nil
+	}
+	h := hostIMEX{Root: d.driverRoot(), Socket: d.opts.HostIMEXSocketPath}
+	if err := h.check(waitCtx); err != nil {
+		return &RetryableError{Err: err}
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/features"
 )
 
 // ensureResources creates the domain's workload and daemon ResourceClaimTemplates and its
@@ -31,6 +32,15 @@ func (r *Reconciler) ensureResources(ctx context.Context, cd *cdv1beta1.ComputeD
 		return cond, nil, err
 	} else if clash != "" {
 		clashes = append(clashes, clash)
+	}
+	if r.hostManaged() {
+		// No daemon: the host's nvidia-imex serves the domain.
+		if len(clashes) > 0 {
+			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, cdv1beta1.ReasonNameClash, strings.Join(clashes, "; ")
+			return cond, nil, nil
+		}
+		cond.Message = fmt.Sprintf("ResourceClaimTemplate %s/%s exists; IMEX runs as a host service (%s)", cd.Namespace, wl.Name, features.IMEXHostManaged)
+		return cond, nil, nil
 	}
 	if clash, err := r.ensure(ctx, cd, r.daemonClaimTemplate(cd), newRCT()); err != nil {
 		return cond, nil, err

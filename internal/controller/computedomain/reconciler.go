@@ -50,6 +50,11 @@ type Options struct {
 	Gates featuregate.FeatureGate
 	// ControlPlaneID is the plane this controller serves ("" for the legacy plane).
 	ControlPlaneID string
+	// IMEXMode is who runs IMEX on the plane's nodes. hostManaged: no daemon DaemonSet or daemon
+	// claim template is created, channel claims get one channel (Single), and membership comes
+	// from the kubelet-plugin pods (see hostMembershipPods). Requires the HostManagedIMEXDaemon
+	// gate.
+	IMEXMode features.IMEXMode
 }
 
 // Defaults fills unset options.
@@ -69,6 +74,9 @@ func (o *Options) Defaults() {
 	if o.Gates == nil {
 		o.Gates = features.NewGates()
 	}
+	if o.IMEXMode == "" {
+		o.IMEXMode = features.IMEXDriverManaged
+	}
 }
 
 // Validate returns an error naming the first invalid option.
@@ -79,7 +87,8 @@ func (o *Options) Validate() error {
 	case o.MaxNodesPerIMEXDomain < 1 || o.MaxNodesPerIMEXDomain > cdv1beta1.MaxDaemonsPerClique:
 		return fmt.Errorf("--max-nodes-per-imex-domain must be between 1 and %d, got %d", cdv1beta1.MaxDaemonsPerClique, o.MaxNodesPerIMEXDomain)
 	}
-	return nil
+	_, err := features.ParseIMEXMode(string(o.IMEXMode), o.Gates)
+	return err
 }
 
 // Reconciler reconciles ComputeDomains.
@@ -174,12 +183,20 @@ func (r *Reconciler) computeMembership(ctx context.Context, cd *cdv1beta1.Comput
 	}
 	in.AllocatedNodes = allocated
 
-	pods := &corev1.PodList{}
-	if err := r.client.List(ctx, pods, client.InNamespace(r.opts.DriverNamespace), client.MatchingLabels{cdv1beta1.ComputeDomainLabel: uid}); err != nil {
-		return membership.Result{}, fmt.Errorf("listing daemon pods: %w", err)
-	}
-	for i := range pods.Items {
-		in.Pods = append(in.Pods, podInfo(&pods.Items[i], ds))
+	if r.hostManaged() {
+		pods, err := r.hostMembershipPods(ctx, nodes.Items)
+		if err != nil {
+			return membership.Result{}, err
+		}
+		in.Pods = pods
+	} else {
+		pods := &corev1.PodList{}
+		if err := r.client.List(ctx, pods, client.InNamespace(r.opts.DriverNamespace), client.MatchingLabels{cdv1beta1.ComputeDomainLabel: uid}); err != nil {
+			return membership.Result{}, fmt.Errorf("listing daemon pods: %w", err)
+		}
+		for i := range pods.Items {
+			in.Pods = append(in.Pods, podInfo(&pods.Items[i], ds))
+		}
 	}
 
 	// Existing entries: status.nodes, overridden by cliques (they are the source of truth when

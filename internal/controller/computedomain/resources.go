@@ -55,7 +55,9 @@ func opaqueConfig(requests []string, params runtime.Object) []resourcev1.DeviceC
 // workloadClaimTemplate is the channel ResourceClaimTemplate in the domain's namespace.
 func (r *Reconciler) workloadClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourcev1.ResourceClaimTemplate {
 	mode := cd.Spec.Channel.AllocationMode
-	if mode == "" {
+	if mode == "" || r.hostManaged() {
+		// A host IMEX serves every domain of the node on the same channels: a domain gets one,
+		// never all of them.
 		mode = cdv1beta1.AllocationModeSingle
 	}
 	return &resourcev1.ResourceClaimTemplate{

@@ -6,6 +6,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,10 +31,14 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		return err
 	}
 	byLabel := r.labelHandler(mgr.GetCache())
+	pods := byLabel
+	if r.hostManaged() {
+		pods = r.pluginPodHandler(mgr.GetCache(), byLabel)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("computedomain").
 		For(&cdv1beta1.ComputeDomain{}).
-		Watches(&corev1.Pod{}, byLabel).
+		Watches(&corev1.Pod{}, pods).
 		Watches(&cdv1beta1.ComputeDomainClique{}, byLabel).
 		Watches(&appsv1.DaemonSet{}, byLabel).
 		Watches(&resourcev1.ResourceClaimTemplate{}, byLabel).
@@ -73,6 +78,41 @@ func (r *Reconciler) labelHandler(c client.Reader) handler.EventHandler {
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			enqueue(ctx, q, e.Object)
+		},
+	}
+}
+
+// pluginPodHandler maps a kubelet-plugin pod (host-managed IMEX: its readiness is its node's
+// host-IMEX readiness) to the domain its node is labelled for, through byLabel applied to the
+// node's cached metadata.
+func (r *Reconciler) pluginPodHandler(c client.Reader, byLabel handler.EventHandler) handler.EventHandler {
+	nodeOf := func(ctx context.Context, o client.Object) client.Object {
+		p, ok := o.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" {
+			return nil
+		}
+		n := &metav1.PartialObjectMetadata{}
+		n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+		if err := c.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, n); err != nil {
+			return nil // not labelled for a domain of this plane: not in the cache
+		}
+		return n
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if n := nodeOf(ctx, e.Object); n != nil {
+				byLabel.Create(ctx, event.CreateEvent{Object: n}, q)
+			}
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if n := nodeOf(ctx, e.ObjectNew); n != nil {
+				byLabel.Create(ctx, event.CreateEvent{Object: n}, q)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if n := nodeOf(ctx, e.Object); n != nil {
+				byLabel.Create(ctx, event.CreateEvent{Object: n}, q)
+			}
 		},
 	}
 }

@@ -33,6 +33,10 @@ the full name. The same rule as plane.Name in internal/plane (a Go test compares
 {{- fail "controlPlaneID \"default\" is reserved" -}}
 {{- end -}}
 {{- end -}}
+{{- $mode := .Values.imex.mode | default "driverManaged" -}}
+{{- if and (eq $mode "hostManaged") (not (.Values.featureGates.HostManagedIMEXDaemon | default false)) -}}
+{{- fail "imex.mode=hostManaged requires featureGates.HostManagedIMEXDaemon=true (an alpha feature)" -}}
+{{- end -}}
 {{- $driverNS := include "cdplane.name" (list . "cdplane") -}}
 {{- if ne .Release.Namespace $driverNS -}}
 {{- fail (printf "the release namespace must be the plane's driver namespace %q, not %q: the admission policies identify a plane's service accounts by it" $driverNS .Release.Namespace) -}}
@@ -70,6 +74,11 @@ app.kubernetes.io/instance: {{ $.Release.Name }}
 {{- $gates = append $gates (printf "%s=%t" $k (index $.Values.featureGates $k)) -}}
 {{- end -}}
 {{- join "," $gates -}}
+{{- end -}}
+
+{{/* cdplane.hostManaged: "true" when the administrator runs IMEX as a host service. */}}
+{{- define "cdplane.hostManaged" -}}
+{{- if eq (.Values.imex.mode | default "driverManaged") "hostManaged" }}true{{ end -}}
 {{- end -}}
 
 {{/* cdplane.planeArgs: the control-plane id argument, only for a plane with an id. */}}

@@ -45,6 +45,10 @@ type DaemonConfig struct {
 	CmdBindIP netip.Addr
 	// CmdPort is IMEX_CMD_PORT; 0 when unset.
 	CmdPort int
+	// CmdUnixPath is IMEX_CMD_UNIX_DOMAIN_PATH, the Unix domain socket the command service
+	// listens on (nvidia-imex-ctl --u=PATH asks it there); empty when unset. It is an absolute
+	// path.
+	CmdUnixPath string
 	// LogFile is LOG_FILE_NAME.
 	LogFile string
 }
@@ -101,6 +105,8 @@ func ParseIMEXConfig(file string, data []byte) (DaemonConfig, error) {
 			cfg.CmdBindIP, err = optionalAddr(value)
 		case "IMEX_CMD_PORT":
 			cfg.CmdPort, err = port(value)
+		case "IMEX_CMD_UNIX_DOMAIN_PATH":
+			cfg.CmdUnixPath, err = optionalAbsPath(value)
 		case "LOG_FILE_NAME":
 			cfg.LogFile = value
 		}
@@ -132,6 +138,14 @@ func optionalAddr(value string) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("invalid IP address")
 	}
 	return addr, nil
+}
+
+// optionalAbsPath accepts an empty value (unset) or an absolute path.
+func optionalAbsPath(value string) (string, error) {
+	if value != "" && !strings.HasPrefix(value, "/") {
+		return "", fmt.Errorf("must be an absolute path")
+	}
+	return value, nil
 }
 
 func port(value string) (int, error) {

@@ -45,6 +45,20 @@ func TestParseIMEXConfig(t *testing.T) {
 			want: DaemonConfig{ServerPort: 41000, NodesConfigPath: DefaultNodesConfigPath, CmdEnabled: true,
 				CmdPort: 41005, BindIP: mustAddr("127.0.0.11")},
 		},
+		"command service on a Unix domain socket": {
+			data: "IMEX_CMD_ENABLED=1\nIMEX_CMD_UNIX_DOMAIN_PATH=/etc/nvidia-imex/imex_ctrl.sock\n",
+			want: DaemonConfig{ServerPort: 50000, NodesConfigPath: DefaultNodesConfigPath, Daemonize: true,
+				CmdEnabled: true, CmdUnixPath: "/etc/nvidia-imex/imex_ctrl.sock"},
+		},
+		"empty Unix domain socket path: unset": {
+			data: "IMEX_CMD_UNIX_DOMAIN_PATH=\n",
+			want: DaemonConfig{ServerPort: 50000, NodesConfigPath: DefaultNodesConfigPath, Daemonize: true},
+		},
+		"relative Unix domain socket path": {
+			data: "IMEX_CMD_ENABLED=1\nIMEX_CMD_UNIX_DOMAIN_PATH=imex_ctrl.sock\n",
+			wantErr: &ConfigError{File: "cfg", Line: 2, Text: "IMEX_CMD_UNIX_DOMAIN_PATH=imex_ctrl.sock",
+				Reason: "IMEX_CMD_UNIX_DOMAIN_PATH: must be an absolute path"},
+		},
 		"not KEY=VALUE": {
 			data:    "DAEMONIZE=0\nSERVER_PORT 50000\n",
 			wantErr: &ConfigError{File: "cfg", Line: 2, Text: "SERVER_PORT 50000", Reason: "expected KEY=VALUE"},

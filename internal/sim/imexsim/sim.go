@@ -2,8 +2,9 @@
 // contract: it reads the same imexd config keys, parses nodes.cfg and the hosts file strictly
 // (a bad line fails start and names the line), listens on BIND_INTERFACE_IP:SERVER_PORT,
 // connects to every listed peer, answers the readiness query on
-// IMEX_CMD_BIND_INTERFACE_IP:IMEX_CMD_PORT, re-reads its node list on reload, and can be made to
-// crash on demand. Several simulated nodes share one machine by binding distinct loopback
+// IMEX_CMD_BIND_INTERFACE_IP:IMEX_CMD_PORT and on the Unix domain socket
+// IMEX_CMD_UNIX_DOMAIN_PATH (a host-managed IMEX's), re-reads its node list on reload, and can be
+// made to crash on demand. Several simulated nodes share one machine by binding distinct loopback
 // addresses (127.x.y.z) on the same ports.
 //
 // It runs two ways: as a program (Main) installed in a simulated node's driver root as
@@ -135,16 +136,24 @@ const HostsFileEnv = "CDPLANE_SIM_HOSTS_FILE"
 
 // Main runs the simulated IMEX as a program and returns its exit status; the imex-sim binary
 // calls it, installed in a simulated node's driver root as nvidia-imex and nvidia-imex-ctl. Its
-// flags mirror nvidia-imex (-c CONFIG) and, for queries, nvidia-imex-ctl (-q prints READY):
+// flags mirror nvidia-imex (-c CONFIG) and, for queries, nvidia-imex-ctl (-q prints READY;
+// --u=PATH asks the command service on a Unix domain socket):
 //
 //	imex-sim -c /etc/nvidia-imex/config.cfg [-hosts-file FILE] [-v 1]
 //	imex-sim -q -c CONFIG         # readiness query: prints READY, exit status 0 when ready
-//	imex-sim -status -c CONFIG    # prints the status as JSON
-//	imex-sim -crash -c CONFIG     # tells the running instance to crash
+//	imex-sim -q --u=SOCKET        # the same over the Unix domain socket SOCKET (-u SOCKET too)
+//	imex-sim -status -c CONFIG    # prints the status as JSON (-status --u=SOCKET too)
+//	imex-sim -crash -c CONFIG     # tells the running instance to crash (-crash --u=SOCKET too)
+//
+// A query finds the command service through the config (its TCP port when IMEX_CMD_PORT is set,
+// else IMEX_CMD_UNIX_DOMAIN_PATH) unless --u names the socket; one that cannot ask or is not
+// answered READY prints the reason, naming the address or socket, to stderr and exits with
+// status 1. -u without a query is refused (status 2).
 //
 // Running, it reloads on SIGUSR1, stops cleanly (status 0) on SIGTERM or SIGINT, exits with
 // status 1 when its configuration is refused (the message names the line) and with
-// CrashExitCode when told to crash.
+// CrashExitCode when told to crash. A command socket (IMEX_CMD_UNIX_DOMAIN_PATH) that an earlier,
+// killed run left behind is replaced; the socket is removed when the run ends.
 func Main(args []string, stdout, stderr io.Writer) int {
 	// Catch signals first, so that an early SIGUSR1 does not kill the process.
 	sigs := make(chan os.Signal, 4)
@@ -156,14 +165,21 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	config := fs.String("c", "/etc/nvidia-imex/config.cfg", "imexd config `path`")
 	hosts := fs.String("hosts-file", cmp.Or(os.Getenv(HostsFileEnv), "/etc/hosts"), "hosts `file` that maps peer names to addresses (default $"+HostsFileEnv+", else /etc/hosts)")
 	query := fs.Bool("q", false, "query readiness once and print READY (like nvidia-imex-ctl -q)")
+	socket := fs.String("u", "", "for a query: ask the command service on this Unix domain socket `path` "+
+		"instead of finding it through the config (like nvidia-imex-ctl --u=PATH)")
 	status := fs.Bool("status", false, "print the running instance's status as JSON")
 	crash := fs.Bool("crash", false, "tell the running instance to crash")
 	verbosity := fs.Int("v", 0, "log verbosity")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *query || *status || *crash {
-		return simClient(*config, *query, *status, stdout, stderr)
+	queryMode := *query || *status || *crash
+	if *socket != "" && !queryMode {
+		fmt.Fprintln(stderr, "imex-sim: -u is for queries only (-q, -status, -crash)")
+		return 2
+	}
+	if queryMode {
+		return simClient(*config, *socket, *query, *status, stdout, stderr)
 	}
 
 	log := funcr.New(func(prefix, args string) {
@@ -193,23 +209,29 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// simClient runs one of Main's query modes.
-func simClient(config string, query, status bool, stdout, stderr io.Writer) int {
+// simClient runs one of Main's query modes against the command service on the Unix domain
+// socket at socket, or, when that is empty, the one the config names.
+func simClient(config, socket string, query, status bool, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	target := unixTarget(socket)
 	var err error
+	if socket == "" {
+		target, err = configTarget(config)
+	}
 	switch {
+	case err != nil:
 	case query:
-		if err = Ready(ctx, config); err == nil {
+		if err = readyAt(ctx, target); err == nil {
 			fmt.Fprintln(stdout, answerReady)
 		}
 	case status:
 		var st Status
-		if st, err = Query(ctx, config); err == nil {
+		if st, err = queryAt(ctx, target); err == nil {
 			err = writeJSON(stdout, st)
 		}
 	default:
-		err = Crash(ctx, config)
+		err = crashAt(ctx, target)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "imex-sim: %v\n", err)

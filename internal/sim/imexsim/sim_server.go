@@ -45,7 +45,7 @@ type simServer struct {
 	cfg    imex.DaemonConfig // fixed after start, like the real daemon's
 	self   netip.Addr
 	peerLn net.Listener
-	cmdLn  net.Listener // nil when the command service is off
+	cmdLns []net.Listener // TCP and Unix domain socket; none when the command service is off
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -108,7 +108,7 @@ func (s *simServer) start() error {
 		return fmt.Errorf("listening for peers: %w", err)
 	}
 	if cfg.CmdEnabled {
-		if s.cmdLn, err = s.listenCmd(); err != nil {
+		if s.cmdLns, err = s.listenCmd(); err != nil {
 			_ = s.peerLn.Close()
 			return err
 		}
@@ -116,34 +116,18 @@ func (s *simServer) start() error {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.acceptLoop(s.peerLn, s.servePeer)
-	if s.cmdLn != nil {
+	for _, ln := range s.cmdLns {
 		s.wg.Add(1)
-		go s.acceptLoop(s.cmdLn, s.serveCmd)
+		go s.acceptLoop(ln, s.serveCmd)
 	}
 	s.mu.Lock()
 	s.nodes = nodes
 	s.applyNodesLocked()
 	s.mu.Unlock()
 	go s.lifecycle()
-	s.log.Info("Simulated IMEX started", "address", s.peerLn.Addr().String(), "nodes", len(nodes))
+	s.log.Info("Simulated IMEX started", "address", s.peerLn.Addr().String(), "nodes", len(nodes),
+		"commandSocket", cfg.CmdUnixPath)
 	return nil
-}
-
-func (s *simServer) listenCmd() (net.Listener, error) {
-	if s.cfg.CmdPort == 0 {
-		return nil, &imex.ConfigError{File: s.configPath, Reason: "IMEX_CMD_ENABLED=1 needs IMEX_CMD_PORT"}
-	}
-	// The real daemon binds every interface when IMEX_CMD_BIND_INTERFACE_IP is empty; simulated
-	// nodes share one host, so this one stays on its own address.
-	ip := s.cfg.CmdBindIP
-	if !ip.IsValid() {
-		ip = s.self
-	}
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, uint16(s.cfg.CmdPort)).String())
-	if err != nil {
-		return nil, fmt.Errorf("listening for commands: %w", err)
-	}
-	return ln, nil
 }
 
 // loadNodes reads nodes.cfg and the hosts file and checks that this node is listed.
@@ -241,8 +225,8 @@ func (s *simServer) lifecycle() {
 	s.cancel() // under mu, so applyNodesLocked starts no link after this
 	s.mu.Unlock()
 	_ = s.peerLn.Close()
-	if s.cmdLn != nil {
-		_ = s.cmdLn.Close()
+	for _, ln := range s.cmdLns {
+		_ = ln.Close() // a Unix domain socket's file goes with it
 	}
 	s.wg.Wait()
 	s.result = result

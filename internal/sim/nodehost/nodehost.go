@@ -1,19 +1,25 @@
 // Package nodehost is what a simulated node offers cdplane's node components in place of a GPU
 // host: NVML readings (the node's simulated NVML spec), the NVIDIA driver's /proc files, device
-// nodes that are empty files, and a driver root whose nvidia-imex and nvidia-imex-ctl are the
-// simulated IMEX. The product components take these through their Host hooks and their flags,
-// and never learn that they run on a simulated node.
+// nodes that are empty files, a driver root whose nvidia-imex and nvidia-imex-ctl are the
+// simulated IMEX, and, for host-managed IMEX, the simulated IMEX run as a host service. The
+// product components take these through their Host hooks and their flags, and never learn that
+// they run on a simulated node.
 package nodehost
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"github.com/go-logr/logr"
 
 	"cdplane/internal/component"
 	"cdplane/internal/daemon"
@@ -163,6 +169,102 @@ func InstallDriverRoot(root, imexSim string) error {
 		}
 	}
 	return nil
+}
+
+// Paths of a node's host-managed IMEX (nvidia-imex run as a host service, configured by the
+// node's administrator), below its node directory.
+const (
+	// HostIMEXConfigPath is the host service's imexd config.
+	HostIMEXConfigPath = "/etc/nvidia-imex/config.cfg"
+	// HostIMEXNodesConfigPath is its node list: the rack's addresses, one a line.
+	HostIMEXNodesConfigPath = imex.DefaultNodesConfigPath
+	// HostIMEXSocketPath is the Unix domain socket of its command service. The kubelet plugin is
+	// told this path (--imex-host-socket-path) and joins it onto its driver root, which on a
+	// simulated node is the node directory.
+	HostIMEXSocketPath = "/etc/nvidia-imex/imex_ctrl.sock"
+)
+
+// StartHostIMEX starts a node's host-managed IMEX, as systemd starts nvidia-imex on a GPU node
+// whose administrator configured the rack: it writes HostIMEXConfigPath and
+// HostIMEXNodesConfigPath below nodeDir (the node's "/") and runs the simulated IMEX on them in
+// this process. It listens for peers on self at the default server port and serves its command
+// service on the Unix domain socket HostIMEXSocketPath below nodeDir; the node list holds self
+// and peers, sorted, so that every node of a rack gets the same one. The files name absolute
+// host paths, since the simulated IMEX runs on this machine's filesystem; the socket path must
+// stay within the Unix domain socket limit (107 bytes), so nodeDir must be short.
+//
+// stop stops the service and waits for it, or for its context; it may be called more than once.
+// A run that crashed (imexsim.Crash) is not restarted.
+func StartHostIMEX(nodeDir string, self netip.Addr, peers []netip.Addr, log logr.Logger) (stop func(context.Context) error, err error) {
+	root, err := filepath.Abs(nodeDir)
+	if err != nil {
+		return nil, fmt.Errorf("host IMEX on node directory %s: %w", nodeDir, err)
+	}
+	if err := writeHostIMEX(root, self, peers); err != nil {
+		return nil, err
+	}
+	return runHostIMEX(root, log)
+}
+
+// writeHostIMEX writes the host service's config and node list below root.
+func writeHostIMEX(root string, self netip.Addr, peers []netip.Addr) error {
+	nodes, err := hostIMEXNodes(self, peers)
+	if err != nil {
+		return fmt.Errorf("host IMEX on node directory %s: %w", root, err)
+	}
+	nodesPath := filepath.Join(root, HostIMEXNodesConfigPath)
+	config := fmt.Sprintf("# IMEX host service of a simulated node\n"+
+		"DAEMONIZE=0\nBIND_INTERFACE_IP=%s\nSERVER_PORT=%d\nIMEX_NODE_CONFIG_FILE=%s\n"+
+		"IMEX_CMD_ENABLED=1\nIMEX_CMD_UNIX_DOMAIN_PATH=%s\n",
+		self, imex.DefaultServerPort, nodesPath, filepath.Join(root, HostIMEXSocketPath))
+	for _, f := range []struct {
+		path    string
+		content []byte
+	}{
+		{nodesPath, nodes},
+		{filepath.Join(root, HostIMEXConfigPath), []byte(config)},
+	} {
+		if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
+			return fmt.Errorf("writing host IMEX config: %w", err)
+		}
+		if err := os.WriteFile(f.path, f.content, 0o644); err != nil {
+			return fmt.Errorf("writing host IMEX config: %w", err)
+		}
+	}
+	return nil
+}
+
+// hostIMEXNodes renders the node list: self and peers, sorted, one address a line.
+func hostIMEXNodes(self netip.Addr, peers []netip.Addr) ([]byte, error) {
+	if !self.IsValid() {
+		return nil, fmt.Errorf("this node's address is not set")
+	}
+	all := append([]netip.Addr{self}, peers...)
+	slices.SortFunc(all, netip.Addr.Compare)
+	var b bytes.Buffer
+	for i, addr := range all {
+		switch {
+		case !addr.IsValid():
+			return nil, fmt.Errorf("a peer address is not set")
+		case i > 0 && addr == all[i-1]:
+			return nil, fmt.Errorf("address %s is listed twice (peers must not repeat each other or this node)", addr)
+		}
+		b.WriteString(addr.String() + "\n")
+	}
+	return b.Bytes(), nil
+}
+
+// runHostIMEX starts the simulated IMEX on the host service's files below root, as they are.
+func runHostIMEX(root string, log logr.Logger) (func(context.Context) error, error) {
+	sim := imexsim.New(imex.Options{
+		ConfigPath: filepath.Join(root, HostIMEXConfigPath),
+		HostsPath:  filepath.Join(root, "/etc/hosts"),
+		Log:        log.WithName("host-imex"),
+	})
+	if _, err := sim.Start(context.Background()); err != nil {
+		return nil, fmt.Errorf("host IMEX on node directory %s: %w", root, err)
+	}
+	return sim.Stop, nil
 }
 
 // RunPlugin runs the kubelet plugin with the simulated node's host: the simulated image's

@@ -1,14 +1,27 @@
 package nodehost
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
 
 	"cdplane/internal/component"
+	"cdplane/internal/imex"
 	"cdplane/internal/nvml"
+	"cdplane/internal/sim/imexsim"
 	"cdplane/internal/sim/nvmlsim"
 )
 
@@ -82,5 +95,213 @@ func TestInstallDriverRoot(t *testing.T) {
 		if err != nil || target != imexSim {
 			t.Errorf("%s links to %q (%v), want %s", name, target, err, imexSim)
 		}
+	}
+}
+
+// waitTimeout bounds every wait for state; generous because the test machine may be busy.
+const waitTimeout = 30 * time.Second
+
+// eventually polls cond until it holds or waitTimeout passes; cond returns a description of
+// what it saw, for the failure message.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last seen: %s", waitTimeout, what, seen)
+		}
+		<-tick.C
+	}
+}
+
+func withTimeout(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func testLogger(t *testing.T) logr.Logger {
+	return funcr.New(func(prefix, args string) { t.Log(prefix, args) }, funcr.Options{Verbosity: 1})
+}
+
+// shortNodeDir makes a node directory under /tmp, whose socket path stays far below the Unix
+// domain socket limit (t.TempDir's hold the test's name), and removes it when the test ends.
+func shortNodeDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "nh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// startHostIMEX starts a node's host-managed IMEX and stops it when the test ends.
+func startHostIMEX(t *testing.T, nodeDir string, self netip.Addr, peers ...netip.Addr) func(context.Context) error {
+	t.Helper()
+	stop, err := StartHostIMEX(nodeDir, self, peers, testLogger(t))
+	if err != nil {
+		t.Fatalf("StartHostIMEX(%s): %v", self, err)
+	}
+	t.Cleanup(func() {
+		if err := stop(context.Background()); err != nil {
+			t.Errorf("stopping the host IMEX on %s: %v", self, err)
+		}
+	})
+	return stop
+}
+
+// Two nodes of a rack run IMEX as a host service on 127.0.0.51 and 127.0.0.52: each is
+// configured as an administrator configures it, answers the readiness query that the kubelet
+// plugin runs on the socket below its driver root (the node directory), and connects to the
+// other; stopping one removes its socket, and a restart whose node list is gone fails naming it.
+func TestHostIMEX(t *testing.T) {
+	a, b := netip.MustParseAddr("127.0.0.51"), netip.MustParseAddr("127.0.0.52")
+	dirs := map[netip.Addr]string{a: shortNodeDir(t), b: shortNodeDir(t)}
+	peerOf := map[netip.Addr]netip.Addr{a: b, b: a}
+	stops := map[netip.Addr]func(context.Context) error{}
+	for _, self := range []netip.Addr{a, b} {
+		stops[self] = startHostIMEX(t, dirs[self], self, peerOf[self])
+	}
+
+	dir := dirs[a]
+	cfg, err := imex.ReadIMEXConfig(filepath.Join(dir, HostIMEXConfigPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := imex.DaemonConfig{
+		BindIP:          a,
+		ServerPort:      imex.DefaultServerPort,
+		NodesConfigPath: filepath.Join(dir, HostIMEXNodesConfigPath),
+		CmdEnabled:      true,
+		CmdUnixPath:     filepath.Join(dir, HostIMEXSocketPath),
+	}
+	if diff := cmp.Diff(want, cfg, cmp.Comparer(func(x, y netip.Addr) bool { return x == y })); diff != "" {
+		t.Errorf("host IMEX config (-want +got):\n%s", diff)
+	}
+	for _, self := range []netip.Addr{a, b} {
+		nodes, err := os.ReadFile(filepath.Join(dirs[self], HostIMEXNodesConfigPath))
+		if want := "127.0.0.51\n127.0.0.52\n"; err != nil || string(nodes) != want {
+			t.Errorf("node list of %s: %q, %v; want %q, the same on every node of the rack", self, nodes, err, want)
+		}
+	}
+
+	ctx := withTimeout(t)
+	for _, self := range []netip.Addr{a, b} {
+		socket := filepath.Join(dirs[self], HostIMEXSocketPath)
+		if err := imexsim.ReadyUnix(ctx, socket); err != nil {
+			t.Errorf("readiness query on %s: %v", socket, err)
+		}
+		// What the kubelet plugin runs: the driver root's nvidia-imex-ctl -q --u=SOCKET.
+		var stdout, stderr bytes.Buffer
+		if code := imexsim.Main([]string{"-q", "--u=" + socket}, &stdout, &stderr); code != 0 || stdout.String() != "READY\n" {
+			t.Errorf("nvidia-imex-ctl -q --u=%s: status %d, stdout %q, stderr %q; want READY", socket, code, &stdout, &stderr)
+		}
+	}
+	connected := func(self netip.Addr, want ...netip.Addr) func() (bool, string) {
+		return func() (bool, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			st, err := imexsim.QueryUnix(ctx, filepath.Join(dirs[self], HostIMEXSocketPath))
+			if err != nil {
+				return false, err.Error()
+			}
+			var wantS []string
+			for _, w := range want {
+				wantS = append(wantS, w.String())
+			}
+			ok := slices.Equal(st.Connected, wantS) && slices.Equal(st.Inbound, wantS)
+			return ok, fmt.Sprintf("%s: connected %v, inbound %v", self, st.Connected, st.Inbound)
+		}
+	}
+	eventually(t, "both nodes to connect to each other", func() (bool, string) {
+		okA, seenA := connected(a, b)()
+		okB, seenB := connected(b, a)()
+		return okA && okB, seenA + "; " + seenB
+	})
+
+	socket := filepath.Join(dir, HostIMEXSocketPath)
+	for range 2 {
+		if err := stops[a](ctx); err != nil {
+			t.Fatalf("stopping the host IMEX on %s: %v", a, err)
+		}
+	}
+	if fi, err := os.Lstat(socket); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s after stop: %v, %v; want it removed", socket, fi, err)
+	}
+	if err := imexsim.ReadyUnix(ctx, socket); err == nil || !strings.Contains(err.Error(), socket) {
+		t.Errorf("readiness query after stop: %v, want an error naming %s", err, socket)
+	}
+	eventually(t, "the other node to lose the stopped one", connected(b))
+
+	nodesPath := filepath.Join(dir, HostIMEXNodesConfigPath)
+	if err := os.Remove(nodesPath); err != nil {
+		t.Fatal(err)
+	}
+	if stop, err := runHostIMEX(dir, testLogger(t)); err == nil || !strings.Contains(err.Error(), nodesPath) {
+		if stop != nil {
+			_ = stop(ctx)
+		}
+		t.Errorf("restart without the node list: %v, want an error naming %s", err, nodesPath)
+	}
+}
+
+// StartHostIMEX refuses a node without an address, a node list that repeats an address, and a
+// node directory it cannot write into, saying which; it starts nothing then.
+func TestStartHostIMEXRefuses(t *testing.T) {
+	self := netip.MustParseAddr("127.0.0.51")
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		nodeDir string
+		self    netip.Addr
+		peers   []netip.Addr
+		wantErr string
+	}{
+		"no self address": {
+			peers:   []netip.Addr{netip.MustParseAddr("127.0.0.52")},
+			wantErr: "this node's address is not set",
+		},
+		"self among the peers": {
+			self:    self,
+			peers:   []netip.Addr{netip.MustParseAddr("127.0.0.52"), self},
+			wantErr: "address 127.0.0.51 is listed twice",
+		},
+		"a peer without an address": {
+			self:    self,
+			peers:   []netip.Addr{{}},
+			wantErr: "a peer address is not set",
+		},
+		"node directory is a file": {
+			nodeDir: notADir,
+			self:    self,
+			wantErr: "not a directory",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := tc.nodeDir
+			if dir == "" {
+				dir = shortNodeDir(t)
+			}
+			stop, err := StartHostIMEX(dir, tc.self, tc.peers, testLogger(t))
+			if err == nil {
+				_ = stop(withTimeout(t))
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), dir) {
+				t.Fatalf("StartHostIMEX: %v, want an error naming %s: %s", err, dir, tc.wantErr)
+			}
+			if fi, err := os.Lstat(filepath.Join(dir, HostIMEXSocketPath)); err == nil {
+				t.Errorf("a refused start left a socket: %v", fi.Mode())
+			}
+		})
 	}
 }

@@ -122,6 +122,15 @@ func TestHostManagedMembership(t *testing.T) {
 	if a, _ := entryOf(got, nodes["a"]); a.Status != cdv1beta1.StatusNotReady {
 		t.Errorf("entry of a %+v after its plugin's probe failed, want NotReady", a)
 	}
+
+	// Deleting the domain finalizes it without daemon objects to remove.
+	if err := e.c.Delete(e.ctx(), cd); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(time.Minute, "the domain to be finalized", func() (bool, error) {
+		err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(cd), &cdv1beta1.ComputeDomain{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
 }
 
 func setPodReady(t *testing.T, e *env, pod *corev1.Pod, ready bool) {

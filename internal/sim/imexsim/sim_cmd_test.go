@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"cdplane/internal/imex"
@@ -57,6 +58,22 @@ func runMain(args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
 	code = Main(args, &out, &errOut)
 	return code, out.String(), errOut.String()
+}
+
+// leaveStaleSocket leaves a socket file at path that nothing listens on, as a killed process
+// leaves its socket. The socket is bound and closed but never listened on: a listener closed
+// here could still accept for a moment in a child that a parallel test forks (it holds copies of
+// this process's descriptors until it execs).
+func leaveStaleSocket(t *testing.T, path string) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Close(fd) }()
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		t.Fatalf("binding %s: %v", path, err)
+	}
 }
 
 // checkNoSocket fails the test unless nothing is left at the socket path.
@@ -167,12 +184,7 @@ func TestSimUnixSocketAtStart(t *testing.T) {
 	}{
 		"stale socket from an earlier run": {
 			prepare: func(t *testing.T, socket string) string {
-				ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ln.SetUnlinkOnClose(false) // as a killed process leaves it
-				_ = ln.Close()
+				leaveStaleSocket(t, socket)
 				if fi, err := os.Lstat(socket); err != nil || fi.Mode().Type() != fs.ModeSocket {
 					t.Fatalf("the stale socket: %v, %v", fi, err)
 				}

@@ -3,6 +3,7 @@ package imexsim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -248,21 +249,22 @@ func TestSimRefusesBadConfig(t *testing.T) {
 // checkListenersGone fails the test if anything still listens on a node's ports. It dials
 // rather than binds: a bind can be refused while the closed server's connections linger
 // (FIN_WAIT, TIME_WAIT), which says nothing about a listener; only a refused connection proves
-// that no listener is left.
+// that no listener is left. It polls until refused: a child process that a parallel test forks
+// holds copies of this process's descriptors until it execs, so a closed listener can accept a
+// connection for a moment after its Close; a listener left behind accepts until the wait ends.
 func checkListenersGone(t *testing.T, nodes ...*testNode) {
 	t.Helper()
 	for _, n := range nodes {
 		for _, port := range []int{n.settings.ServerPort, n.settings.CmdPort} {
 			addr := net.JoinHostPort(n.ip, strconv.Itoa(port))
-			conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
-			if err == nil {
-				_ = conn.Close()
-				t.Errorf("%s still accepts connections after the simulated IMEX ended", addr)
-				continue
-			}
-			if !errors.Is(err, syscall.ECONNREFUSED) {
-				t.Errorf("dialling %s: %v, want connection refused", addr, err)
-			}
+			eventually(t, "nothing to listen on "+addr+" after the simulated IMEX ended", func() (bool, string) {
+				conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+				if err == nil {
+					_ = conn.Close()
+					return false, addr + " accepts connections"
+				}
+				return errors.Is(err, syscall.ECONNREFUSED), fmt.Sprintf("dialling %s: %v, want connection refused", addr, err)
+			})
 		}
 	}
 }

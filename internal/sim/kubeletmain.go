@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -82,7 +84,48 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 			return fmt.Errorf("simulated driver root of node %s: %w", n.Name, err)
 		}
 	}
+	if st.HostManaged() {
+		stop, err := startHostIMEX(st.Nodes, nodes, k.NodeDir)
+		defer stop()
+		if err != nil {
+			return err
+		}
+	}
 	return k.Run(ctx)
+}
+
+// startHostIMEX starts the simulated nvidia-imex host service of each node of mine that has a
+// fabric, configured as an administrator configures a rack: its node list holds the rack's
+// nodes with a fabric (all is every node of the sim, mine this process's share). The returned
+// stop stops those started.
+func startHostIMEX(all, mine []Node, nodeDir func(string) string) (stop func(), err error) {
+	var stops []func(context.Context) error
+	stop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, s := range stops {
+			_ = s(ctx)
+		}
+	}
+	rack := map[int][]netip.Addr{}
+	for _, n := range all {
+		if !n.NVML.Fabric.NoFabric {
+			rack[n.Rack] = append(rack[n.Rack], netip.MustParseAddr(n.InternalIP))
+		}
+	}
+	for _, n := range mine {
+		if n.NVML.Fabric.NoFabric {
+			continue
+		}
+		self := netip.MustParseAddr(n.InternalIP)
+		peers := slices.DeleteFunc(slices.Clone(rack[n.Rack]), func(a netip.Addr) bool { return a == self })
+		s, err := nodehost.StartHostIMEX(nodeDir(n.Name), self, peers, klog.Background().WithValues("node", n.Name))
+		if err != nil {
+			return stop, fmt.Errorf("host IMEX of node %s: %w", n.Name, err)
+		}
+		stops = append(stops, s)
+	}
+	return stop, nil
 }
 
 // maxShards is how many simulated-kubelet processes may split the nodes: each takes a /12 of

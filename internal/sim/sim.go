@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"cdplane/internal/features"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/progress"
 	"cdplane/internal/scheme"
@@ -48,7 +49,13 @@ type State struct {
 	// NodeLeaseRenew is how often each node renews its Lease (see nodeLeaseRenew); zero in
 	// state written before it existed: the kubelet's default.
 	NodeLeaseRenew metav1.Duration `json:"nodeLeaseRenew,omitzero"`
+	// IMEXMode is the planes' IMEX mode; hostManaged: every node with a fabric runs a simulated
+	// nvidia-imex host service (run by the simulated kubelet process). Empty: driverManaged.
+	IMEXMode string `json:"imexMode,omitempty"`
 }
+
+// HostManaged reports whether the sim's nodes run IMEX as a host service.
+func (st *State) HostManaged() bool { return st.IMEXMode == string(features.IMEXHostManaged) }
 
 // nodeLeaseRenew is how often each simulated node renews its Lease: a kubelet's 10 s up to
 // 400 nodes, then longer so that the whole sim renews about 40 Leases a second. At 1,152 nodes
@@ -80,6 +87,10 @@ type Options struct {
 	Out io.Writer
 	// Timeout bounds each wait.
 	Timeout time.Duration
+	// IMEXMode is driverManaged (default: a daemon DaemonSet per domain) or hostManaged (every
+	// node with a fabric runs a simulated nvidia-imex host service serving its rack, and the
+	// planes are installed in host-managed mode).
+	IMEXMode string
 }
 
 // Runners of cdplane's pods on the simulated nodes.
@@ -136,6 +147,11 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 	if err != nil {
 		return nil, err
 	}
+	switch features.IMEXMode(o.IMEXMode) {
+	case "", features.IMEXDriverManaged, features.IMEXHostManaged:
+	default:
+		return nil, fmt.Errorf("--imex-mode %q: want %s or %s", o.IMEXMode, features.IMEXDriverManaged, features.IMEXHostManaged)
+	}
 	if o.StateDir == "" {
 		o.StateDir = DefaultStateDir()
 	}
@@ -154,7 +170,7 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 		}
 	}
 	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels, InProcess: inProcess,
-		NodeLeaseRenew: metav1.Duration{Duration: nodeLeaseRenew(o.Nodes)}}
+		NodeLeaseRenew: metav1.Duration{Duration: nodeLeaseRenew(o.Nodes)}, IMEXMode: o.IMEXMode}
 	if err := prepareStateDir(o.StateDir); err != nil {
 		return nil, err
 	}
@@ -399,6 +415,10 @@ func (st *State) PlaneValues() map[string]any {
 	v := map[string]any{
 		"image":         map[string]any{"repository": "cdplane", "tag": "sim"},
 		"kubeletPlugin": map[string]any{"numChannels": st.NumChannels},
+	}
+	if st.HostManaged() {
+		v["featureGates"] = map[string]any{string(features.HostManagedIMEXDaemon): true}
+		v["imex"] = map[string]any{"mode": string(features.IMEXHostManaged)}
 	}
 	if st.InProcess {
 		// A large sim loads its 2-core apiserver past the default 10s renew deadline: at 1,152

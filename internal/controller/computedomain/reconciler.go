@@ -137,7 +137,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 
-	useCliques := r.opts.Gates.Enabled(features.ComputeDomainCliques)
+	// Host-managed: no DaemonSet owns clique objects, so membership lives in status.nodes, as
+	// with the ComputeDomainCliques gate off.
+	useCliques := r.opts.Gates.Enabled(features.ComputeDomainCliques) && !r.hostManaged()
 	res, err := r.computeMembership(ctx, cd, ds, !useCliques)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -102,6 +102,14 @@ func TestHostManagedMembership(t *testing.T) {
 			t.Errorf("%T of the domain's daemon: %v, want none", obj, err)
 		}
 	}
+	// Membership lives in status.nodes: no DaemonSet owns clique objects.
+	cliques := &cdv1beta1.ComputeDomainCliqueList{}
+	if err := e.c.List(e.ctx(), cliques, client.InNamespace(e.driverNS)); err != nil {
+		t.Fatal(err)
+	}
+	if len(cliques.Items) != 0 {
+		t.Errorf("%d clique objects in host-managed mode, want none", len(cliques.Items))
+	}
 	tmpl := &resourcev1.ResourceClaimTemplate{}
 	if err := e.c.Get(e.ctx(), client.ObjectKey{Namespace: e.ns, Name: cd.Spec.Channel.ResourceClaimTemplate.Name}, tmpl); err != nil {
 		t.Fatal(err)

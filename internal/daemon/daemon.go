@@ -100,6 +100,14 @@ type supervisor struct {
 	backoff time.Duration
 	restart <-chan time.Time
 	retry   <-chan time.Time
+	// runIndex is this node's index when the current run started: IMEX fixes its own node id
+	// at start, so a new index needs a new run, not a reload.
+	runIndex int
+	// readySeen is true once the current run answered Ready: a reload (SIGUSR1) is not sent
+	// before, since IMEX reads it only once its handlers are in place. reloadPending records a
+	// reload held back until then.
+	readySeen     bool
+	reloadPending bool
 	// skipped is the last set of clique entries left out (see usablePeers), logged when it
 	// changes.
 	skipped []skippedPeer
@@ -172,14 +180,20 @@ func (s *supervisor) sync(ctx context.Context) error {
 			s.restart = s.timer(s.nextBackoff())
 			return fmt.Errorf("starting IMEX: %w", err)
 		}
-		s.running, s.exited = true, exited
+		s.running, s.exited, s.runIndex = true, exited, self.Index
+		s.readySeen, s.reloadPending = false, false
 		s.log.Info("Started IMEX", "index", self.Index, "peers", len(peers))
 		return nil
 	}
-	switch changes.Action() {
+	action := changes.Action()
+	if self.Index != s.runIndex {
+		s.log.Info("This node's index changed; restarting IMEX, which fixes its node id at start",
+			"from", s.runIndex, "to", self.Index)
+		action = imex.ActionRestart
+	}
+	switch action {
 	case imex.ActionReload:
-		s.log.Info("Membership changed; reloading IMEX", "peers", len(peers))
-		return s.deps.IMEX.Reload()
+		s.reloadPending = true
 	case imex.ActionRestart:
 		s.log.Info("IMEX configuration changed; restarting IMEX", "peers", len(peers))
 		if err := s.deps.IMEX.Stop(ctx); err != nil {
@@ -188,8 +202,35 @@ func (s *supervisor) sync(ctx context.Context) error {
 		s.running, s.exited = false, nil
 		return s.sync(ctx)
 	}
-	s.backoff = 0 // a stable run resets the backoff
+	if !s.readySeen && (s.reloadPending || s.backoff > 0) {
+		s.readySeen = s.ready(ctx)
+	}
+	if s.reloadPending {
+		if !s.readySeen {
+			s.log.V(1).Info("Membership changed; the reload waits until IMEX is Ready", "peers", len(peers))
+			if s.retry == nil {
+				s.retry = s.timer(reloadRecheck)
+			}
+			return nil
+		}
+		s.reloadPending = false
+		s.log.Info("Membership changed; reloading IMEX", "peers", len(peers))
+		return s.deps.IMEX.Reload()
+	}
+	if s.readySeen {
+		s.backoff = 0 // a run that turned Ready resets the backoff
+	}
 	return nil
+}
+
+// reloadRecheck is how often a held-back reload looks again whether IMEX is Ready.
+const reloadRecheck = time.Second
+
+// ready asks IMEX once whether it is Ready, within a bounded time.
+func (s *supervisor) ready(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return s.deps.IMEX.Ready(ctx) == nil
 }
 
 // usable leaves out the entries that conflict (usablePeers) and logs them once per change.

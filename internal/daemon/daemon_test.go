@@ -37,6 +37,7 @@ type fakeIMEX struct {
 	run      chan error // the current run's end; nil when not running
 	startErr error      // returned by the next Start
 	stopErr  error      // returned by every Stop
+	notReady error      // returned by Ready while set
 }
 
 func newFakeIMEX() *fakeIMEX { return &fakeIMEX{calls: make(chan string, 64)} }
@@ -78,7 +79,20 @@ func (f *fakeIMEX) Stop(context.Context) error {
 	return f.stopErr
 }
 
-func (f *fakeIMEX) Ready(context.Context) error { return nil }
+func (f *fakeIMEX) Ready(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.notReady
+}
+
+func (f *fakeIMEX) setReady(ready bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.notReady = nil
+	if !ready {
+		f.notReady = errors.New("not ready")
+	}
+}
 
 func (f *fakeIMEX) failNextStart(err error) {
 	f.mu.Lock()
@@ -513,4 +527,66 @@ func TestLabelPodGivesUp(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "labelling pod driver/gone") || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("error %v, want one naming the pod and saying it was not found", err)
 	}
+}
+
+// IMEX fixes its own node id when it starts: a new index for this node restarts IMEX, in
+// DNS-names mode too, where it would otherwise be only a hosts-file change and a reload.
+func TestSupervisorRestartsWhenItsOwnIndexChanges(t *testing.T) {
+	h := start(t, setup{dnsNames: true}, peer(1), peer(2))
+	h.firstStart()
+	moved := peer(1)
+	moved.Index = 5
+	h.view.set(moved, peer(2))
+	h.poke()
+	h.expectCalls("Stop", "Start")
+	h.expectNoCalls()
+	// The new run has the new index: a peer joining now is a reload again.
+	h.view.set(moved, peer(2), peer(3))
+	h.poke()
+	h.expectCalls("Reload")
+	h.expectNoCalls()
+}
+
+// A reload is not sent before the run has been Ready once (IMEX installs its SIGUSR1 handler
+// only after its start-up checks); it is held back, looked at again every second, and sent
+// once IMEX is Ready.
+func TestSupervisorHoldsReloadsUntilReady(t *testing.T) {
+	h := start(t, setup{dnsNames: true}, peer(1), peer(2))
+	h.imex.setReady(false)
+	h.firstStart()
+	h.view.set(peer(1), peer(2), peer(3))
+	h.poke()
+	recheck := h.expectTimer(time.Second)
+	h.expectNoCalls()
+	recheck.fire()
+	recheck = h.expectTimer(time.Second) // still not Ready
+	h.expectNoCalls()
+	h.imex.setReady(true)
+	recheck.fire()
+	h.expectCalls("Reload")
+	h.expectNoCalls()
+	// Ready once is enough: the next change reloads at once.
+	h.imex.setReady(false)
+	h.view.set(peer(1), peer(2))
+	h.poke()
+	h.expectCalls("Reload")
+}
+
+// Only a run that turned Ready resets the backoff: one that exits without ever being Ready
+// keeps doubling it.
+func TestSupervisorBackoffResetsOnlyAfterAReadyRun(t *testing.T) {
+	h := start(t, setup{dnsNames: true}, peer(1))
+	h.imex.setReady(false)
+	h.firstStart()
+	h.imex.end(errors.New("exited"))
+	h.expectTimer(time.Second).fire()
+	h.expectCalls("Start")
+	h.settle() // passes while not Ready
+	h.imex.end(errors.New("exited"))
+	h.expectTimer(2 * time.Second).fire()
+	h.expectCalls("Start")
+	h.imex.setReady(true)
+	h.settle()
+	h.imex.end(errors.New("exited"))
+	h.expectTimer(time.Second)
 }

@@ -140,59 +140,19 @@ func checkHostEntries(t *testing.T, cd *cdv1beta1.ComputeDomain, nodes []string,
 }
 
 // waitPlaneMode waits until plane id's controller and plugins run Ready in host-managed mode
-// (hostManaged) or not: the controller Deployment's --imex-mode and the plugin DaemonSet's
-// IMEX_MODE say so, and every running pod was started from that spec.
+// (hostManaged) or not: the controller's --imex-mode and the plugin's IMEX_MODE say so.
 func waitPlaneMode(t *testing.T, id string, hostManaged bool) {
 	t.Helper()
-	driverNS := plane.Name(id, plane.DriverNamespaceLegacyName)
-	ctrlMode := func(spec corev1.PodSpec) bool {
-		return slices.Contains(spec.Containers[0].Args, "--imex-mode=hostManaged")
-	}
-	pluginMode := func(spec corev1.PodSpec) bool {
-		return slices.ContainsFunc(spec.Containers[0].Env, func(e corev1.EnvVar) bool {
-			return e.Name == "IMEX_MODE" && e.Value == string(features.IMEXHostManaged)
-		})
-	}
-	eventually(t, 3*time.Minute, fmt.Sprintf("plane %s running with host-managed IMEX %v", id, hostManaged), func() (bool, error) {
-		dep := &appsv1.Deployment{}
-		if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: plane.Name(id, "cdplane-controller")}, dep); err != nil {
-			return false, err
+	waitPlaneSpec(t, id, fmt.Sprintf("host-managed IMEX %v", hostManaged), func(component string, spec corev1.PodSpec) error {
+		got := slices.Contains(spec.Containers[0].Args, "--imex-mode=hostManaged")
+		if component == "cdplane-kubelet-plugin" {
+			got = slices.ContainsFunc(spec.Containers[0].Env, func(e corev1.EnvVar) bool {
+				return e.Name == "IMEX_MODE" && e.Value == string(features.IMEXHostManaged)
+			})
 		}
-		ds := &appsv1.DaemonSet{}
-		if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: plane.Name(id, "cdplane-kubelet-plugin")}, ds); err != nil {
-			return false, err
+		if got != hostManaged {
+			return fmt.Errorf("host-managed %v", got)
 		}
-		if ctrlMode(dep.Spec.Template.Spec) != hostManaged || pluginMode(ds.Spec.Template.Spec) != hostManaged {
-			return false, fmt.Errorf("the controller Deployment or the plugin DaemonSet is not updated yet")
-		}
-		pods := &corev1.PodList{}
-		if err := c.List(ctx(), pods, client.InNamespace(driverNS)); err != nil {
-			return false, err
-		}
-		controllers, plugins := 0, 0
-		for _, p := range pods.Items {
-			name := p.Labels["app.kubernetes.io/name"]
-			if name != "cdplane-controller" && name != "cdplane-kubelet-plugin" {
-				continue
-			}
-			if p.DeletionTimestamp != nil || !podReady(&p) {
-				return false, fmt.Errorf("pod %s not Ready", p.Name)
-			}
-			if name == "cdplane-controller" {
-				if ctrlMode(p.Spec) != hostManaged {
-					return false, fmt.Errorf("controller pod %s runs the other mode", p.Name)
-				}
-				controllers++
-				continue
-			}
-			if pluginMode(p.Spec) != hostManaged {
-				return false, fmt.Errorf("plugin pod %s runs the other mode", p.Name)
-			}
-			plugins++
-		}
-		if controllers != 1 || plugins != len(planeNodes(id, -1)) {
-			return false, fmt.Errorf("%d controller and %d plugin pods Ready", controllers, plugins)
-		}
-		return true, nil
+		return nil
 	})
 }

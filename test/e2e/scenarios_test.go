@@ -157,21 +157,35 @@ func setCliquesGate(t *testing.T, id string, on bool) {
 // the only controller pod and every plugin pod running, Ready, were started with it.
 func waitPlaneGate(t *testing.T, id, want string) {
 	t.Helper()
+	waitPlaneSpec(t, id, fmt.Sprintf("ComputeDomainCliques=%q", want), func(_ string, spec corev1.PodSpec) error {
+		if got := cliquesGateArg(spec.Containers[0].Args); got != want {
+			return fmt.Errorf("ComputeDomainCliques=%q", got)
+		}
+		return nil
+	})
+}
+
+// waitPlaneSpec waits until plane id's controller Deployment and kubelet-plugin DaemonSet have
+// pod templates that check accepts (component is cdplane-controller or cdplane-kubelet-plugin),
+// and the one controller pod and a plugin pod on every node of the plane run Ready from such a
+// spec. what says what is waited for.
+func waitPlaneSpec(t *testing.T, id, what string, check func(component string, spec corev1.PodSpec) error) {
+	t.Helper()
 	driverNS := plane.Name(id, plane.DriverNamespaceLegacyName)
-	eventually(t, 3*time.Minute, fmt.Sprintf("plane %s running with ComputeDomainCliques=%q", id, want), func() (bool, error) {
+	eventually(t, 3*time.Minute, fmt.Sprintf("plane %s running with %s", id, what), func() (bool, error) {
 		dep := &appsv1.Deployment{}
 		if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: plane.Name(id, "cdplane-controller")}, dep); err != nil {
 			return false, err
 		}
-		if got := cliquesGateArg(dep.Spec.Template.Spec.Containers[0].Args); got != want {
-			return false, fmt.Errorf("controller Deployment has ComputeDomainCliques=%q", got)
+		if err := check("cdplane-controller", dep.Spec.Template.Spec); err != nil {
+			return false, fmt.Errorf("controller Deployment: %w", err)
 		}
 		ds := &appsv1.DaemonSet{}
 		if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: plane.Name(id, "cdplane-kubelet-plugin")}, ds); err != nil {
 			return false, err
 		}
-		if got := cliquesGateArg(ds.Spec.Template.Spec.Containers[0].Args); got != want {
-			return false, fmt.Errorf("kubelet plugin DaemonSet has ComputeDomainCliques=%q", got)
+		if err := check("cdplane-kubelet-plugin", ds.Spec.Template.Spec); err != nil {
+			return false, fmt.Errorf("kubelet plugin DaemonSet: %w", err)
 		}
 		pods := &corev1.PodList{}
 		if err := c.List(ctx(), pods, client.InNamespace(driverNS)); err != nil {
@@ -186,8 +200,8 @@ func waitPlaneGate(t *testing.T, id, want string) {
 			if p.DeletionTimestamp != nil || !podReady(&p) {
 				return false, fmt.Errorf("pod %s not Ready", p.Name)
 			}
-			if got := cliquesGateArg(p.Spec.Containers[0].Args); got != want {
-				return false, fmt.Errorf("pod %s runs with ComputeDomainCliques=%q", p.Name, got)
+			if err := check(name, p.Spec); err != nil {
+				return false, fmt.Errorf("pod %s: %w", p.Name, err)
 			}
 			if name == "cdplane-controller" {
 				controllers++

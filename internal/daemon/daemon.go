@@ -93,8 +93,9 @@ type supervisor struct {
 	deps Deps
 	view peerSource
 	log  logr.Logger
-	// after is time.After unless a test sets it.
+	// after is time.After and now time.Now unless a test sets them.
 	after   func(time.Duration) <-chan time.Time
+	now     func() time.Time
 	running bool
 	exited  <-chan error
 	backoff time.Duration
@@ -108,6 +109,10 @@ type supervisor struct {
 	// reload held back until then.
 	readySeen     bool
 	reloadPending bool
+	// lastReload is when the last reload was sent: IMEX honours SIGUSR1 at most once every 5 s
+	// and ignores the others, so reloads are spaced by reloadInterval, the changes meanwhile
+	// coalesced into the next one.
+	lastReload time.Time
 	// skipped is the last set of clique entries left out (see usablePeers), logged when it
 	// changes.
 	skipped []skippedPeer
@@ -213,7 +218,14 @@ func (s *supervisor) sync(ctx context.Context) error {
 			}
 			return nil
 		}
-		s.reloadPending = false
+		if wait := s.lastReload.Add(reloadInterval).Sub(s.clock()); !s.lastReload.IsZero() && wait > 0 {
+			s.log.V(1).Info("Membership changed; the reload waits for IMEX's reload interval", "wait", wait)
+			if s.retry == nil {
+				s.retry = s.timer(wait)
+			}
+			return nil
+		}
+		s.reloadPending, s.lastReload = false, s.clock()
 		s.log.Info("Membership changed; reloading IMEX", "peers", len(peers))
 		return s.deps.IMEX.Reload()
 	}
@@ -225,6 +237,17 @@ func (s *supervisor) sync(ctx context.Context) error {
 
 // reloadRecheck is how often a held-back reload looks again whether IMEX is Ready.
 const reloadRecheck = time.Second
+
+// reloadInterval spaces reloads: IMEX ignores a SIGUSR1 within 5 s of the last one it honoured;
+// the extra second covers the two clocks' skew.
+const reloadInterval = 6 * time.Second
+
+func (s *supervisor) clock() time.Time {
+	if s.now == nil {
+		return time.Now()
+	}
+	return s.now()
+}
 
 // ready asks IMEX once whether it is Ready, within a bounded time.
 func (s *supervisor) ready(ctx context.Context) bool {

@@ -181,6 +181,23 @@ type harness struct {
 
 	stopOnce sync.Once
 	result   error // what the loop returned
+
+	clockMu sync.Mutex
+	clock   time.Time // the supervisor's now; moves only with advance
+}
+
+// now is the supervisor's clock.
+func (h *harness) now() time.Time {
+	h.clockMu.Lock()
+	defer h.clockMu.Unlock()
+	return h.clock
+}
+
+// advance moves the supervisor's clock.
+func (h *harness) advance(d time.Duration) {
+	h.clockMu.Lock()
+	defer h.clockMu.Unlock()
+	h.clock = h.clock.Add(d)
 }
 
 type setup struct {
@@ -201,6 +218,7 @@ func start(t *testing.T, s setup, members ...imex.Peer) *harness {
 			ConfigDir: dir, HostsPath: filepath.Join(dir, "hosts"),
 		},
 		timers: make(chan timer, 64), notify: make(chan struct{}), done: make(chan error, 1),
+		clock: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
 	}
 	log := s.log
 	if log.GetSink() == nil {
@@ -213,6 +231,7 @@ func start(t *testing.T, s setup, members ...imex.Peer) *harness {
 			h.timers <- timer{d: d, c: c}
 			return c
 		},
+		now: h.now,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -565,11 +584,37 @@ func TestSupervisorHoldsReloadsUntilReady(t *testing.T) {
 	recheck.fire()
 	h.expectCalls("Reload")
 	h.expectNoCalls()
-	// Ready once is enough: the next change reloads at once.
+	// Ready once is enough: the next change, after the reload interval, reloads at once.
 	h.imex.setReady(false)
+	h.advance(reloadInterval)
 	h.view.set(peer(1), peer(2))
 	h.poke()
 	h.expectCalls("Reload")
+}
+
+// IMEX honours SIGUSR1 at most once every 5 s: changes within the interval after a reload are
+// coalesced into one reload when it is over, none lost.
+func TestSupervisorSpacesReloads(t *testing.T) {
+	h := start(t, setup{dnsNames: true}, peer(1), peer(2))
+	h.firstStart()
+	h.view.set(peer(1), peer(2), peer(3))
+	h.poke()
+	h.expectCalls("Reload")
+	h.advance(2 * time.Second)
+	h.view.set(peer(1), peer(2), peer(3), peer(4))
+	h.poke()
+	later := h.expectTimer(reloadInterval - 2*time.Second)
+	h.view.set(peer(1), peer(2), peer(3), peer(4), peer(5))
+	h.poke()
+	h.expectNoCalls() // one timer, no reload yet
+	h.advance(reloadInterval - 2*time.Second)
+	later.fire()
+	h.expectCalls("Reload")
+	h.expectNoCalls()
+	hosts, err := os.ReadFile(h.cfg.HostsPath)
+	if err != nil || !strings.Contains(string(hosts), "127.0.0.5\t"+imex.DNSName(4)) {
+		t.Errorf("hosts file at the coalesced reload: %q, %v; want the last peer in it", hosts, err)
+	}
 }
 
 // Only a run that turned Ready resets the backoff: one that exits without ever being Ready

@@ -262,3 +262,52 @@ func checkConfigErr(t *testing.T, err error, want *imex.ConfigError) {
 		t.Fatalf("config error (-want +got):\n%s", diff)
 	}
 }
+
+// testClock is a clock that moves only when told to, for the reload interval.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTestClock() *testClock {
+	return &testClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// mustStatus asks the node's simulated IMEX for its status and fails the test if it cannot.
+func (n *testNode) mustStatus(t *testing.T) Status {
+	t.Helper()
+	st, err := n.status()
+	if err != nil {
+		t.Fatalf("status of %s: %v", n.ip, err)
+	}
+	return st
+}
+
+// checkReloads fails the test unless the node's status counts honoured and ignored reloads
+// and resolves its node list to exactly peers.
+func (n *testNode) checkReloads(t *testing.T, when string, honoured, ignored int, peers ...string) {
+	t.Helper()
+	st := n.mustStatus(t)
+	type counts struct {
+		Reloads, IgnoredReloads int
+		Peers                   []string
+		LastReloadError         string
+	}
+	want := counts{Reloads: honoured, IgnoredReloads: ignored, Peers: append([]string{}, peers...)}
+	got := counts{Reloads: st.Reloads, IgnoredReloads: st.IgnoredReloads, Peers: st.Peers, LastReloadError: st.LastReloadError}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s, status of %s (-want +got):\n%s", when, n.ip, diff)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,11 +36,16 @@ func readyWithin(t *testing.T, what string, imex imex.Interface) {
 	})
 }
 
-func simProcess(t *testing.T, n *testNode) *imex.Process {
+// simProcess supervises the simulated IMEX as a child process for n, with the options changed
+// by opts.
+func simProcess(t *testing.T, n *testNode, opts ...func(*imex.Options)) *imex.Process {
 	t.Helper()
 	o := n.options(t)
 	o.Binary, o.CtlBinary = testBinary(t), testBinary(t)
 	o.Env = append(helperChildEnv("sim"), HostsFileEnv+"="+n.settings.HostsPath)
+	for _, opt := range opts {
+		opt(&o)
+	}
 	return imex.NewReal(o)
 }
 
@@ -211,4 +217,75 @@ func TestProcessUnexpectedExit(t *testing.T) {
 	if err := receive(t, "the process to exit", exited); !errors.As(err, &exitErr) || exitErr.Code != 0 {
 		t.Errorf("process ended with %v, want an imex.ExitError with status 0", err)
 	}
+}
+
+// TestSimProcessStartupPhase checks the process's start-up phase with real signals: SIGUSR1
+// during it kills the process (no handler yet: the signal's default action), SIGTERM during it
+// stops the process cleanly, and SIGUSR1 once it is ready is a reload the process survives.
+func TestSimProcessStartupPhase(t *testing.T) {
+	t.Parallel()
+	n := newTestNodes(t, false, "127.0.0.69")[0]
+	n.write(t, peersOf(n))
+	// startLong starts a process whose start-up phase outlasts the test, and returns once the
+	// process says it is starting up (it then has the signal dispositions of that phase).
+	startLong := func(t *testing.T) (*imex.Process, <-chan error) {
+		t.Helper()
+		stderr := &syncBuffer{}
+		p := simProcess(t, n, func(o *imex.Options) {
+			o.Args = []string{"-startup-phase=1h"}
+			o.Stderr = stderr
+		})
+		exited := startProcess(t, p)
+		eventually(t, "the process to start up", func() (bool, string) {
+			return strings.Contains(stderr.String(), "Simulated IMEX starting up"), stderr.String()
+		})
+		return p, exited
+	}
+
+	t.Run("SIGUSR1 during the start-up phase kills", func(t *testing.T) {
+		p, exited := startLong(t)
+		if err := p.Ready(withTimeout(t)); err == nil {
+			t.Errorf("Ready during the start-up phase passed")
+		}
+		if err := p.Reload(); err != nil {
+			t.Fatalf("Reload (sending SIGUSR1): %v", err)
+		}
+		err := receive(t, "the process to die of SIGUSR1", exited)
+		var exitErr *imex.ExitError
+		if !errors.As(err, &exitErr) || exitErr.Signal != syscall.SIGUSR1.String() {
+			t.Fatalf("process ended with %v, want an imex.ExitError for %s", err, syscall.SIGUSR1)
+		}
+		checkListenersGone(t, n)
+	})
+
+	t.Run("SIGTERM during the start-up phase stops cleanly", func(t *testing.T) {
+		p, exited := startLong(t)
+		if err := p.Stop(withTimeout(t)); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if err := receive(t, "the stopped process to exit", exited); err != nil {
+			t.Fatalf("stopped process ended with %v, want nil", err)
+		}
+		checkListenersGone(t, n)
+	})
+
+	t.Run("SIGUSR1 once ready reloads", func(t *testing.T) {
+		p := simProcess(t, n)
+		exited := startProcess(t, p)
+		readyWithin(t, n.ip, p)
+		if err := p.Reload(); err != nil {
+			t.Fatalf("Reload: %v", err)
+		}
+		eventually(t, "SIGUSR1 to reload", func() (bool, string) {
+			st, err := n.status()
+			return err == nil && st.Reloads == 1, fmt.Sprintf("reloads %d, err %v", st.Reloads, err)
+		})
+		readyWithin(t, n.ip+" after the reload", p)
+		if err := p.Stop(withTimeout(t)); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if err := receive(t, "the stopped process to exit", exited); err != nil {
+			t.Fatalf("stopped process ended with %v, want nil (it survived the reload)", err)
+		}
+	})
 }

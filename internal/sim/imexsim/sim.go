@@ -3,9 +3,20 @@
 // (a bad line fails start and names the line), listens on BIND_INTERFACE_IP:SERVER_PORT,
 // connects to every listed peer, answers the readiness query on
 // IMEX_CMD_BIND_INTERFACE_IP:IMEX_CMD_PORT and on the Unix domain socket
-// IMEX_CMD_UNIX_DOMAIN_PATH (a host-managed IMEX's), re-reads its node list on reload, and can be
-// made to crash on demand. Several simulated nodes share one machine by binding distinct loopback
-// addresses (127.x.y.z) on the same ports.
+// IMEX_CMD_UNIX_DOMAIN_PATH (a host-managed IMEX's), and can be made to crash on demand. Several
+// simulated nodes share one machine by binding distinct loopback addresses (127.x.y.z) on the
+// same ports.
+//
+// It is as strict as the real daemon where a supervisor can get things wrong:
+//   - It reads its configuration only at start. A reload (SIGUSR1) re-reads only the hosts file,
+//     resolves the names of the node list read at start again and reconnects; a changed
+//     nodes.cfg or imexd config takes effect only when it starts again.
+//   - It honours a reload at most once every DefaultReloadInterval (5 s); one sooner after the
+//     last honoured reload is ignored (counted in Status.IgnoredReloads).
+//   - After start it spends DefaultStartupPhase on its start-up checks before it listens for
+//     peers, connects and answers the readiness query; a reload during them kills it, because the
+//     real daemon installs its SIGUSR1 handler only after them (ErrKilledBySignal in this
+//     process, death by SIGUSR1 for a process).
 //
 // It runs two ways: as a program (Main) installed in a simulated node's driver root as
 // nvidia-imex and nvidia-imex-ctl, which the daemon finds and runs exactly as it runs the real
@@ -26,13 +37,20 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
 	"cdplane/internal/imex"
 )
 
-// ErrCrashed ends a simulated IMEX run that was told to crash.
-var ErrCrashed = errors.New("simulated IMEX crashed on request")
+var (
+	// ErrCrashed ends a simulated IMEX run that was told to crash.
+	ErrCrashed = errors.New("simulated IMEX crashed on request")
+	// ErrKilledBySignal ends an in-process simulated IMEX run that was reloaded during its
+	// start-up phase: the real daemon has no SIGUSR1 handler yet and dies of the signal, which a
+	// process supervisor sees as an *imex.ExitError whose Signal is SIGUSR1's name.
+	ErrKilledBySignal = errors.New("simulated IMEX killed by SIGUSR1 before its handler was installed")
+)
 
 // isClosed reports whether ch is closed.
 func isClosed(ch <-chan struct{}) bool {
@@ -48,9 +66,15 @@ func isClosed(ch <-chan struct{}) bool {
 const CrashExitCode = 3
 
 // Sim is the simulated IMEX running inside this process, goroutine-backed. It implements
-// imex.Interface without signals: Reload re-reads the node list directly and returns its error.
+// imex.Interface without signals: Reload does what SIGUSR1 does to the real daemon and returns
+// its error.
 type Sim struct {
 	opts imex.Options
+	// startupPhase, reloadInterval and now configure the runs Start begins: New sets
+	// DefaultStartupPhase, DefaultReloadInterval and time.Now; this package's tests change them.
+	startupPhase   time.Duration
+	reloadInterval time.Duration
+	now            func() time.Time
 
 	mu  sync.Mutex
 	srv *simServer
@@ -62,11 +86,19 @@ var _ imex.Interface = (*Sim)(nil)
 // peer names through o.HostsPath. Binary, Args, CtlBinary, Env and the output writers are not
 // used.
 func New(o imex.Options) *Sim {
-	return &Sim{opts: o}
+	return &Sim{
+		opts:           o,
+		startupPhase:   DefaultStartupPhase,
+		reloadInterval: DefaultReloadInterval,
+		now:            time.Now,
+	}
 }
 
-// Start parses the configuration and starts listening and connecting; a configuration the
-// real IMEX would refuse fails Start with a *imex.ConfigError naming the line.
+// Start reads the configuration (the imexd config, nodes.cfg and the hosts file: the node list
+// stays as read here for the whole run) and binds the listeners; a configuration the real IMEX
+// would refuse fails Start with a *imex.ConfigError naming the line. The run then spends its
+// start-up phase (DefaultStartupPhase) before it answers peers and the readiness query and
+// connects to its peers: Ready fails until then, and a Reload kills the run.
 func (s *Sim) Start(ctx context.Context) (<-chan error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
@@ -77,6 +109,7 @@ func (s *Sim) Start(ctx context.Context) (<-chan error, error) {
 		return nil, imex.ErrAlreadyRunning
 	}
 	srv := newSimServer(s.opts.ConfigPath, s.opts.HostsPath, s.opts.Log)
+	srv.startupPhase, srv.reloadInterval, srv.now = s.startupPhase, s.reloadInterval, s.now
 	if err := srv.start(); err != nil {
 		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
 	}
@@ -99,8 +132,13 @@ func (s *Sim) current() *simServer {
 	return s.srv
 }
 
-// Reload re-reads nodes.cfg and the hosts file and reconnects accordingly. On a bad
-// configuration it keeps the previous node list and returns the error.
+// Reload does what SIGUSR1 does to the real IMEX. It re-reads the hosts file only, resolves
+// the names of the node list read at Start again and reconnects accordingly; nodes.cfg is not
+// read again (a changed one takes effect on the next Start). A hosts file the parser refuses
+// keeps the previous resolution and its error is returned. A Reload within the reload interval
+// (DefaultReloadInterval) of the last honoured one is ignored: it changes nothing, returns nil
+// and is counted in Status.IgnoredReloads. A Reload during the start-up phase kills the run:
+// the run ends with ErrKilledBySignal and Reload returns an error wrapping it.
 func (s *Sim) Reload() error {
 	srv := s.current()
 	if srv == nil {
@@ -150,16 +188,20 @@ const HostsFileEnv = "CDPLANE_SIM_HOSTS_FILE"
 // answered READY prints the reason, naming the address or socket, to stderr and exits with
 // status 1. -u without a query is refused (status 2).
 //
-// Running, it reloads on SIGUSR1, stops cleanly (status 0) on SIGTERM or SIGINT, exits with
-// status 1 when its configuration is refused (the message names the line) and with
-// CrashExitCode when told to crash. A command socket (IMEX_CMD_UNIX_DOMAIN_PATH) that an earlier,
-// killed run left behind is replaced; the socket is removed when the run ends.
+// Running, it reads its configuration once, exits with status 1 when it is refused (the message
+// names the line), then spends its start-up phase (-startup-phase, DefaultStartupPhase) before it
+// listens for peers, connects and answers the readiness query. Like the real daemon it installs
+// its SIGUSR1 handler only when that phase is over: a SIGUSR1 before kills the process (the
+// signal's default action; the Go runtime's own start-up, before Main, still ignores one).
+// Afterwards SIGUSR1 re-reads the hosts file only, resolving the names of the node list read at
+// start again, and reconnects (nodes.cfg is not read again; a refused hosts file keeps the
+// previous resolution and is logged); it is honoured at most once every -reload-interval
+// (DefaultReloadInterval), sooner ones are ignored. SIGTERM or SIGINT stops it cleanly (status 0)
+// at any time, start-up phase included; told to crash it exits with CrashExitCode. A command
+// socket (IMEX_CMD_UNIX_DOMAIN_PATH) that an earlier, killed run left behind is replaced; the
+// socket is removed when the run ends. Running changes this process's SIGUSR1 disposition: run
+// the daemon as a program, not in a process that has other uses for the signal.
 func Main(args []string, stdout, stderr io.Writer) int {
-	// Catch signals first, so that an early SIGUSR1 does not kill the process.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
-
 	fs := flag.NewFlagSet("imex-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	config := fs.String("c", "/etc/nvidia-imex/config.cfg", "imexd config `path`")
@@ -170,15 +212,22 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	status := fs.Bool("status", false, "print the running instance's status as JSON")
 	crash := fs.Bool("crash", false, "tell the running instance to crash")
 	verbosity := fs.Int("v", 0, "log verbosity")
+	startupPhase := fs.Duration("startup-phase", DefaultStartupPhase, "how long the start-up checks take, before "+
+		"it listens, connects, answers READY and installs its SIGUSR1 handler")
+	reloadInterval := fs.Duration("reload-interval", DefaultReloadInterval, "least `time` between two honoured "+
+		"reloads (SIGUSR1); sooner ones are ignored")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	queryMode := *query || *status || *crash
-	if *socket != "" && !queryMode {
+	switch {
+	case *socket != "" && !queryMode:
 		fmt.Fprintln(stderr, "imex-sim: -u is for queries only (-q, -status, -crash)")
 		return 2
-	}
-	if queryMode {
+	case *startupPhase < 0 || *reloadInterval < 0:
+		fmt.Fprintln(stderr, "imex-sim: -startup-phase and -reload-interval must not be negative")
+		return 2
+	case queryMode:
 		return simClient(*config, *socket, *query, *status, stdout, stderr)
 	}
 
@@ -186,6 +235,23 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "imex-sim:", prefix, args)
 	}, funcr.Options{Verbosity: *verbosity})
 	srv := newSimServer(*config, *hosts, log)
+	srv.startupPhase, srv.reloadInterval = *startupPhase, *reloadInterval
+	return serveMain(srv, log, stderr)
+}
+
+// serveMain runs the daemon for Main and returns its exit status.
+func serveMain(srv *simServer, log logr.Logger, stderr io.Writer) int {
+	// SIGTERM and SIGINT stop it cleanly at any time.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	// The real daemon installs its SIGUSR1 handler only after its start-up checks, so that a
+	// SIGUSR1 before kills it. The Go runtime ignores SIGUSR1 unless told to deliver it: give it
+	// its default action until the start-up phase is over, when the handler is installed.
+	if err := defaultSignalAction(syscall.SIGUSR1); err != nil {
+		log.Error(err, "A SIGUSR1 during the start-up phase will be ignored, not kill the process")
+	}
+	srv.beforeStarted = func() { signal.Notify(sigs, syscall.SIGUSR1) }
 	if err := srv.start(); err != nil {
 		fmt.Fprintf(stderr, "imex-sim: %v\n", err)
 		return 1
@@ -195,7 +261,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		case sig := <-sigs:
 			if sig == syscall.SIGUSR1 {
 				if err := srv.reload(); err != nil {
-					log.Error(err, "Reload failed, keeping the previous node list")
+					log.Error(err, "Reload failed, keeping the previous name resolution")
 				}
 				continue
 			}

@@ -19,9 +19,12 @@ import (
 
 // The simulated command service answers one command a connection, one line each way:
 //
-//	QUERY   READY (the daemon has parsed its config and is listening)
+//	QUERY   READY (the daemon has parsed its config and finished its start-up phase)
 //	STATUS  a Status as one line of JSON
 //	CRASH   CRASHING, then the daemon ends abruptly with ErrCrashed (exit status CrashExitCode)
+//
+// During the start-up phase it answers nothing: the connection is closed without an answer, as
+// the real daemon answers nothing until it has initialised.
 const (
 	cmdQuery  = "QUERY"
 	cmdStatus = "STATUS"
@@ -36,7 +39,8 @@ const (
 
 // Status is what a simulated IMEX reports about itself.
 type Status struct {
-	// Ready is true once the daemon parsed its config and listens (always true in an answer).
+	// Ready is true once the daemon finished its start-up phase (always true in an answer: the
+	// daemon answers nothing before).
 	Ready bool `json:"ready"`
 	// Address is where it listens for peers (BIND_INTERFACE_IP:SERVER_PORT).
 	Address string `json:"address"`
@@ -48,14 +52,21 @@ type Status struct {
 	Connected []string `json:"connected"`
 	// Inbound are the peers connected to it, sorted.
 	Inbound []string `json:"inbound"`
-	// Reloads counts reloads, failed ones included.
+	// Reloads counts the reloads honoured, failed ones included.
 	Reloads int `json:"reloads"`
+	// IgnoredReloads counts the reloads ignored because they came within the reload interval
+	// (DefaultReloadInterval) of the last honoured one.
+	IgnoredReloads int `json:"ignoredReloads"`
 	// LastReloadError is why the last reload failed; empty when it succeeded.
 	LastReloadError string `json:"lastReloadError,omitempty"`
 }
 
-// serveCmd answers one command.
+// serveCmd answers one command; during the start-up phase it closes the connection without an
+// answer.
 func (s *simServer) serveCmd(conn net.Conn) {
+	if !s.isStarted() {
+		return
+	}
 	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
 	line, err := readLine(conn)
 	if err != nil {
@@ -213,6 +224,9 @@ func simCommand(ctx context.Context, target cmdTarget, command string, limit int
 		return "", fmt.Errorf("reading answer from simulated IMEX at %s: %w", addr, err)
 	}
 	answer, complete := strings.CutSuffix(string(data), "\n")
+	if len(data) == 0 {
+		return "", fmt.Errorf("simulated IMEX at %s closed the connection without an answer (still starting up?)", addr)
+	}
 	if !complete {
 		return "", fmt.Errorf("simulated IMEX at %s gave an incomplete answer %q", addr, answer)
 	}

@@ -2,6 +2,7 @@ package imexsim
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"cdplane/internal/imex"
 )
@@ -76,6 +78,18 @@ func leaveStaleSocket(t *testing.T, path string) {
 	}
 }
 
+// readyUnixWithin polls the readiness query on the Unix domain socket until it passes: the
+// simulated IMEX answers nothing during its start-up phase.
+func readyUnixWithin(t *testing.T, socket string) {
+	t.Helper()
+	eventually(t, "the readiness query on "+socket+" to pass", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := ReadyUnix(ctx, socket)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
 // checkNoSocket fails the test unless nothing is left at the socket path.
 func checkNoSocket(t *testing.T, socket string) {
 	t.Helper()
@@ -104,9 +118,7 @@ func TestSimUnixSocket(t *testing.T) {
 			sim, exited := startSim(t, n)
 			ctx := withTimeout(t)
 
-			if err := ReadyUnix(ctx, socket); err != nil {
-				t.Fatalf("ReadyUnix: %v", err)
-			}
+			readyUnixWithin(t, socket)
 			if err := sim.Ready(ctx); err != nil {
 				t.Errorf("Ready through the config: %v", err)
 			}
@@ -160,6 +172,7 @@ func TestSimUnixSocketRemovedOnCrash(t *testing.T) {
 	t.Parallel()
 	n, socket := newUnixNode(t, "127.0.0.43", false)
 	_, exited := startSim(t, n)
+	readyUnixWithin(t, socket) // it answers nothing, CRASH included, during its start-up phase
 	if code, _, stderr := runMain("-crash", "--u="+socket); code != 0 {
 		t.Fatalf("Main -crash --u: status %d, stderr %q", code, stderr)
 	}
@@ -191,9 +204,7 @@ func TestSimUnixSocketAtStart(t *testing.T) {
 				return socket
 			},
 			check: func(t *testing.T, socket string) {
-				if err := ReadyUnix(withTimeout(t), socket); err != nil {
-					t.Errorf("ReadyUnix on the replaced socket: %v", err)
-				}
+				readyUnixWithin(t, socket)
 			},
 		},
 		"regular file": {
@@ -295,5 +306,17 @@ func TestMainSocketOnlyForQueries(t *testing.T) {
 	code, _, stderr := runMain("-u", "/nonexistent/imex_ctrl.sock", "-c", "/nonexistent/config.cfg")
 	if code != 2 || !strings.Contains(stderr, "-u is for queries only") {
 		t.Errorf("Main -u without a query: status %d, stderr %q; want status 2 saying -u is for queries", code, stderr)
+	}
+}
+
+// TestMainRefusesNegativeDurations checks that a negative start-up phase or reload interval is
+// refused before anything starts.
+func TestMainRefusesNegativeDurations(t *testing.T) {
+	t.Parallel()
+	for _, flag := range []string{"-startup-phase=-1s", "-reload-interval=-1s"} {
+		code, _, stderr := runMain(flag, "-c", "/nonexistent/config.cfg")
+		if code != 2 || !strings.Contains(stderr, "must not be negative") {
+			t.Errorf("Main %s: status %d, stderr %q; want status 2 saying it must not be negative", flag, code, stderr)
+		}
 	}
 }

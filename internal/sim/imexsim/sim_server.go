@@ -29,9 +29,25 @@ const (
 	linkBackoffMax = 500 * time.Millisecond
 	// maxLine bounds a protocol line.
 	maxLine = 512
+
+	// DefaultStartupPhase is how long a simulated IMEX spends on its start-up checks (the real
+	// one checks the driver) before it listens, connects and answers the readiness query. A
+	// reload (SIGUSR1) during it kills the run: the real daemon has not installed its handler
+	// yet.
+	DefaultStartupPhase = 500 * time.Millisecond
+	// DefaultReloadInterval is the least time between two reloads a simulated IMEX honours, as
+	// the real one honours SIGUSR1 at most once every 5 seconds; a reload sooner after the last
+	// honoured one is ignored.
+	DefaultReloadInterval = 5 * time.Second
 )
 
 // simServer is one simulated IMEX daemon: the part both the in-process Sim and Main run.
+//
+// Like the real daemon it reads its configuration (the imexd config, nodes.cfg and the names in
+// the hosts file) once, at start; a reload re-reads only the hosts file, to resolve the names of
+// the node list read at start again, and reconnects. After start it spends startupPhase on its
+// start-up checks; during them every connection, a peer's or a command's, is closed without an
+// answer and a reload kills the run (ErrKilledBySignal).
 //
 // imex.Peer protocol on BIND_INTERFACE_IP:SERVER_PORT: the dialling side connects from its own
 // address and sends "HELLO <its address>"; the listening side answers "WELCOME <its address>"
@@ -41,26 +57,39 @@ type simServer struct {
 	log        logr.Logger
 	configPath string
 	hostsPath  string
+	// startupPhase and reloadInterval are DefaultStartupPhase and DefaultReloadInterval unless
+	// set before start; now is the clock the reload interval is measured on.
+	startupPhase   time.Duration
+	reloadInterval time.Duration
+	now            func() time.Time
+	// beforeStarted, when set, runs at the end of the start-up phase, before the daemon
+	// connects and answers READY: Main installs its SIGUSR1 handler there.
+	beforeStarted func()
 
-	cfg    imex.DaemonConfig // fixed after start, like the real daemon's
-	self   netip.Addr
-	peerLn net.Listener
-	cmdLns []net.Listener // TCP and Unix domain socket; none when the command service is off
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cfg       imex.DaemonConfig // fixed after start, like the real daemon's
+	nodesData []byte            // nodes.cfg as read at start: the node list is fixed too
+	self      netip.Addr
+	peerLn    net.Listener
+	cmdLns    []net.Listener // TCP and Unix domain socket; none when the command service is off
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 
-	mu            sync.Mutex
-	nodes         []imex.Node
-	links         map[netip.Addr]*peerLink
-	inbound       map[net.Conn]netip.Addr
-	reloads       int
-	lastReloadErr string
+	mu             sync.Mutex
+	started        bool // the start-up phase is over
+	nodes          []imex.Node
+	links          map[netip.Addr]*peerLink
+	inbound        map[net.Conn]netip.Addr
+	reloads        int       // honoured reloads, failed ones included
+	ignoredReloads int       // reloads within reloadInterval of the last honoured one
+	lastReload     time.Time // when the last honoured reload came, on now's clock
+	lastReloadErr  string
 
-	stopOnce, crashOnce sync.Once
-	stopCh, crashCh     chan struct{}
-	done                chan struct{} // closed after teardown, once result is set
-	result              error
+	endOnce   sync.Once
+	endCh     chan struct{} // closed by the first of stop, crash and kill
+	endReason error         // how the run ends: nil (stop), ErrCrashed or ErrKilledBySignal
+	done      chan struct{} // closed after teardown, once result is set
+	result    error
 }
 
 // peerLink is the outgoing connection to one peer, kept up by runLink.
@@ -75,19 +104,24 @@ func newSimServer(configPath, hostsPath string, log logr.Logger) *simServer {
 		hostsPath = "/etc/hosts"
 	}
 	return &simServer{
-		log:        log,
-		configPath: configPath,
-		hostsPath:  hostsPath,
-		links:      map[netip.Addr]*peerLink{},
-		inbound:    map[net.Conn]netip.Addr{},
-		stopCh:     make(chan struct{}),
-		crashCh:    make(chan struct{}),
-		done:       make(chan struct{}),
+		log:            log,
+		configPath:     configPath,
+		hostsPath:      hostsPath,
+		startupPhase:   DefaultStartupPhase,
+		reloadInterval: DefaultReloadInterval,
+		now:            time.Now,
+		links:          map[netip.Addr]*peerLink{},
+		inbound:        map[net.Conn]netip.Addr{},
+		endCh:          make(chan struct{}),
+		done:           make(chan struct{}),
 	}
 }
 
-// start reads the configuration, binds the listeners and starts serving and dialling. On
-// error nothing is left running.
+// start reads the configuration and binds the listeners, then leaves the start-up phase to
+// run; when it is over the daemon answers its command service and peers and dials its peers.
+// A configuration the real daemon refuses, or a listener that cannot be bound, fails start
+// (the real daemon binds after its checks; the simulation binds first so that its caller gets
+// the error); on error nothing is left running.
 func (s *simServer) start() error {
 	cfg, err := imex.ReadIMEXConfig(s.configPath)
 	if err != nil {
@@ -99,7 +133,10 @@ func (s *simServer) start() error {
 	}
 	s.cfg, s.self = cfg, cfg.BindIP
 	s.log = s.log.WithValues("self", s.self.String())
-	nodes, err := s.loadNodes()
+	if s.nodesData, err = os.ReadFile(cfg.NodesConfigPath); err != nil {
+		return fmt.Errorf("reading node config: %w", err)
+	}
+	nodes, err := s.resolveNodes()
 	if err != nil {
 		return err
 	}
@@ -113,6 +150,7 @@ func (s *simServer) start() error {
 			return err
 		}
 	}
+	s.nodes = nodes // no link starts before the start-up phase is over
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.acceptLoop(s.peerLn, s.servePeer)
@@ -120,27 +158,20 @@ func (s *simServer) start() error {
 		s.wg.Add(1)
 		go s.acceptLoop(ln, s.serveCmd)
 	}
-	s.mu.Lock()
-	s.nodes = nodes
-	s.applyNodesLocked()
-	s.mu.Unlock()
+	s.log.Info("Simulated IMEX starting up", "address", s.peerLn.Addr().String(), "nodes", len(nodes),
+		"commandSocket", cfg.CmdUnixPath, "startupPhase", s.startupPhase.String())
 	go s.lifecycle()
-	s.log.Info("Simulated IMEX started", "address", s.peerLn.Addr().String(), "nodes", len(nodes),
-		"commandSocket", cfg.CmdUnixPath)
 	return nil
 }
 
-// loadNodes reads nodes.cfg and the hosts file and checks that this node is listed.
-func (s *simServer) loadNodes() ([]imex.Node, error) {
-	nodesData, err := os.ReadFile(s.cfg.NodesConfigPath)
-	if err != nil {
-		return nil, fmt.Errorf("reading node config: %w", err)
-	}
+// resolveNodes reads the hosts file, resolves the names of the node list read at start through
+// it and checks that this node is listed.
+func (s *simServer) resolveNodes() ([]imex.Node, error) {
 	hostsData, err := os.ReadFile(s.hostsPath)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("reading hosts file: %w", err)
 	}
-	nodes, err := imex.ParseNodes(s.cfg.NodesConfigPath, nodesData, s.hostsPath, hostsData)
+	nodes, err := imex.ParseNodes(s.cfg.NodesConfigPath, s.nodesData, s.hostsPath, hostsData)
 	if err != nil {
 		return nil, err
 	}
@@ -151,16 +182,33 @@ func (s *simServer) loadNodes() ([]imex.Node, error) {
 	return nodes, nil
 }
 
-// reload re-reads the node list and reconciles the peer connections. A bad configuration
-// keeps the previous node list and is returned.
+// reload is what SIGUSR1 does to the real daemon. During the start-up phase it kills the run
+// (ErrKilledBySignal, also returned). Within reloadInterval of the last honoured reload it is
+// ignored: it changes nothing, is counted and returns nil. Otherwise it re-reads the hosts
+// file, resolves the names of the node list read at start again and reconciles the peer
+// connections; a hosts file the parser refuses keeps the previous resolution and is returned.
 func (s *simServer) reload() error {
 	if isClosed(s.done) {
 		return imex.ErrNotRunning
 	}
-	nodes, err := s.loadNodes()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.started {
+		s.log.Info("Reload during the start-up phase, before the SIGUSR1 handler was installed: killed")
+		s.end(ErrKilledBySignal)
+		return fmt.Errorf("reloading simulated IMEX: %w", ErrKilledBySignal)
+	}
+	now := s.now()
+	if s.reloads > 0 && now.Sub(s.lastReload) < s.reloadInterval {
+		s.ignoredReloads++
+		s.log.V(1).Info("Ignored reload: too soon after the last honoured one", "interval", s.reloadInterval.String(),
+			"sinceLast", now.Sub(s.lastReload).String(), "ignoredReloads", s.ignoredReloads)
+		return nil
+	}
 	s.reloads++
+	s.lastReload = now
+	// Read under mu: reloads apply in the order they were honoured.
+	nodes, err := s.resolveNodes()
 	if err != nil {
 		s.lastReloadErr = err.Error()
 		return fmt.Errorf("reloading simulated IMEX: %w", err)
@@ -168,7 +216,7 @@ func (s *simServer) reload() error {
 	s.lastReloadErr = ""
 	s.nodes = nodes
 	s.applyNodesLocked()
-	s.log.V(1).Info("Reloaded node list", "nodes", len(nodes), "peers", len(s.links))
+	s.log.V(1).Info("Reloaded: resolved the node list's names again", "nodes", len(nodes), "peers", len(s.links))
 	return nil
 }
 
@@ -213,14 +261,39 @@ func (s *simServer) applyNodesLocked() {
 	}
 }
 
-// lifecycle waits for stop or crash and tears everything down.
+// lifecycle runs the start-up phase, then waits for the end of the run and tears everything
+// down.
 func (s *simServer) lifecycle() {
-	var result error
+	timer := time.NewTimer(s.startupPhase)
 	select {
-	case <-s.stopCh:
-	case <-s.crashCh:
-		result = ErrCrashed
+	case <-timer.C:
+		s.finishStartup()
+	case <-s.endCh:
+		timer.Stop()
 	}
+	<-s.endCh
+	s.teardown(s.endReason) // set before endCh was closed
+}
+
+// finishStartup ends the start-up phase: the daemon installs its SIGUSR1 handler, then answers
+// and dials its peers.
+func (s *simServer) finishStartup() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if isClosed(s.endCh) {
+		return // killed or stopped meanwhile
+	}
+	// Under mu: a reload that the handler lets through waits for started.
+	if s.beforeStarted != nil {
+		s.beforeStarted()
+	}
+	s.started = true
+	s.applyNodesLocked()
+	s.log.Info("Simulated IMEX started", "address", s.peerLn.Addr().String(), "peers", len(s.links))
+}
+
+// teardown ends everything the run started and closes done with result.
+func (s *simServer) teardown(result error) {
 	s.mu.Lock()
 	s.cancel() // under mu, so applyNodesLocked starts no link after this
 	s.mu.Unlock()
@@ -231,7 +304,7 @@ func (s *simServer) lifecycle() {
 	s.wg.Wait()
 	s.result = result
 	if result != nil {
-		s.log.Info("Simulated IMEX crashed", "address", s.peerLn.Addr().String())
+		s.log.Info("Simulated IMEX ended abruptly", "address", s.peerLn.Addr().String(), "reason", result.Error())
 	} else {
 		s.log.Info("Simulated IMEX stopped", "address", s.peerLn.Addr().String())
 	}
@@ -239,9 +312,24 @@ func (s *simServer) lifecycle() {
 }
 
 // stop asks for a clean shutdown; crash for an abrupt one. Both return at once; done closes
-// when everything has ended.
-func (s *simServer) stop()  { s.stopOnce.Do(func() { close(s.stopCh) }) }
-func (s *simServer) crash() { s.crashOnce.Do(func() { close(s.crashCh) }) }
+// when everything has ended. The first of stop, crash and end decides how the run ends.
+func (s *simServer) stop()  { s.end(nil) }
+func (s *simServer) crash() { s.end(ErrCrashed) }
+
+// end ends the run with reason (nil: a clean stop). The caller may hold mu.
+func (s *simServer) end(reason error) {
+	s.endOnce.Do(func() {
+		s.endReason = reason // read by lifecycle only after endCh is closed
+		close(s.endCh)
+	})
+}
+
+// isStarted reports whether the start-up phase is over.
+func (s *simServer) isStarted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
 
 // acceptLoop serves ln until it is closed.
 func (s *simServer) acceptLoop(ln net.Listener, handle func(net.Conn)) {
@@ -265,8 +353,12 @@ func (s *simServer) acceptLoop(ln net.Listener, handle func(net.Conn)) {
 	}
 }
 
-// servePeer runs the listening side of the peer protocol.
+// servePeer runs the listening side of the peer protocol; during the start-up phase it closes
+// the connection without an answer.
 func (s *simServer) servePeer(conn net.Conn) {
+	if !s.isStarted() {
+		return
+	}
 	_ = conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	line, err := readLine(conn)
 	if err != nil {
@@ -367,6 +459,7 @@ func (s *simServer) status() Status {
 		Connected:       []string{},
 		Inbound:         []string{},
 		Reloads:         s.reloads,
+		IgnoredReloads:  s.ignoredReloads,
 		LastReloadError: s.lastReloadErr,
 	}
 	for _, n := range s.nodes {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,10 +18,14 @@ import (
 	"cdplane/internal/imex"
 )
 
-// startSim starts an in-process simulated IMEX for n and stops it when the test ends.
-func startSim(t *testing.T, n *testNode) (*Sim, <-chan error) {
+// startSim starts an in-process simulated IMEX for n, after applying opts to it, and stops it
+// when the test ends.
+func startSim(t *testing.T, n *testNode, opts ...func(*Sim)) (*Sim, <-chan error) {
 	t.Helper()
 	sim := New(n.options(t))
+	for _, o := range opts {
+		o(sim)
+	}
 	exited, err := sim.Start(withTimeout(t))
 	if err != nil {
 		t.Fatalf("starting simulated IMEX on %s: %v", n.ip, err)
@@ -141,7 +146,9 @@ func TestSimClique(t *testing.T) {
 	checkListenersGone(t, nodes...)
 }
 
-// TestSimReloadKeepsRunningOnBadConfig checks that a refused reload keeps the previous peers.
+// TestSimReloadKeepsRunningOnBadConfig checks that a reload that finds a hosts file the parser
+// refuses keeps the previous peers. (A bad nodes.cfg cannot fail a reload: a reload does not
+// read it.)
 func TestSimReloadKeepsRunningOnBadConfig(t *testing.T) {
 	t.Parallel()
 	nodes := newTestNodes(t, true, "127.0.0.14", "127.0.0.15")
@@ -152,12 +159,13 @@ func TestSimReloadKeepsRunningOnBadConfig(t *testing.T) {
 	startSim(t, nodes[1])
 	eventually(t, "the pair to connect", nodes[0].connectedTo("127.0.0.15"))
 
-	if err := os.WriteFile(nodes[0].settings.NodesConfigPath, []byte("compute-domain-daemon-0000\nbad line\n"), 0o644); err != nil {
+	hosts := "127.0.0.14\tcompute-domain-daemon-0000\n127.0.0.1234\tcompute-domain-daemon-0001\n"
+	if err := os.WriteFile(nodes[0].settings.HostsPath, []byte(hosts), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	err := sim.Reload()
-	checkConfigErr(t, err, &imex.ConfigError{File: nodes[0].settings.NodesConfigPath, Line: 2, Text: "bad line",
-		Reason: "expected one address or name"})
+	checkConfigErr(t, err, &imex.ConfigError{File: nodes[0].settings.HostsPath, Line: 2,
+		Text: "127.0.0.1234\tcompute-domain-daemon-0001", Reason: "invalid IP address"})
 	st, err := nodes[0].status()
 	if err != nil {
 		t.Fatal(err)
@@ -291,4 +299,180 @@ func unresolvedFrom(from int) []string {
 		out = append(out, imex.DNSName(i))
 	}
 	return out
+}
+
+// TestSimReloadResolvesNamesOnly checks that a reload re-reads the hosts file, resolving the
+// names of the node list read at start again, and does not re-read nodes.cfg: a changed
+// nodes.cfg takes effect on the next start only, as with the real IMEX.
+func TestSimReloadResolvesNamesOnly(t *testing.T) {
+	t.Parallel()
+	nodes := newTestNodes(t, true, "127.0.0.63", "127.0.0.64")
+	n63, n64 := nodes[0], nodes[1]
+	for _, n := range nodes {
+		n.write(t, peersOf(nodes...))
+	}
+	noInterval := func(s *Sim) { s.reloadInterval = 0 } // every reload honoured
+	sim63, exited63 := startSim(t, n63, noInterval)
+	startSim(t, n64)
+	eventually(t, "the pair to connect", allOf(n63.connectedTo("127.0.0.64"), n64.connectedTo("127.0.0.63")))
+
+	// A changed hosts file is picked up: 127.0.0.64's name is no longer mapped.
+	if got := n63.write(t, peersOf(n63)); got != (imex.Changes{Hosts: true}) {
+		t.Fatalf("dropping 127.0.0.64: changes %+v, want the hosts file only", got)
+	}
+	if err := sim63.Reload(); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	n63.checkReloads(t, "after the hosts file dropped 127.0.0.64", 1, 0)
+	eventually(t, "the reload to drop 127.0.0.64", allOf(n63.connectedTo(), n64.connectedTo()))
+	n63.write(t, peersOf(nodes...))
+	if err := sim63.Reload(); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	n63.checkReloads(t, "after the hosts file mapped 127.0.0.64 again", 2, 0, "127.0.0.64")
+	eventually(t, "the reload to reconnect 127.0.0.64", allOf(n63.connectedTo("127.0.0.64"), n64.connectedTo("127.0.0.63")))
+
+	// A changed nodes.cfg is not: the reload resolves the node list read at start.
+	if err := os.WriteFile(n63.settings.NodesConfigPath, []byte(imex.DNSName(0)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim63.Reload(); err != nil {
+		t.Fatalf("Reload after nodes.cfg changed: %v", err)
+	}
+	n63.checkReloads(t, "after nodes.cfg dropped 127.0.0.64's name and a reload", 3, 0, "127.0.0.64")
+	if st := n63.mustStatus(t); !slices.Contains(st.Connected, "127.0.0.64") {
+		t.Errorf("after nodes.cfg changed and a reload: connected to %v, want 127.0.0.64 kept", st.Connected)
+	}
+
+	// A restart reads it.
+	ctx := withTimeout(t)
+	if err := sim63.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := receive(t, "the stopped run to end", exited63); err != nil {
+		t.Fatalf("stopped run ended with %v, want nil", err)
+	}
+	if _, err := sim63.Start(ctx); err != nil {
+		t.Fatalf("restarting: %v", err)
+	}
+	eventually(t, "the restarted node to list itself only", allOf(
+		func() (bool, string) {
+			st, err := n63.status()
+			return err == nil && len(st.Peers) == 0 && len(st.Unresolved) == 0,
+				fmt.Sprintf("peers %v, unresolved %d names, err %v", st.Peers, len(st.Unresolved), err)
+		},
+		n63.connectedTo(),
+		n64.connectedTo(),
+	))
+}
+
+// TestSimReloadInterval checks that a reload within DefaultReloadInterval of the last honoured
+// one is ignored (it changes nothing, returns nil and is counted) and that one at the interval
+// is honoured, as the real IMEX honours SIGUSR1 at most once every 5 seconds.
+func TestSimReloadInterval(t *testing.T) {
+	t.Parallel()
+	nodes := newTestNodes(t, true, "127.0.0.65", "127.0.0.67")
+	n65, n67 := nodes[0], nodes[1]
+	for _, n := range nodes {
+		n.write(t, peersOf(nodes...))
+	}
+	clock := newTestClock()
+	sim65, _ := startSim(t, n65, func(s *Sim) { s.now = clock.Now })
+	startSim(t, n67)
+	eventually(t, "the pair to connect", allOf(n65.connectedTo("127.0.0.67"), n67.connectedTo("127.0.0.65")))
+
+	// The first reload is honoured.
+	n65.write(t, peersOf(n65))
+	if err := sim65.Reload(); err != nil {
+		t.Fatalf("first Reload: %v", err)
+	}
+	n65.checkReloads(t, "after the first reload", 1, 0)
+	eventually(t, "the first reload to drop 127.0.0.67", allOf(n65.connectedTo(), n67.connectedTo()))
+
+	// Within the interval: ignored, twice; the ignored ones do not move the interval.
+	n65.write(t, peersOf(nodes...))
+	for i := range 2 {
+		clock.Advance(DefaultReloadInterval/2 - time.Millisecond)
+		if err := sim65.Reload(); err != nil {
+			t.Fatalf("Reload within the interval: %v, want nil (ignored)", err)
+		}
+		n65.checkReloads(t, "after a reload within the interval", 1, i+1)
+	}
+	if st := n65.mustStatus(t); len(st.Connected) != 0 {
+		t.Errorf("after the ignored reloads: connected to %v, want nobody (nothing changed)", st.Connected)
+	}
+
+	// At the interval since the honoured one: honoured.
+	clock.Advance(2 * time.Millisecond)
+	if err := sim65.Reload(); err != nil {
+		t.Fatalf("Reload at the interval: %v", err)
+	}
+	n65.checkReloads(t, "after a reload at the interval", 2, 2, "127.0.0.67")
+	eventually(t, "the honoured reload to reconnect 127.0.0.67", allOf(
+		n65.connectedTo("127.0.0.67"), n67.connectedTo("127.0.0.65")))
+}
+
+// TestSimStartupPhase checks the start-up phase: the daemon answers nothing and connects to
+// nobody, Stop ends it cleanly, and a reload kills the run with ErrKilledBySignal, as SIGUSR1
+// kills the real IMEX before it installed its handler. Once the phase is over it connects and a
+// reload is honoured.
+func TestSimStartupPhase(t *testing.T) {
+	t.Parallel()
+	nodes := newTestNodes(t, false, "127.0.0.61", "127.0.0.62")
+	n61, n62 := nodes[0], nodes[1]
+	for _, n := range nodes {
+		n.write(t, peersOf(nodes...))
+	}
+	longStartup := func(s *Sim) { s.startupPhase = time.Hour }
+	sim61, exited61 := startSim(t, n61, longStartup)
+	sim62, _ := startSim(t, n62)
+	readyWithin(t, "127.0.0.62", sim62)
+	ctx := withTimeout(t)
+
+	// Starting up: no answer, no connection.
+	if err := sim61.Ready(ctx); err == nil {
+		t.Errorf("Ready during the start-up phase passed")
+	}
+	if st, err := n61.status(); err == nil {
+		t.Errorf("status during the start-up phase answered %+v", st)
+	}
+	if st := n62.mustStatus(t); len(st.Connected)+len(st.Inbound) != 0 {
+		t.Errorf("127.0.0.62 while 127.0.0.61 starts up: connected %v, inbound %v; want none", st.Connected, st.Inbound)
+	}
+
+	// Stop during the start-up phase is clean.
+	if err := sim61.Stop(ctx); err != nil {
+		t.Fatalf("Stop during the start-up phase: %v", err)
+	}
+	if err := receive(t, "the stopped run to end", exited61); err != nil {
+		t.Fatalf("run stopped during its start-up phase ended with %v, want nil", err)
+	}
+
+	// A reload during the start-up phase kills the run.
+	exited61, err := sim61.Start(ctx)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := sim61.Reload(); !errors.Is(err, ErrKilledBySignal) {
+		t.Fatalf("Reload during the start-up phase: %v, want ErrKilledBySignal", err)
+	}
+	if err := receive(t, "the killed run to end", exited61); !errors.Is(err, ErrKilledBySignal) {
+		t.Fatalf("run reloaded during its start-up phase ended with %v, want ErrKilledBySignal", err)
+	}
+	if err := sim61.Reload(); !errors.Is(err, imex.ErrNotRunning) {
+		t.Errorf("Reload after the kill: %v, want imex.ErrNotRunning", err)
+	}
+	checkListenersGone(t, n61)
+
+	// After the start-up phase it connects, and a reload is honoured.
+	sim61.startupPhase = DefaultStartupPhase
+	if _, err := sim61.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	readyWithin(t, "127.0.0.61", sim61)
+	eventually(t, "the pair to connect", allOf(n61.connectedTo("127.0.0.62"), n62.connectedTo("127.0.0.61")))
+	if err := sim61.Reload(); err != nil {
+		t.Fatalf("Reload after the start-up phase: %v", err)
+	}
+	n61.checkReloads(t, "after a reload once ready", 1, 0, "127.0.0.62")
 }

@@ -192,12 +192,17 @@ func TestHostIMEX(t *testing.T) {
 		}
 	}
 
-	ctx := withTimeout(t)
 	for _, self := range []netip.Addr{a, b} {
 		socket := filepath.Join(dirs[self], HostIMEXSocketPath)
-		if err := imexsim.ReadyUnix(ctx, socket); err != nil {
-			t.Errorf("readiness query on %s: %v", socket, err)
-		}
+		// IMEX answers nothing during its start-up checks, as the real one.
+		eventually(t, "the host IMEX of "+self.String()+" to answer READY", func() (bool, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := imexsim.ReadyUnix(ctx, socket); err != nil {
+				return false, err.Error()
+			}
+			return true, ""
+		})
 		// What the kubelet plugin runs: the driver root's nvidia-imex-ctl -q --u=SOCKET.
 		var stdout, stderr bytes.Buffer
 		if code := imexsim.Main([]string{"-q", "--u=" + socket}, &stdout, &stderr); code != 0 || stdout.String() != "READY\n" {
@@ -226,6 +231,7 @@ func TestHostIMEX(t *testing.T) {
 		return okA && okB, seenA + "; " + seenB
 	})
 
+	ctx := withTimeout(t)
 	socket := filepath.Join(dir, HostIMEXSocketPath)
 	for range 2 {
 		if err := stops[a](ctx); err != nil {
@@ -235,7 +241,7 @@ func TestHostIMEX(t *testing.T) {
 	if fi, err := os.Lstat(socket); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("%s after stop: %v, %v; want it removed", socket, fi, err)
 	}
-	if err := imexsim.ReadyUnix(ctx, socket); err == nil || !strings.Contains(err.Error(), socket) {
+	if err := imexsim.ReadyUnix(withTimeout(t), socket); err == nil || !strings.Contains(err.Error(), socket) {
 		t.Errorf("readiness query after stop: %v, want an error naming %s", err, socket)
 	}
 	eventually(t, "the other node to lose the stopped one", connected(b))
@@ -246,7 +252,7 @@ func TestHostIMEX(t *testing.T) {
 	}
 	if stop, err := runHostIMEX(dir, testLogger(t)); err == nil || !strings.Contains(err.Error(), nodesPath) {
 		if stop != nil {
-			_ = stop(ctx)
+			_ = stop(withTimeout(t))
 		}
 		t.Errorf("restart without the node list: %v, want an error naming %s", err, nodesPath)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -100,6 +101,10 @@ type Options struct {
 	// HostIMEXSocketPath is the host IMEX command socket, below the driver root, that
 	// nvidia-imex-ctl queries in hostManaged mode; default DefaultHostIMEXSocketPath.
 	HostIMEXSocketPath string
+	// PodName and PodUID name the plugin's own pod, which the events about the node are
+	// regarding (see nodeEvents); empty: no events.
+	PodName string
+	PodUID  types.UID
 }
 
 func (o *Options) defaults() error {
@@ -165,6 +170,10 @@ type Driver struct {
 	clique *cliqueTracker
 	label  nodeLabeler
 	helper *draplugin.Helper
+	events *nodeEvents
+	// nvmlSeen is what the last publish saw of NVML (nil before the first), so that an event
+	// is posted when it changes, not on every publish.
+	nvmlSeen *bool
 
 	// opMu serializes prepares and unprepares, except while a channel prepare waits for its
 	// daemon: the kubelet calls concurrently (the helper's serialization is off), so that the
@@ -223,6 +232,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the API clientset: %w", err)
 	}
+	d.events = newNodeEvents(kube, scheme, opts.DriverNamespace, opts.PodName, opts.PodUID, opts.NodeName)
 	if d.cp, err = openCheckpoint(opts.StateDir); err != nil {
 		return nil, err
 	}
@@ -268,6 +278,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if err := d.publish(ctx, d.clique.nvmlAvailable(), cliqueErr); err != nil {
 		return nil, err
 	}
+	d.checkDriverRoot(ctx)
 	d.clique.mu.Lock()
 	d.clique.onNVML = func(available bool, err error) {
 		if err := d.publish(ctx, available, err); err != nil {
@@ -333,12 +344,23 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 func (d *Driver) publish(ctx context.Context, nvmlAvailable bool, discoveryErr error) error {
 	res := NodeResources(d.opts.NodeName, d.opts.NumChannels, d.opts.ControlPlaneID, d.opts.IMEXMode == features.IMEXDriverManaged)
 	logger := klog.FromContext(ctx)
+	changed := d.nvmlSeen == nil || *d.nvmlSeen != nvmlAvailable
+	wasDown := d.nvmlSeen != nil && !*d.nvmlSeen
+	d.nvmlSeen = &nvmlAvailable
 	if !nvmlAvailable {
 		res = resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 		logger.Info("NVML cannot be loaded on this node: publishing no devices, so no ComputeDomain workload is scheduled here",
 			"node", d.opts.NodeName, "err", fmt.Sprint(discoveryErr))
+		if changed {
+			d.events.post(ctx, corev1.EventTypeWarning, ReasonNVMLUnavailable, "PublishDevices",
+				"NVML cannot be loaded on node %s, so it offers no ComputeDomain devices: %v", d.opts.NodeName, discoveryErr)
+		}
 	} else {
 		logger.V(1).Info("Publishing the node's devices", "node", d.opts.NodeName, "channels", d.opts.NumChannels)
+		if changed && wasDown {
+			d.events.post(ctx, corev1.EventTypeNormal, ReasonNVMLAvailable, "PublishDevices",
+				"NVML loads on node %s again: its ComputeDomain devices are published", d.opts.NodeName)
+		}
 	}
 	if err := d.helper.PublishResources(ctx, res); err != nil {
 		return fmt.Errorf("publishing ResourceSlices: %w", err)
@@ -365,6 +387,28 @@ func (d *Driver) Stop() {
 	d.helper.Stop()
 	d.cancel(errStopped)
 	d.wg.Wait()
+	d.events.shutdown()
+}
+
+// checkDriverRoot looks, at start, for what daemon containers will need from the driver root,
+// so that a node where every daemon claim would fail says so before the first one does: in its
+// log and in an event. Nothing to check in host-managed mode (the readiness probe checks the
+// host IMEX) or without a driver root.
+func (d *Driver) checkDriverRoot(ctx context.Context) {
+	if d.opts.IMEXMode != features.IMEXDriverManaged || d.opts.NvidiaDriverRoot == "" || !d.clique.nvmlAvailable() {
+		return
+	}
+	f, err := d.driverRoot().locate()
+	reason := ReasonDriverRootIncomplete
+	if err == nil {
+		kernel, _ := d.opts.ReadHostFile(DriverVersionFile)
+		err, reason = d.driverRoot().checkVersion(f, kernel), ReasonDriverRootMismatch
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Daemon claims on this node will fail until the driver root is fixed")
+		d.events.post(ctx, corev1.EventTypeWarning, reason, "CheckDriverRoot",
+			"daemon claims on node %s will fail: %v", d.opts.NodeName, err)
+	}
 }
 
 // Done is closed when the plugin stops, by Stop, its context, or a fatal error.

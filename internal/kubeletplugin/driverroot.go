@@ -104,3 +104,75 @@ func (r driverRoot) edits(f driverFiles, env *daemonenv.Claim) []*cdispec.Mount 
 	add(f.NVML, ContainerNVMLLibrary, &env.NVMLLibrary)
 	return mounts
 }
+
+// DriverVersionFile is the loaded kernel driver's version file, read through the host's
+// ReadHostFile.
+const DriverVersionFile = "/proc/driver/nvidia/version"
+
+// KernelDriverVersion returns the version of the loaded kernel module from DriverVersionFile's
+// content ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.133.20  …", or "… Open Kernel
+// Module for aarch64  570.133.20  Release Build …"): the first field of the NVRM line that is
+// a dotted version.
+func KernelDriverVersion(data []byte) (string, bool) {
+	for line := range strings.SplitSeq(string(data), "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "NVRM version:")
+		if !ok {
+			continue
+		}
+		for f := range strings.FieldsSeq(rest) {
+			if isDottedVersion(f) {
+				return f, true
+			}
+		}
+	}
+	return "", false
+}
+
+// isDottedVersion reports whether s is digits separated by single dots, with at least one dot.
+func isDottedVersion(s string) bool {
+	parts := strings.Split(s, ".")
+	if len(parts) < 2 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// nvmlVersion returns the driver version the root's NVML library belongs to: the driver
+// installs libnvidia-ml.so.1 as a link to libnvidia-ml.so.<version>.
+func (r driverRoot) nvmlVersion(rel string) (string, bool) {
+	if rel == "" {
+		return "", false
+	}
+	target, err := filepath.EvalSymlinks(filepath.Join(r.Container, rel))
+	if err != nil {
+		return "", false
+	}
+	v, ok := strings.CutPrefix(filepath.Base(target), "libnvidia-ml.so.")
+	if !ok || !isDottedVersion(v) {
+		return "", false
+	}
+	return v, true
+}
+
+// checkVersion refuses a driver root whose driver is not the loaded one: its nvidia-imex would
+// not match the kernel driver (IMEX checks the loaded driver at start and aborts on a mismatch),
+// typically a driver root left from a previous driver or pointing at the wrong installation. It
+// compares the root's NVML library version with the kernel module's; when either cannot be
+// read (no version file, an unversioned library) there is nothing to compare.
+func (r driverRoot) checkVersion(f driverFiles, kernelVersionFile []byte) error {
+	kernel, ok := KernelDriverVersion(kernelVersionFile)
+	if !ok {
+		return nil
+	}
+	root, ok := r.nvmlVersion(f.NVML)
+	if !ok || root == kernel {
+		return nil
+	}
+	return fmt.Errorf("NVIDIA driver root %s holds driver %s (%s), but the loaded kernel driver is %s (%s): its nvidia-imex would not match the kernel driver; point nvidiaDriverRoot at the loaded driver's root",
+		r.Host, root, path.Join(r.Host, f.NVML), kernel, DriverVersionFile)
+}

@@ -155,3 +155,51 @@ func TestPrepareDaemonWithoutDriver(t *testing.T) {
 		}
 	}
 }
+
+func TestKernelDriverVersion(t *testing.T) {
+	for name, tc := range map[string]struct{ file, want string }{
+		"proprietary": {file: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.133.20  Fri Mar 14 03:09:53 UTC 2025\nGCC version:  gcc version 12.2.0\n", want: "570.133.20"},
+		"open":        {file: "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.65.06  Release Build  (dvs-builder@U16-I3-B03-4-3)\n", want: "580.65.06"},
+		"two fields":  {file: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  565.57  Sat Oct\n", want: "565.57"},
+		"no NVRM":     {file: "GCC version: 12.2.0\n"},
+		"empty":       {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, ok := KernelDriverVersion([]byte(tc.file))
+			if got != tc.want || ok != (tc.want != "") {
+				t.Errorf("KernelDriverVersion = %q, %v; want %q", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// The driver root must hold the loaded driver: its NVML library's version (the name the
+// driver's libnvidia-ml.so.1 links to) against the kernel module's.
+func TestDriverRootVersionCheck(t *testing.T) {
+	root := driverRootFixture(t, map[string]bool{"usr/bin/nvidia-imex": true, "usr/bin/nvidia-imex-ctl": true, "usr/lib64/libnvidia-ml.so.570.133.20": false})
+	if err := os.Symlink("libnvidia-ml.so.570.133.20", filepath.Join(root, "usr/lib64/libnvidia-ml.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	r := driverRoot{Host: "/host/driver", Container: root}
+	f, err := r.locate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernel := func(v string) []byte {
+		return []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  " + v + "  Fri Mar 14 03:09:53 UTC 2025\n")
+	}
+	if err := r.checkVersion(f, kernel("570.133.20")); err != nil {
+		t.Errorf("matching versions: %v", err)
+	}
+	err = r.checkVersion(f, kernel("575.51.03"))
+	want := "NVIDIA driver root /host/driver holds driver 570.133.20 (/host/driver/usr/lib64/libnvidia-ml.so.1), but the loaded kernel driver is 575.51.03 (/proc/driver/nvidia/version)"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("mismatch: %v, want an error containing %q", err, want)
+	}
+	if err := r.checkVersion(f, nil); err != nil {
+		t.Errorf("no kernel version file: %v, want nothing to compare", err)
+	}
+	if err := r.checkVersion(driverFiles{IMEX: f.IMEX, IMEXCtl: f.IMEXCtl}, kernel("575.51.03")); err != nil {
+		t.Errorf("no NVML library: %v, want nothing to compare", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -45,6 +46,7 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 	o := &CommandOptions{
 		Options: Options{
 			NodeName: inv.Getenv("NODE_NAME"), DriverNamespace: inv.Getenv("POD_NAMESPACE"),
+			PodName: inv.Getenv("POD_NAME"), PodUID: types.UID(inv.Getenv("POD_UID")),
 			RegistrarDir: DefaultRegistrarDir, PluginDataDir: DefaultPluginDataDir, CDIRoot: DefaultCDIRoot,
 			DeviceRoot: DefaultDeviceRoot, StateDir: DefaultPluginDataDir, ProcDevices: DefaultProcDevices,
 			IMEXMgmtCapability: DefaultIMEXMgmtCapability, NumChannels: MaxChannels,

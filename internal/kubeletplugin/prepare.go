@@ -74,6 +74,10 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 		if drv, err = d.driverRoot().locate(); err != nil {
 			return nil, err
 		}
+		kernel, _ := d.opts.ReadHostFile(DriverVersionFile) // no file: nothing to compare
+		if err := d.driverRoot().checkVersion(drv, kernel); err != nil {
+			return nil, err
+		}
 	}
 	entry := ClaimEntry{State: PrepareStarted, Namespace: claim.Namespace, Name: claim.Name, Kind: string(plan.Kind), DomainID: plan.DomainID}
 	if err := d.cp.put(claim.UID, entry); err != nil {

@@ -80,7 +80,10 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 		root := driverRoot(t, "usr/bin/nvidia-imex")
 		n.startWith(4, testr.NewWithOptions(t, testr.Options{Verbosity: 1}), func(o *kubeletplugin.Options) {
 			o.NvidiaDriverRoot, o.ContainerDriverRoot = hostRoot, root
+			o.PodName = "plugin-" + n.name
 		})
+		// Said at start, before any claim fails.
+		waitNodeEvent(e, n, kubeletplugin.ReasonDriverRootIncomplete, "daemon claims on node "+n.name+" will fail: NVIDIA driver root "+hostRoot)
 		cd := e.createCD(e.ns, "daemon")
 		claim := e.allocatedClaim(e.driverNS, "daemon", n, kubeletplugin.DaemonDeviceName, rawJSON(t, cdv1beta1.NewDaemonConfig(string(cd.UID))), nil)
 		got, _ := n.prepare(claim)
@@ -99,4 +102,38 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 			t.Errorf("domain config directory: %v, want none", err)
 		}
 	})
+	t.Run("another driver than the loaded one", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		n := e.addNode(13)
+		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib64/libnvidia-ml.so.570.133.20")
+		must(t, os.Symlink("libnvidia-ml.so.570.133.20", filepath.Join(root, "usr/lib64/libnvidia-ml.so.1")))
+		versionFile := n.path("proc", "driver", "nvidia", "version")
+		must(t, os.MkdirAll(filepath.Dir(versionFile), 0o755))
+		must(t, os.WriteFile(versionFile, []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  575.51.03  Fri May 30 2025\n"), 0o644))
+		n.startWith(4, testr.NewWithOptions(t, testr.Options{Verbosity: 1}), func(o *kubeletplugin.Options) {
+			o.NvidiaDriverRoot, o.ContainerDriverRoot = hostRoot, root
+			o.PodName = "plugin-" + n.name
+		})
+		waitNodeEvent(e, n, kubeletplugin.ReasonDriverRootMismatch, "holds driver 570.133.20")
+		cd := e.createCD(e.ns, "daemon")
+		claim := e.allocatedClaim(e.driverNS, "daemon", n, kubeletplugin.DaemonDeviceName, rawJSON(t, cdv1beta1.NewDaemonConfig(string(cd.UID))), nil)
+		got, _ := n.prepare(claim)
+		if want := "holds driver 570.133.20 (" + hostRoot + "/usr/lib64/libnvidia-ml.so.1), but the loaded kernel driver is 575.51.03"; !strings.Contains(got.Error, want) {
+			t.Errorf("prepare error %q lacks %q", got.Error, want)
+		}
+		if _, ok := n.cdiSpec(claim.UID); ok {
+			t.Error("a CDI spec was written")
+		}
+		if e, ok := n.checkpoint().Claims[claim.UID]; ok {
+			t.Errorf("checkpoint entry %+v written", e)
+		}
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -3,12 +3,16 @@ package kubeletplugin
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	eventsv1 "k8s.io/api/events/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin"
@@ -41,6 +45,7 @@ func TestNodeWithoutNVMLPublishesNoDevices(t *testing.T) {
 	n.startWith(8, testr.NewWithOptions(t, testr.Options{Verbosity: 1}), func(o *kubeletplugin.Options) {
 		o.Discoverer = disc
 		o.CliqueRefreshPeriod = 100 * time.Millisecond
+		o.PodName, o.PodUID = "plugin-"+n.name, "plugin-uid-"+types.UID(n.name)
 	})
 	devices := func() (int, error) {
 		list := &resourcev1.ResourceSliceList{}
@@ -71,14 +76,37 @@ func TestNodeWithoutNVMLPublishesNoDevices(t *testing.T) {
 	default:
 	}
 
+	waitNodeEvent(e, n, kubeletplugin.ReasonNVMLUnavailable, "NVML cannot be loaded on node "+n.name)
+
 	disc.down.Store(false)
 	e.eventually(time.Minute, "the node's devices published once NVML loads", func() (bool, error) {
 		got, err := devices()
 		return got == 9, err // 8 channels and the daemon device
 	})
+	waitNodeEvent(e, n, kubeletplugin.ReasonNVMLAvailable, "NVML loads on node "+n.name+" again")
 	disc.down.Store(true)
 	e.eventually(time.Minute, "the node's devices withdrawn when NVML goes away", func() (bool, error) {
 		got, err := devices()
 		return got == 0, err
+	})
+}
+
+// waitNodeEvent waits for an event about node n with this reason: regarding its plugin's pod
+// (PodName "plugin-<node>"), in the driver namespace, the node as the related object, its note
+// containing note.
+func waitNodeEvent(e *env, n *node, reason, note string) {
+	e.t.Helper()
+	e.eventually(time.Minute, "event "+reason+" about node "+n.name, func() (bool, error) {
+		list := &eventsv1.EventList{}
+		if err := e.c.List(e.ctx(), list, client.InNamespace(e.driverNS)); err != nil {
+			return false, err
+		}
+		for _, ev := range list.Items {
+			if ev.Reason == reason && ev.Regarding.Kind == "Pod" && ev.Regarding.Name == "plugin-"+n.name &&
+				ev.Related != nil && ev.Related.Kind == "Node" && ev.Related.Name == n.name && strings.Contains(ev.Note, note) {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d events in %s, none matching", len(list.Items), e.driverNS)
 	})
 }

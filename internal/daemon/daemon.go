@@ -201,7 +201,10 @@ func (s *supervisor) sync(ctx context.Context) error {
 		s.reloadPending = true
 	case imex.ActionRestart:
 		s.log.Info("IMEX configuration changed; restarting IMEX", "peers", len(peers))
-		if err := s.deps.IMEX.Stop(ctx); err != nil {
+		stopCtx, cancel := context.WithTimeout(ctx, restartStopTimeout)
+		err := s.deps.IMEX.Stop(stopCtx)
+		cancel()
+		if err != nil {
 			return err
 		}
 		s.running, s.exited = false, nil
@@ -234,6 +237,10 @@ func (s *supervisor) sync(ctx context.Context) error {
 	}
 	return nil
 }
+
+// restartStopTimeout bounds the stop of a restart: an IMEX that ignores SIGTERM that long is
+// killed.
+const restartStopTimeout = 30 * time.Second
 
 // reloadRecheck is how often a held-back reload looks again whether IMEX is Ready.
 const reloadRecheck = time.Second
@@ -295,10 +302,11 @@ func (s *supervisor) stop() error {
 	if !s.running {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
-	defer cancel()
+	// No deadline: IMEX gets the pod's whole grace period to exit cleanly (an unsafe
+	// termination makes its next start wait for recovery quorum); the kubelet's kill at the
+	// end of it ends IMEX too (it dies with the daemon).
 	s.log.Info("Stopping IMEX")
-	if err := s.deps.IMEX.Stop(ctx); err != nil {
+	if err := s.deps.IMEX.Stop(context.Background()); err != nil {
 		return fmt.Errorf("stopping IMEX: %w", err)
 	}
 	return nil

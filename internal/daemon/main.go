@@ -163,6 +163,9 @@ func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) 
 	io := imex.Options{
 		ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath, Log: log, Stdout: inv.Stdout, Stderr: inv.Stderr,
 		Binary: o.IMEXBinary, CtlBinary: o.IMEXCtlBinary,
+		// No grace timer of its own: a restart bounds the stop with its context, and the
+		// pod's termination leaves the kill to the pod's grace period.
+		StopGrace: -1,
 	}
 	var x imex.Interface
 	if host.NewIMEX != nil {

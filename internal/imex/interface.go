@@ -69,7 +69,9 @@ type Options struct {
 	CtlBinary string
 	// Env is added to the environment of the processes started.
 	Env []string
-	// StopGrace is how long Stop waits after SIGTERM; zero means DefaultStopGrace.
+	// StopGrace is how long Stop waits after SIGTERM; zero means DefaultStopGrace, negative
+	// that Stop waits until its context ends (the caller's deadline, or none: a daemon stopping
+	// with its pod leaves the kill to the pod's grace period).
 	StopGrace time.Duration
 	// Stdout and Stderr receive the process's output; nil discards it (the end of stderr is
 	// kept for ExitError either way).
@@ -78,8 +80,10 @@ type Options struct {
 	Log logr.Logger
 }
 
+// stopGrace is how long Stop waits after SIGTERM before it kills; not positive: no limit of
+// its own (only Stop's context).
 func (o Options) stopGrace() time.Duration {
-	if o.StopGrace > 0 {
+	if o.StopGrace != 0 {
 		return o.StopGrace
 	}
 	return DefaultStopGrace

@@ -152,12 +152,16 @@ func (p *Process) Stop(ctx context.Context) error {
 		return fmt.Errorf("sending SIGTERM to %s: %w", p.binary, err)
 	}
 	grace := p.opts.stopGrace()
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
+	var expired <-chan time.Time
+	if grace > 0 {
+		timer := time.NewTimer(grace)
+		defer timer.Stop()
+		expired = timer.C
+	}
 	select {
 	case <-run.done:
 		return run.result
-	case <-timer.C:
+	case <-expired:
 	case <-ctx.Done():
 	}
 	if err := run.cmd.Process.Kill(); errors.Is(err, os.ErrProcessDone) {
@@ -165,6 +169,9 @@ func (p *Process) Stop(ctx context.Context) error {
 		return run.result
 	}
 	<-run.done
+	if grace <= 0 {
+		return fmt.Errorf("%s had not exited after SIGTERM when its stop ended and was killed: %w", p.binary, run.result)
+	}
 	return fmt.Errorf("%s did not exit within %s of SIGTERM and was killed: %w", p.binary, grace, run.result)
 }
 

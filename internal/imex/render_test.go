@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -342,5 +343,15 @@ func checkErr(t *testing.T, err error, want string) {
 		t.Fatalf("no error, want one containing %q", want)
 	case want != "" && !strings.Contains(err.Error(), want):
 		t.Fatalf("error %q does not contain %q", err, want)
+	}
+}
+
+// Stop's grace: the default when unset, none of its own when negative (the daemon's: the pod's
+// grace period ends a stop).
+func TestStopGrace(t *testing.T) {
+	for _, tc := range []struct{ set, want time.Duration }{{0, DefaultStopGrace}, {time.Second, time.Second}, {-1, -1}} {
+		if got := (Options{StopGrace: tc.set}).stopGrace(); got != tc.want {
+			t.Errorf("StopGrace %s: grace %s, want %s", tc.set, got, tc.want)
+		}
 	}
 }

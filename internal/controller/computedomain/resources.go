@@ -102,11 +102,11 @@ func (r *Reconciler) daemonClaimTemplate(cd *cdv1beta1.ComputeDomain) *resourcev
 func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 	uid := string(cd.UID)
 	selector := map[string]string{cdv1beta1.ComputeDomainLabel: uid}
-	probe := func(failures int32) *corev1.Probe {
+	probe := func(period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{r.opts.DaemonBinary, "check"}}},
-			PeriodSeconds:    1,
-			TimeoutSeconds:   5,
+			PeriodSeconds:    period,
+			TimeoutSeconds:   10,
 			FailureThreshold: failures,
 		}
 	}
@@ -133,8 +133,14 @@ func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 						Image:          r.opts.DaemonImage,
 						Command:        []string{r.opts.DaemonBinary, "run"},
 						Env:            env,
-						StartupProbe:   probe(600),
-						ReadinessProbe: probe(1),
+						// Probes as on real racks (see DaemonProbes in docs/controller-and-daemon.md):
+						// a 20-minute start-up window, which an IMEX restarted after an unsafe
+						// termination needs to reach recovery quorum; readiness every 10 s, Not
+						// Ready after 3 failures in a row, so that one slow answer does not churn
+						// the clique; a daemon whose IMEX stays unready 5 minutes is restarted.
+						StartupProbe:   probe(2, 600),
+						ReadinessProbe: probe(10, 3),
+						LivenessProbe:  probe(30, 10),
 						Resources:      corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: DaemonClaimName}}},
 					}},
 					ResourceClaims: []corev1.PodResourceClaim{{

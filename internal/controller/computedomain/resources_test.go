@@ -153,10 +153,10 @@ func (w daemonWant) daemonSet() *appsv1.DaemonSet {
 	if w.gates != "" {
 		env = append(env, corev1.EnvVar{Name: daemonenv.FeatureGates, Value: w.gates})
 	}
-	probe := func(failures int32) *corev1.Probe {
+	probe := func(period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{w.binary, "check"}}},
-			PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: failures,
+			PeriodSeconds: period, TimeoutSeconds: 10, FailureThreshold: failures,
 		}
 	}
 	ds := testutil.MakeDaemonSet("computedomain-daemon-"+testUID, testDriverNS).
@@ -166,7 +166,7 @@ func (w daemonWant) daemonSet() *appsv1.DaemonSet {
 		ServiceAccount(w.serviceAccount).PriorityClass(w.priorityClass).TerminationGracePeriod(30).
 		Containers(corev1.Container{
 			Name: "compute-domain-daemon", Image: w.image, Command: []string{w.binary, "run"}, Env: env,
-			StartupProbe: probe(600), ReadinessProbe: probe(1),
+			StartupProbe: probe(2, 600), ReadinessProbe: probe(10, 3), LivenessProbe: probe(30, 10),
 		}).
 		ClaimFromTemplate("compute-domain-daemon", "computedomain-daemon-"+testUID)
 	for k, v := range ownedBy(w.planeID) {

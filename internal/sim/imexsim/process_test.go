@@ -204,6 +204,47 @@ func TestProcessStopKillsAfterGrace(t *testing.T) {
 	}
 }
 
+// TestProcessStopWithoutGraceWaitsForTheContext: with a negative StopGrace (the daemon's, which
+// leaves the kill to its pod's grace period) a process ignoring SIGTERM is killed only once
+// Stop's context ends, not after DefaultStopGrace.
+func TestProcessStopWithoutGraceWaitsForTheContext(t *testing.T) {
+	t.Parallel()
+	out := &syncBuffer{}
+	p := imex.NewReal(imex.Options{
+		ConfigPath: "/unused",
+		Binary:     testBinary(t),
+		Env:        helperChildEnv("stubborn"),
+		StopGrace:  -1,
+		Stdout:     out,
+	})
+	exited := startProcess(t, p)
+	eventually(t, "the helper to ignore SIGTERM", func() (bool, string) {
+		return strings.Contains(out.String(), "ignoring SIGTERM"), out.String()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- p.Stop(ctx) }()
+	// Still waiting once a process left running has been seen a few times over.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for range 5 {
+		<-tick.C
+		select {
+		case err := <-stopped:
+			t.Fatalf("Stop returned %v before its context ended", err)
+		default:
+		}
+	}
+	cancel()
+	if err := receive(t, "Stop to return once its context ended", stopped); err == nil || !strings.Contains(err.Error(), "was killed") {
+		t.Fatalf("Stop: %v, want an error saying it was killed", err)
+	}
+	var exitErr *imex.ExitError
+	if err := receive(t, "the process to exit", exited); !errors.As(err, &exitErr) || exitErr.Signal != "killed" {
+		t.Errorf("killed process ended with %v, want an imex.ExitError for SIGKILL", err)
+	}
+}
+
 // TestProcessUnexpectedExit checks that an exit nobody asked for is reported, even with
 // status 0: the supervisor must restart IMEX.
 func TestProcessUnexpectedExit(t *testing.T) {

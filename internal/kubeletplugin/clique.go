@@ -19,15 +19,40 @@ type cliqueTracker struct {
 	// crash makes a fabric failure fatal (feature gate CrashOnNVLinkFabricErrors).
 	crash bool
 
-	// onNVML, when set, is called from refresh when NVML turns available or unavailable.
-	onNVML func(available bool, err error)
+	// onBlock, when set, is called from refresh when the reason the node cannot serve changes
+	// (see blockReason): with the new reason ("" once it serves) and the discovery's error.
+	onBlock func(reason string, err error)
 
 	mu    sync.RWMutex
 	id    string
 	err   error
 	known bool
-	// nvmlDown is whether the last discovery failed because NVML cannot be loaded.
-	nvmlDown bool
+	// block is the reason of the last discovery (blockReason).
+	block string
+}
+
+// Why a node cannot serve ComputeDomains: the classes of a failed discovery.
+const (
+	blockNone           = ""
+	blockNVML           = ReasonNVMLUnavailable
+	blockFabricNotReady = ReasonFabricNotReady
+	blockFabricFailed   = ReasonFabricFailed
+	blockOther          = ReasonDiscoveryFailed
+)
+
+// blockReason classifies a discovery's error: "" when it succeeded.
+func blockReason(err error) string {
+	switch {
+	case err == nil:
+		return blockNone
+	case errors.Is(err, nvml.ErrNVMLUnavailable):
+		return blockNVML
+	case errors.Is(err, nvml.ErrFabricNotReady):
+		return blockFabricNotReady
+	case errors.Is(err, nvml.ErrFabricFailed):
+		return blockFabricFailed
+	}
+	return blockOther
 }
 
 // nvmlAvailable reports whether the last discovery could load NVML (a fabric error or an
@@ -35,17 +60,24 @@ type cliqueTracker struct {
 func (t *cliqueTracker) nvmlAvailable() bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return !t.nvmlDown
+	return t.block != blockNVML
+}
+
+// blocked returns why the node cannot serve ("" when it can) and the discovery's error.
+func (t *cliqueTracker) blocked() (string, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.block, t.err
 }
 
 // refresh discovers the clique once. It returns an error only when it is fatal: a fabric
 // failure with crash set. Other failures are kept and reported by current.
 func (t *cliqueTracker) refresh(ctx context.Context) (changed bool, fatal error) {
 	res, err := t.disc.Discover(ctx)
-	down := errors.Is(err, nvml.ErrNVMLUnavailable)
+	block := blockReason(err)
 	t.mu.Lock()
-	flipped, onNVML := down != t.nvmlDown, t.onNVML
-	t.nvmlDown = down
+	flipped, onBlock := block != t.block, t.onBlock
+	t.block = block
 	if err != nil {
 		t.err = err
 	} else {
@@ -54,8 +86,8 @@ func (t *cliqueTracker) refresh(ctx context.Context) (changed bool, fatal error)
 	}
 	t.mu.Unlock()
 	// Outside the lock: the callback publishes, which reads the tracker.
-	if flipped && onNVML != nil {
-		onNVML(!down, err)
+	if flipped && onBlock != nil {
+		onBlock(block, err)
 	}
 	if t.crash && errors.Is(err, nvml.ErrFabricFailed) {
 		return false, fmt.Errorf("NVLink fabric error (CrashOnNVLinkFabricErrors is on): %w", err)

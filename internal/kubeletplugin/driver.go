@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/featuregate"
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -171,9 +172,9 @@ type Driver struct {
 	label  nodeLabeler
 	helper *draplugin.Helper
 	events *nodeEvents
-	// nvmlSeen is what the last publish saw of NVML (nil before the first), so that an event
-	// is posted when it changes, not on every publish.
-	nvmlSeen *bool
+	// blockSeen is the block reason the last publish saw (nil before the first), so that an
+	// event is posted when it changes, not on every publish.
+	blockSeen *string
 
 	// opMu serializes prepares and unprepares, except while a channel prepare waits for its
 	// daemon: the kubelet calls concurrently (the helper's serialization is off), so that the
@@ -262,6 +263,12 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if err := d.recover(ctx); err != nil {
 		return nil, err
 	}
+	d.opMu.Lock()
+	err = d.sweepDomainDirs(ctx)
+	d.opMu.Unlock()
+	if err != nil {
+		logger.Error(err, "Removing the config directories of deleted ComputeDomains")
+	}
 
 	d.helper, err = draplugin.Start(ctx, d,
 		draplugin.DriverName(cdv1beta1.DriverName),
@@ -275,14 +282,15 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
-	if err := d.publish(ctx, d.clique.nvmlAvailable(), cliqueErr); err != nil {
+	block, blockErr := d.clique.blocked()
+	if err := d.publish(ctx, block, blockErr); err != nil {
 		return nil, err
 	}
 	d.checkDriverRoot(ctx)
 	d.clique.mu.Lock()
-	d.clique.onNVML = func(available bool, err error) {
-		if err := d.publish(ctx, available, err); err != nil {
-			logger.Error(err, "Publishing the node's devices after NVML changed")
+	d.clique.onBlock = func(reason string, err error) {
+		if err := d.publish(ctx, reason, err); err != nil {
+			logger.Error(err, "Publishing the node's devices after its NVML or fabric changed")
 		}
 	}
 	d.clique.mu.Unlock()
@@ -322,6 +330,24 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 	if err := d.view.setup(ctx); err != nil {
 		return err
 	}
+	// A deleted domain's config directory goes once nothing here uses it any more.
+	inf, err := c.GetInformer(ctx, domainMeta())
+	if err != nil {
+		return fmt.Errorf("informer for ComputeDomains: %w", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(any) {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.opMu.Lock()
+			defer d.opMu.Unlock()
+			if err := d.sweepDomainDirs(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Removing the config directories of deleted ComputeDomains")
+			}
+		}()
+	}}); err != nil {
+		return fmt.Errorf("watching ComputeDomain deletions: %w", err)
+	}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -337,35 +363,46 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 	return nil
 }
 
-// publish publishes the node's devices, or none while NVML cannot be loaded here: a node
-// without NVIDIA's driver (no GPU, or the driver not installed) offers nothing, so the scheduler
-// never places a ComputeDomain workload or daemon on it. The plugin stays up and publishes the
-// devices once a later discovery loads NVML.
-func (d *Driver) publish(ctx context.Context, nvmlAvailable bool, discoveryErr error) error {
+// publish publishes the node's devices, or none while the node cannot serve ComputeDomains
+// (block, see blockReason): NVML cannot be loaded (no GPU, or the driver not installed), the
+// NVLink fabric registration has not completed, or it failed. The scheduler then places no
+// ComputeDomain workload or daemon here, rather than on a node whose prepares would fail. The
+// plugin stays up and publishes the devices once a later discovery succeeds. Each change of the
+// reason is logged and posted as an event about the node.
+func (d *Driver) publish(ctx context.Context, block string, discoveryErr error) error {
 	res := NodeResources(d.opts.NodeName, d.opts.NumChannels, d.opts.ControlPlaneID, d.opts.IMEXMode == features.IMEXDriverManaged)
 	logger := klog.FromContext(ctx)
-	changed := d.nvmlSeen == nil || *d.nvmlSeen != nvmlAvailable
-	wasDown := d.nvmlSeen != nil && !*d.nvmlSeen
-	d.nvmlSeen = &nvmlAvailable
-	if !nvmlAvailable {
+	changed := d.blockSeen == nil || *d.blockSeen != block
+	wasBlocked := d.blockSeen != nil && *d.blockSeen != blockNone
+	d.blockSeen = &block
+	if block != blockNone {
 		res = resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
-		logger.Info("NVML cannot be loaded on this node: publishing no devices, so no ComputeDomain workload is scheduled here",
-			"node", d.opts.NodeName, "err", fmt.Sprint(discoveryErr))
+		why := blockMessages[block]
+		logger.Info("Publishing no devices, so no ComputeDomain workload is scheduled here: "+why,
+			"node", d.opts.NodeName, "reason", block, "err", fmt.Sprint(discoveryErr))
 		if changed {
-			d.events.post(ctx, corev1.EventTypeWarning, ReasonNVMLUnavailable, "PublishDevices",
-				"NVML cannot be loaded on node %s, so it offers no ComputeDomain devices: %v", d.opts.NodeName, discoveryErr)
+			d.events.post(ctx, corev1.EventTypeWarning, block, "PublishDevices",
+				"node %s offers no ComputeDomain devices: %s: %v", d.opts.NodeName, why, discoveryErr)
 		}
 	} else {
 		logger.V(1).Info("Publishing the node's devices", "node", d.opts.NodeName, "channels", d.opts.NumChannels)
-		if changed && wasDown {
-			d.events.post(ctx, corev1.EventTypeNormal, ReasonNVMLAvailable, "PublishDevices",
-				"NVML loads on node %s again: its ComputeDomain devices are published", d.opts.NodeName)
+		if changed && wasBlocked {
+			d.events.post(ctx, corev1.EventTypeNormal, ReasonDevicesPublished, "PublishDevices",
+				"node %s offers its ComputeDomain devices again: NVML loads and its NVLink clique is known", d.opts.NodeName)
 		}
 	}
 	if err := d.helper.PublishResources(ctx, res); err != nil {
 		return fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
 	return nil
+}
+
+// blockMessages say, for each block reason, why the node offers no devices.
+var blockMessages = map[string]string{
+	blockNVML:           "NVML cannot be loaded",
+	blockFabricNotReady: "its NVLink fabric registration has not completed",
+	blockFabricFailed:   "its NVLink fabric registration failed",
+	blockOther:          "its NVLink clique cannot be discovered",
 }
 
 func (d *Driver) cliqueChanged(ctx context.Context) func(string) {

@@ -16,8 +16,15 @@ import (
 const (
 	// ReasonNVMLUnavailable: NVML cannot be loaded, so the node publishes no devices.
 	ReasonNVMLUnavailable = "NVMLUnavailable"
-	// ReasonNVMLAvailable: NVML loads again and the node's devices are published.
-	ReasonNVMLAvailable = "NVMLAvailable"
+	// ReasonFabricNotReady: the NVLink fabric registration has not completed, so the node
+	// publishes no devices (workloads go elsewhere meanwhile).
+	ReasonFabricNotReady = "FabricNotReady"
+	// ReasonFabricFailed: the NVLink fabric registration failed; no devices.
+	ReasonFabricFailed = "FabricFailed"
+	// ReasonDiscoveryFailed: the clique cannot be discovered for another reason; no devices.
+	ReasonDiscoveryFailed = "CliqueDiscoveryFailed"
+	// ReasonDevicesPublished: after one of those, the node's devices are published again.
+	ReasonDevicesPublished = "DevicesPublished"
 	// ReasonDriverRootIncomplete: the driver root lacks what daemon containers need, so every
 	// daemon claim on the node will fail until it is fixed.
 	ReasonDriverRootIncomplete = "DriverRootIncomplete"

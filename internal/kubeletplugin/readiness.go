@@ -161,6 +161,15 @@ func (v *domainView) domain(ctx context.Context, uid string) (*metav1.PartialObj
 	return &list.Items[0], nil
 }
 
+// domainExists reports whether the cache holds the ComputeDomain with the given UID.
+func (v *domainView) domainExists(ctx context.Context, uid string) (bool, error) {
+	list := domainMetaList()
+	if err := v.cache.List(ctx, list, client.MatchingFields{uidIndex: uid}); err != nil {
+		return false, fmt.Errorf("looking up ComputeDomain %s: %w", uid, err)
+	}
+	return len(list.Items) > 0, nil
+}
+
 // clique returns the domain's clique object, nil when there is none: from the cache for the
 // clique the cache holds, from the API for another (the node's clique was not known when the
 // plugin started, or changed since).

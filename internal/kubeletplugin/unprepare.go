@@ -2,8 +2,11 @@ package kubeletplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,7 +53,9 @@ func (d *Driver) unprepareClaim(ctx context.Context, uid types.UID) error {
 
 // undo reverses what a prepare of the claim may have done, whether it completed or not: the
 // CDI spec goes; a channel claim's node label goes when it is ours and no other claim of the
-// domain needs it; a daemon claim's domain config directory goes.
+// domain needs it. A daemon claim's domain config directory stays: a replacement daemon pod's
+// prepare may already have written into it (the old pod's unprepare can come after the new
+// pod's prepare); it goes with its domain (sweepDomainDirs).
 func (d *Driver) undo(ctx context.Context, uid types.UID, e ClaimEntry) error {
 	if err := d.cdi.remove(CDISpecName(uid)); err != nil {
 		return err
@@ -60,12 +65,46 @@ func (d *Driver) undo(ctx context.Context, uid types.UID, e ClaimEntry) error {
 		if err := d.label.removeDomain(ctx, e.DomainID, uid, d.cp.snapshot()); err != nil {
 			return fmt.Errorf("removing the node's ComputeDomain label: %w", err)
 		}
-	case KindDaemon:
-		if err := os.RemoveAll(d.domainConfigDir(e.DomainID)); err != nil {
-			return fmt.Errorf("removing the domain's config directory: %w", err)
-		}
 	}
 	return nil
+}
+
+// sweepDomainDirs removes the config directories of domains that are gone: not in the watch
+// cache, and no claim of theirs prepared or being prepared here. Called with opMu held, at
+// start and when a domain is deleted.
+func (d *Driver) sweepDomainDirs(ctx context.Context) error {
+	root := filepath.Join(d.opts.StateDir, "domains")
+	dirs, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", root, err)
+	}
+	inUse := map[string]bool{}
+	for _, e := range d.cp.snapshot() {
+		if e.State != PrepareAborted {
+			inUse[e.DomainID] = true
+		}
+	}
+	var errs []error
+	for _, dir := range dirs {
+		uid := dir.Name()
+		if inUse[uid] {
+			continue
+		}
+		exists, err := d.view.domainExists(ctx, uid)
+		if err != nil || exists {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(root, uid)); err != nil {
+			errs = append(errs, fmt.Errorf("removing the config directory of ComputeDomain %s: %w", uid, err))
+			continue
+		}
+		klog.FromContext(ctx).V(1).Info("Removed the config directory of a deleted ComputeDomain", "uid", uid)
+	}
+	return errors.Join(errs...)
 }
 
 // recover runs before the plugin serves: every claim left PrepareStarted by a previous run

@@ -96,6 +96,7 @@ func (n *node) startOnSpecFile(crash bool) (waitLogged func(text string)) {
 		o.Discoverer = specFile{nodeDir: n.dir}
 		o.CliqueRefreshPeriod = 100 * time.Millisecond
 		o.Gates = features.NewGatesForTest(n.e.t, map[featuregate.Feature]bool{features.CrashOnNVLinkFabricErrors: crash})
+		o.PodName = "plugin-" + n.name
 	})
 	return func(text string) {
 		n.e.t.Helper()
@@ -168,6 +169,9 @@ func TestFabricRegistrationAtRunTime(t *testing.T) {
 	if !n.serving() {
 		t.Fatalf("the plugin stopped while the fabric registers: %v", n.drv.Err())
 	}
+	// Meanwhile the node offers nothing, so workloads go elsewhere, and says why.
+	n.waitDevices(0)
+	waitNodeEvent(e, n, kubeletplugin.ReasonFabricNotReady, "its NVLink fabric registration has not completed")
 
 	// Completed: the kubelet's retry succeeds.
 	n.setFabric(nvml.FabricStateCompleted, nvml.FabricStatusSuccess)
@@ -180,6 +184,8 @@ func TestFabricRegistrationAtRunTime(t *testing.T) {
 	if _, ok := n.cdiSpec(registering.UID); !ok {
 		t.Error("no CDI spec once registration completed")
 	}
+	n.waitDevices(5) // 4 channels and the daemon device
+	waitNodeEvent(e, n, kubeletplugin.ReasonDevicesPublished, "offers its ComputeDomain devices again")
 
 	// Failed: visible in prepare's answer and in the log; the plugin keeps serving.
 	n.setFabric(nvml.FabricStateCompleted, 999)
@@ -194,6 +200,26 @@ func TestFabricRegistrationAtRunTime(t *testing.T) {
 	if !n.serving() {
 		t.Fatalf("the plugin stopped on a fabric failure with CrashOnNVLinkFabricErrors off: %v", n.drv.Err())
 	}
+	n.waitDevices(0)
+	waitNodeEvent(e, n, kubeletplugin.ReasonFabricFailed, failedRegistration)
+}
+
+// waitDevices waits until the node's pool holds want devices.
+func (n *node) waitDevices(want int) {
+	n.e.t.Helper()
+	n.e.eventually(time.Minute, fmt.Sprintf("%d devices published by %s", want, n.name), func() (bool, error) {
+		list := &resourcev1.ResourceSliceList{}
+		if err := n.e.c.List(n.e.ctx(), list); err != nil {
+			return false, err
+		}
+		count := 0
+		for _, s := range list.Items {
+			if s.Spec.Driver == cdv1beta1.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == n.name {
+				count += len(s.Spec.Devices)
+			}
+		}
+		return count == want, fmt.Errorf("%d devices", count)
+	})
 }
 
 // TestFabricFailureAtRunTimeIsFatal: with CrashOnNVLinkFabricErrors on, a registration in

@@ -76,14 +76,14 @@ func TestNodeWithoutNVMLPublishesNoDevices(t *testing.T) {
 	default:
 	}
 
-	waitNodeEvent(e, n, kubeletplugin.ReasonNVMLUnavailable, "NVML cannot be loaded on node "+n.name)
+	waitNodeEvent(e, n, kubeletplugin.ReasonNVMLUnavailable, "node "+n.name+" offers no ComputeDomain devices: NVML cannot be loaded")
 
 	disc.down.Store(false)
 	e.eventually(time.Minute, "the node's devices published once NVML loads", func() (bool, error) {
 		got, err := devices()
 		return got == 9, err // 8 channels and the daemon device
 	})
-	waitNodeEvent(e, n, kubeletplugin.ReasonNVMLAvailable, "NVML loads on node "+n.name+" again")
+	waitNodeEvent(e, n, kubeletplugin.ReasonDevicesPublished, "node "+n.name+" offers its ComputeDomain devices again")
 	disc.down.Store(true)
 	e.eventually(time.Minute, "the node's devices withdrawn when NVML goes away", func() (bool, error) {
 		got, err := devices()

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -74,16 +75,24 @@ func TestDaemonClaim(t *testing.T) {
 				t.Errorf("daemon on a node without fabric gets device nodes %+v", edits.DeviceNodes)
 			}
 
-			// Unprepare removes the spec and the domain's config directory.
+			// Unprepare removes the spec and keeps the domain's config directory: a replacement
+			// daemon pod's prepare may already have written into it. It goes with the domain.
 			if msg := n.unprepare(claim.Namespace, claim.Name, claim.UID); msg != "" {
 				t.Fatalf("unprepare: %s", msg)
 			}
 			if _, ok := n.cdiSpec(claim.UID); ok {
 				t.Error("CDI spec left after unprepare")
 			}
-			if _, err := os.Stat(dir); !os.IsNotExist(err) {
-				t.Errorf("domain config directory left after unprepare: %v", err)
+			if _, err := os.Stat(filepath.Join(dir, kubeletplugin.IMEXConfigTemplateFile)); err != nil {
+				t.Errorf("the domain's config directory after unprepare: %v, want it kept while the domain exists", err)
 			}
+			if err := e.c.Delete(e.ctx(), cd); err != nil {
+				t.Fatal(err)
+			}
+			e.eventually(time.Minute, "the deleted domain's config directory removed", func() (bool, error) {
+				_, err := os.Stat(dir)
+				return os.IsNotExist(err), nil
+			})
 		})
 	}
 }

@@ -90,9 +90,11 @@ func describeCliqueID(id string) string {
 // without GPUs. A GPU in state NOT_STARTED or IN_PROGRESS makes the result a
 // [*NotReadyError]; COMPLETED with a non-success status, or an unknown state,
 // a [*FabricError]. Failures win over not-ready GPUs, so that a broken GPU is
-// reported rather than waited for. Otherwise every GPU must have the same
-// clique id, or the result is a [*MismatchError] naming the first GPU and the
-// first one that disagrees with it.
+// reported rather than waited for. GPUs without fabric next to GPUs with one do
+// not count (as NVIDIA's driver does: the node's clique is its fabric GPUs'),
+// and the node is in no clique only when none of its GPUs has one. The GPUs with
+// a clique must all have the same, or the result is a [*MismatchError] naming
+// the first such GPU and the first one that disagrees with it.
 func DeriveCliqueID(gpus []GPU) (string, error) {
 	var notReady *NotReadyError
 	ids := make([]string, len(gpus))
@@ -112,15 +114,20 @@ func DeriveCliqueID(gpus []GPU) (string, error) {
 	if notReady != nil {
 		return "", notReady
 	}
-	for i := 1; i < len(gpus); i++ {
-		if ids[i] != ids[0] {
-			return "", &MismatchError{First: gpus[0], FirstCliqueID: ids[0], Second: gpus[i], SecondCliqueID: ids[i]}
+	first := -1
+	for i, id := range ids {
+		switch {
+		case id == "":
+		case first < 0:
+			first = i
+		case id != ids[first]:
+			return "", &MismatchError{First: gpus[first], FirstCliqueID: ids[first], Second: gpus[i], SecondCliqueID: id}
 		}
 	}
-	if len(ids) == 0 {
+	if first < 0 {
 		return "", nil
 	}
-	return ids[0], nil
+	return ids[first], nil
 }
 
 // gpuCliqueID is the clique id of one GPU, "" without fabric.

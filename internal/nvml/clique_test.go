@@ -120,14 +120,18 @@ func TestDeriveCliqueID(t *testing.T) {
 			},
 			wantIs: ErrFabricFailed,
 		},
-		"one GPU without fabric among fabric GPUs: mismatch": {
-			gpus: []GPU{gpu(0, FabricInfo{}), gpu(1, completed(clusterA, 7))},
+		"GPUs without fabric among fabric GPUs: the fabric GPUs' clique": {
+			gpus:   []GPU{gpu(0, FabricInfo{}), gpu(1, completed(clusterA, 7)), gpu(2, FabricInfo{Supported: true, State: FabricStateNotSupported}), gpu(3, completed(clusterA, 7))},
+			wantID: cliqueA7,
+		},
+		"a GPU without fabric first, then two cliques: mismatch between the fabric GPUs": {
+			gpus: []GPU{gpu(0, FabricInfo{}), gpu(1, completed(clusterA, 7)), gpu(2, completed(clusterB, 7))},
 			wantErr: &MismatchError{
-				First: gpu(0, FabricInfo{}), FirstCliqueID: "",
-				Second: gpu(1, completed(clusterA, 7)), SecondCliqueID: cliqueA7,
+				First: gpu(1, completed(clusterA, 7)), FirstCliqueID: cliqueA7,
+				Second: gpu(2, completed(clusterB, 7)), SecondCliqueID: cliqueB7,
 			},
 			wantIs:     ErrFabricFailed,
-			wantErrMsg: `GPUs of one node disagree on their NVLink clique: GPU 0 (GPU-a) is in no clique (no fabric), GPU 1 (GPU-b) is in clique "` + cliqueA7 + `"`,
+			wantErrMsg: `GPUs of one node disagree on their NVLink clique: GPU 1 (GPU-b) is in clique "` + cliqueA7 + `", GPU 2 (GPU-c) is in clique "` + cliqueB7 + `"`,
 		},
 	}
 	for name, tc := range cases {

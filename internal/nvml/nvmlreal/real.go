@@ -30,7 +30,7 @@ func init() {
 // nvmlLibrary is the part of go-nvml the real backend calls, so that tests can
 // stand in for the library.
 type nvmlLibrary interface {
-	Init() gonvml.Return
+	InitWithFlags(flags uint32) gonvml.Return
 	Shutdown() gonvml.Return
 	DeviceGetCount() (int, gonvml.Return)
 	DeviceGetHandleByIndex(index int) (nvmlDevice, gonvml.Return)
@@ -48,7 +48,7 @@ type nvmlDevice interface {
 // goNVML adapts go-nvml's Interface to nvmlLibrary.
 type goNVML struct{ lib gonvml.Interface }
 
-func (g goNVML) Init() gonvml.Return                  { return g.lib.Init() }
+func (g goNVML) InitWithFlags(f uint32) gonvml.Return { return g.lib.InitWithFlags(f) }
 func (g goNVML) Shutdown() gonvml.Return              { return g.lib.Shutdown() }
 func (g goNVML) DeviceGetCount() (int, gonvml.Return) { return g.lib.DeviceGetCount() }
 func (g goNVML) LookupSymbol(name string) error       { return g.lib.Extensions().LookupSymbol(name) }
@@ -91,7 +91,10 @@ func (d *nvmlDiscoverer) Discover(ctx context.Context) (res nvml.Result, err err
 			err = fmt.Errorf("%w: NVML call panicked: %v", nvml.ErrNVMLUnavailable, r)
 		}
 	}()
-	if ret := d.lib.Init(); ret != gonvml.SUCCESS {
+	// NO_GPUS: NVML initialises even when every GPU is bound elsewhere (passed through to VMs,
+	// or to another driver), as NVIDIA's driver initialises it; the node then has no GPU
+	// readings, so no clique, instead of failing as if the driver were missing.
+	if ret := d.lib.InitWithFlags(gonvml.INIT_FLAG_NO_GPUS); ret != gonvml.SUCCESS {
 		return res, d.initError(ret)
 	}
 	// The readings are complete once Shutdown runs; a failed Shutdown leaks

@@ -24,6 +24,7 @@ type fakeLibrary struct {
 	missingSym map[string]bool
 
 	inits, shutdowns int
+	initFlags        uint32
 }
 
 // clusterA is a fabric cluster UUID, cliqueA7 the id of its clique 7.
@@ -36,8 +37,9 @@ const (
 	cliqueB7 = "deadbeef-0000-0000-0000-000000000001.7"
 )
 
-func (l *fakeLibrary) Init() gonvml.Return {
+func (l *fakeLibrary) InitWithFlags(flags uint32) gonvml.Return {
 	l.inits++
+	l.initFlags = flags
 	return l.initRet
 }
 
@@ -265,6 +267,9 @@ func TestNVMLDiscover(t *testing.T) {
 			}
 			if tc.lib.inits != 1 {
 				t.Errorf("Init called %d times, want 1", tc.lib.inits)
+			}
+			if tc.lib.initFlags != gonvml.INIT_FLAG_NO_GPUS {
+				t.Errorf("NVML initialised with flags %d, want INIT_FLAG_NO_GPUS (a node whose GPUs are all bound elsewhere must still initialise)", tc.lib.initFlags)
 			}
 			wantShutdowns := 1
 			if tc.lib.initRet != gonvml.SUCCESS {

@@ -129,11 +129,11 @@ func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 					TerminationGracePeriodSeconds: ptr.To(int64(30)),
 					PriorityClassName:             r.opts.DaemonPriorityClass,
 					Containers: []corev1.Container{{
-						Name:           DaemonContainerName,
-						Image:          r.opts.DaemonImage,
-						Command:        []string{r.opts.DaemonBinary, "run"},
-						Env:            env,
-						// Probes as on real racks (see DaemonProbes in docs/controller-and-daemon.md):
+						Name:    DaemonContainerName,
+						Image:   r.opts.DaemonImage,
+						Command: []string{r.opts.DaemonBinary, "run"},
+						Env:     env,
+						// Probes as on real racks (docs/controller-and-daemon.md, "real IMEX"):
 						// a 20-minute start-up window, which an IMEX restarted after an unsafe
 						// termination needs to reach recovery quorum; readiness every 10 s, Not
 						// Ready after 3 failures in a row, so that one slow answer does not churn

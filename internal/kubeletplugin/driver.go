@@ -427,12 +427,21 @@ func (d *Driver) Stop() {
 	d.events.shutdown()
 }
 
-// checkDriverRoot looks, at start, for what daemon containers will need from the driver root,
-// so that a node where every daemon claim would fail says so before the first one does: in its
-// log and in an event. Nothing to check in host-managed mode (the readiness probe checks the
-// host IMEX) or without a driver root.
+// checkDriverRoot looks, at start, for what daemon containers will need from the driver root
+// (host-managed: whether the host IMEX answers READY), so that a node where every claim would
+// fail says so before the first one does: in its log and in an event. Nothing to check without
+// a driver root or NVML.
 func (d *Driver) checkDriverRoot(ctx context.Context) {
-	if d.opts.IMEXMode != features.IMEXDriverManaged || d.opts.NvidiaDriverRoot == "" || !d.clique.nvmlAvailable() {
+	if d.opts.NvidiaDriverRoot == "" || !d.clique.nvmlAvailable() {
+		return
+	}
+	if d.opts.IMEXMode == features.IMEXHostManaged {
+		h := hostIMEX{Root: d.driverRoot(), Socket: d.opts.HostIMEXSocketPath}
+		if err := h.check(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Channel claims on this node will be refused until the host IMEX is READY")
+			d.events.post(ctx, corev1.EventTypeWarning, ReasonHostIMEXNotReady, "CheckHostIMEX",
+				"channel claims on node %s are refused until its host IMEX is ready: %v", d.opts.NodeName, err)
+		}
 		return
 	}
 	f, err := d.driverRoot().locate()

@@ -30,6 +30,9 @@ const (
 	ReasonDriverRootIncomplete = "DriverRootIncomplete"
 	// ReasonDriverRootMismatch: the driver root holds another driver than the loaded one.
 	ReasonDriverRootMismatch = "DriverRootMismatch"
+	// ReasonHostIMEXNotReady: host-managed mode, and at start the host IMEX is missing or not
+	// READY (its socket, nvidia-imex-ctl, or its answer); channel claims wait for it.
+	ReasonHostIMEXNotReady = "HostIMEXNotReady"
 )
 
 // nodeEvents posts events about the node's state. An event is regarding the plugin's own pod

@@ -56,7 +56,10 @@ func TestHostManagedIMEX(t *testing.T) {
 		o.NvidiaDriverRoot, o.ContainerDriverRoot = "/host/driver", root
 		o.IMEXMode, o.HostIMEXSocketPath = features.IMEXHostManaged, "/s.sock"
 		o.Gates = features.NewGatesForTest(t, map[featuregate.Feature]bool{features.HostManagedIMEXDaemon: true})
+		o.PodName = "plugin-" + n.name
 	})
+	// Not READY at start: said in the log and an event before any claim comes.
+	waitNodeEvent(e, n, kubeletplugin.ReasonHostIMEXNotReady, `the host nvidia-imex (socket /host/driver/s.sock) is not ready: "NOT READY"`)
 
 	e.eventually(time.Minute, "the node's channels published without a daemon device", func() (bool, error) {
 		list := &resourcev1.ResourceSliceList{}

@@ -226,6 +226,34 @@ func RenderIMEXConfig(s Settings) ([]byte, error) {
 		{"IMEX_CMD_BIND_INTERFACE_IP", s.BindIP},
 		{"IMEX_CMD_PORT", strconv.Itoa(s.cmdPort())},
 	}
+	// Every other key NVIDIA's driver pins, at its value, so that a changed IMEX default
+	// never changes cdplane's daemons: logging, no network interface of its own choosing,
+	// authentication and encryption off (the pod network is the domain's), no Unix command
+	// socket (the readiness query uses the TCP port), and a disconnected node kept forever.
+	kv = append(kv, []struct{ key, value string }{
+		{"STATS_FILE_NAME", "/var/log/nvidia-imex-stats.log"},
+		{"LOG_FILE_MAX_SIZE", "1024"},
+		{"LOG_MAX_ROTATE_COUNT", "10"},
+		{"LOG_USE_SYSLOG", "0"},
+		{"NETWORK_INTERFACE", ""},
+		{"IMEX_ENABLE_AUTH_ENCRYPTION", "0"},
+		{"IMEX_AUTH_ENCRYPTION_MODE", "SSL_TLS"},
+		{"IMEX_AUTH_SOURCE", ""},
+		{"IMEX_SERVER_KEY", ""},
+		{"IMEX_SERVER_CERT", ""},
+		{"IMEX_SERVER_CERT_AUTH", ""},
+		{"IMEX_CLIENT_KEY", ""},
+		{"IMEX_CLIENT_CERT", ""},
+		{"IMEX_CLIENT_CERT_AUTH", ""},
+		{"IMEX_SECURITY_TARGET_OVERRIDE", ""},
+		{"IMEX_GSS_SERVICE_NAME", "host"},
+		{"IMEX_GSS_TIMEOUT_SEC", "30"},
+		{"IMEX_GSS_RETRY_INTERVAL_SEC", "5"},
+		{"IMEX_GSS_SEC_CONTEXT_LIFETIME_SEC", "-1"},
+		{"IMEX_GSS_SHUTDOWN_ON_FAILURE", "0"},
+		{"IMEX_CMD_UNIX_DOMAIN_PATH", ""},
+		{"IMEX_NODE_DISCONNECTED_GRACE_TIME", "-1"},
+	}...)
 	var b bytes.Buffer
 	b.WriteString("# IMEX daemon configuration, written by the ComputeDomain daemon.\n")
 	for _, e := range kv {

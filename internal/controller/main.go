@@ -43,6 +43,7 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 	o.Gates = o.FeatureGates
 	o.DriverNamespace = inv.Getenv("POD_NAMESPACE")
 	o.DaemonImage = inv.Getenv("DAEMON_IMAGE")
+	o.LeaderElectionIdentity = inv.Getenv("POD_NAME")
 	o.DaemonBinary = "cdplane-daemon"
 	o.DaemonServiceAccount = "cdplane-daemon"
 	o.DaemonLogVerbosity = 1
@@ -72,6 +73,7 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a lease is valid without renewal (default 15s)")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader retries renewing before giving up the leadership (default 10s); raise it with the lease duration on a loaded apiserver")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How long between tries to acquire or renew the lease (default 2s)")
+	fs.StringVar(&o.LeaderElectionIdentity, "leader-elect-identity", o.LeaderElectionIdentity, "This replica's name in the lease (env POD_NAME; default: the host name and a random suffix)")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, `Name of the leader-election lease (default "cdplane-controller", prefixed with the control-plane id)`)
 	plane.AddFlag(fs, &o.ControlPlaneID)
 	fs.StringVar(&o.SecretMirrorSelector, "secret-mirror-selector", o.SecretMirrorSelector, "Label selector of the Secrets to mirror from --secret-mirror-source-namespace into the plane's namespaces (empty: no mirroring)")

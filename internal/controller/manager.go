@@ -14,7 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,6 +48,10 @@ type Options struct {
 	// LeaderElection turns on leader election with lease LeaderElectionID in the driver namespace.
 	LeaderElection   bool
 	LeaderElectionID string
+	// LeaderElectionIdentity is this replica's name in the lease's holderIdentity: the pod's
+	// name (POD_NAME), so that the lease says which pod leads. Empty: the host name and a
+	// random suffix (controller-runtime's default).
+	LeaderElectionIdentity string
 	// LeaseDuration, RenewDeadline and RetryPeriod time leader election (zero: the
 	// controller-runtime defaults, 15s, 10s and 2s). A loaded apiserver that answers a lease
 	// renewal slower than RenewDeadline costs the leadership, and a restart.
@@ -133,14 +140,21 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		}
 		maps.Copy(byObject, secretmirror.CacheByObject(o.SecretMirror))
 	}
+	var lock resourcelock.Interface
+	if o.LeaderElection && o.LeaderElectionIdentity != "" {
+		if lock, err = leaseLock(cfg, o); err != nil {
+			return nil, err
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme.New(),
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
-		HealthProbeBindAddress:        o.ProbeAddr,
-		LeaderElection:                o.LeaderElection,
-		LeaderElectionID:              o.LeaderElectionID,
-		LeaderElectionNamespace:       o.DriverNamespace,
-		LeaderElectionReleaseOnCancel: true,
+		LeaderElectionResourceLockInterface: lock,
+		Scheme:                              scheme.New(),
+		Metrics:                             metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:              o.ProbeAddr,
+		LeaderElection:                      o.LeaderElection,
+		LeaderElectionID:                    o.LeaderElectionID,
+		LeaderElectionNamespace:             o.DriverNamespace,
+		LeaderElectionReleaseOnCancel:       true,
 		// Lease renewals on a connection of their own: behind slow watch streams on the shared
 		// one they stalled past their deadline at 1,152 nodes and cost the leadership.
 		LeaderElectionConfig: component.OwnConnection(cfg),
@@ -185,4 +199,26 @@ func durationOrNil(d time.Duration) *time.Duration {
 		return nil
 	}
 	return &d
+}
+
+// leaseLock is the leader-election Lease lock with this replica's identity, on a connection of
+// its own (as controller-runtime builds it), with a request timeout of half the renew deadline
+// so that one hung request cannot cost the leadership.
+func leaseLock(cfg *rest.Config, o Options) (resourcelock.Interface, error) {
+	c := rest.AddUserAgent(component.OwnConnection(cfg), "leader-election")
+	renew := o.RenewDeadline
+	if renew <= 0 {
+		renew = 10 * time.Second
+	}
+	c.Timeout = max(renew/2, time.Second)
+	core, err := corev1client.NewForConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	coord, err := coordinationv1client.NewForConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	return resourcelock.New(resourcelock.LeasesResourceLock, o.DriverNamespace, o.LeaderElectionID, core, coord,
+		resourcelock.ResourceLockConfig{Identity: o.LeaderElectionIdentity})
 }

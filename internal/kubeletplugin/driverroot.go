@@ -50,21 +50,10 @@ func (r driverRoot) locate() (driverFiles, error) {
 		}
 		return driverFiles{}, fmt.Errorf("NVIDIA driver root %s (read at %s): %w", r.Host, r.Container, err)
 	}
-	find := func(dirs []string, name string, exec bool) string {
-		for _, d := range dirs {
-			rel := path.Join(d, name)
-			fi, err := os.Stat(filepath.Join(r.Container, rel))
-			if err != nil || fi.IsDir() || (exec && fi.Mode().Perm()&0o111 == 0) {
-				continue
-			}
-			return rel
-		}
-		return ""
-	}
 	f := driverFiles{
-		IMEX:    find(driverBinDirs, "nvidia-imex", true),
-		IMEXCtl: find(driverBinDirs, "nvidia-imex-ctl", true),
-		NVML:    find(driverLibDirs, "libnvidia-ml.so.1", false),
+		IMEX:    r.find(driverBinDirs, "nvidia-imex", true),
+		IMEXCtl: r.find(driverBinDirs, "nvidia-imex-ctl", true),
+		NVML:    r.find(driverLibDirs, "libnvidia-ml.so.1", false),
 	}
 	var missing []string
 	if f.IMEX == "" {
@@ -78,6 +67,20 @@ func (r driverRoot) locate() (driverFiles, error) {
 			r.Host, r.Container, strings.Join(missing, " or "), strings.Join(driverBinDirs, ", "))
 	}
 	return f, nil
+}
+
+// find returns the path, relative to the root, of the first file name in dirs (executable when
+// exec), or "".
+func (r driverRoot) find(dirs []string, name string, exec bool) string {
+	for _, d := range dirs {
+		rel := path.Join(d, name)
+		fi, err := os.Stat(filepath.Join(r.Container, rel))
+		if err != nil || fi.IsDir() || (exec && fi.Mode().Perm()&0o111 == 0) {
+			continue
+		}
+		return rel
+	}
+	return ""
 }
 
 // edits are the daemon container's edits of f: a read-only bind mount of each file at its fixed

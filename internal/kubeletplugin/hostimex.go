@@ -52,18 +52,12 @@ func (h hostIMEX) check(ctx context.Context) error {
 	if _, err := os.Stat(h.Root.Container); err != nil {
 		return fmt.Errorf("host-managed IMEX: NVIDIA driver root %s (read at %s): %w", h.Root.Host, h.Root.Container, err)
 	}
-	ctl := ""
-	for _, d := range driverBinDirs {
-		p := filepath.Join(h.Root.Container, d, "nvidia-imex-ctl")
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode().Perm()&0o111 != 0 {
-			ctl = p
-			break
-		}
-	}
-	if ctl == "" {
+	rel := h.Root.find(driverBinDirs, "nvidia-imex-ctl", true)
+	if rel == "" {
 		return fmt.Errorf("host-managed IMEX: NVIDIA driver root %s (read at %s) has no executable nvidia-imex-ctl in %s (is the nvidia-imex package installed on this node?)",
 			h.Root.Host, h.Root.Container, strings.Join(driverBinDirs, ", "))
 	}
+	ctl := filepath.Join(h.Root.Container, rel)
 	hostSocket := path.Join(h.Root.Host, h.Socket)
 	socket := filepath.Join(h.Root.Container, h.Socket)
 	fi, err := os.Stat(socket)

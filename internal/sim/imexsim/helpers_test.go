@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 
+	"cdplane/internal/atomicfile"
 	"cdplane/internal/imex"
 )
 
@@ -126,9 +128,47 @@ func portsFreeOn(ips []string, ports []int) bool {
 
 // testNode is one simulated node's IMEX files.
 type testNode struct {
-	ip       string
+	ip string
+	// settings place the files; the imexd config is the product's rendering of them.
 	settings imex.Settings
+	// dnsNames makes nodes.cfg list testMaxNodes names (testName) and the hosts file map the
+	// peers' names; otherwise nodes.cfg lists the peers' addresses.
+	dnsNames bool
+	// env is added to the simulated IMEX's environment (imex.Options.Env).
+	env []string
+	// editConfig, when set, changes the imexd config before it is written.
+	editConfig func(string) string
 }
+
+// withConfigLine makes the node's imexd config set key to value (a line replaced, or added).
+func (n *testNode) withConfigLine(key, value string) *testNode {
+	prev := n.editConfig
+	n.editConfig = func(cfg string) string {
+		if prev != nil {
+			cfg = prev(cfg)
+		}
+		re := regexp.MustCompile(`(?m)^` + key + `=.*$`)
+		if re.MatchString(cfg) {
+			return re.ReplaceAllLiteralString(cfg, key+"="+value)
+		}
+		return cfg + key + "=" + value + "\n"
+	}
+	return n
+}
+
+// withNodeDir gives the node a node directory (NodeDirEnv) and returns it.
+func (n *testNode) withNodeDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	n.env = append(n.env, NodeDirEnv+"="+dir)
+	return dir
+}
+
+// testMaxNodes is how many names nodes.cfg lists in DNS-names mode.
+const testMaxNodes = 8
+
+// testName is the IMEX name of slot index in this package's tests.
+func testName(index int) string { return fmt.Sprintf("imex-test-%04d", index) }
 
 // newTestNodes lays out IMEX files for nodes at ips, sharing one server and command port.
 func newTestNodes(t *testing.T, dnsNames bool, ips ...string) []*testNode {
@@ -138,8 +178,7 @@ func newTestNodes(t *testing.T, dnsNames bool, ips ...string) []*testNode {
 	var nodes []*testNode
 	for _, ip := range ips {
 		dir := filepath.Join(root, ip)
-		nodes = append(nodes, &testNode{ip: ip, settings: imex.Settings{
-			DNSNames:        dnsNames,
+		nodes = append(nodes, &testNode{ip: ip, dnsNames: dnsNames, settings: imex.Settings{
 			BindIP:          ip,
 			ServerPort:      port,
 			CmdPort:         cmdPort,
@@ -160,20 +199,49 @@ func peersOf(nodes ...*testNode) []imex.Peer {
 	return peers
 }
 
-// write renders the node's files for peers.
-func (n *testNode) write(t *testing.T, peers []imex.Peer) imex.Changes {
+// write writes the node's files for peers: the imexd config as the product renders it, and
+// nodes.cfg (and in DNS-names mode the hosts file) for peers.
+func (n *testNode) write(t *testing.T, peers []imex.Peer) {
 	t.Helper()
-	changes, err := imex.WriteConfig(n.settings, peers)
+	data, err := imex.RenderIMEXConfig(n.settings)
 	if err != nil {
-		t.Fatalf("WriteConfig(%s): %v", n.ip, err)
+		t.Fatalf("RenderIMEXConfig(%s): %v", n.ip, err)
 	}
-	return changes
+	cfg := string(data)
+	if n.editConfig != nil {
+		cfg = n.editConfig(cfg)
+	}
+	var nodes, hosts strings.Builder
+	for i := range testMaxNodes {
+		if n.dnsNames {
+			nodes.WriteString(testName(i) + "\n")
+		}
+	}
+	for _, p := range peers {
+		if n.dnsNames {
+			fmt.Fprintf(&hosts, "%s\t%s\n", p.IPAddress, testName(p.Index))
+		} else {
+			nodes.WriteString(p.IPAddress + "\n")
+		}
+	}
+	files := map[string]string{n.settings.IMEXConfigPath: cfg, n.settings.NodesConfigPath: nodes.String()}
+	if n.dnsNames {
+		files[n.settings.HostsPath] = "127.0.0.1\tlocalhost\n" + hosts.String()
+	}
+	for path, content := range files {
+		if err := atomicfile.Write(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
+// options are the node's simulated IMEX's options: its files, and its address as this host's
+// (LocalAddrsEnv) with the node's env after it.
 func (n *testNode) options(t *testing.T) imex.Options {
 	return imex.Options{
 		ConfigPath: n.settings.IMEXConfigPath,
 		HostsPath:  n.settings.HostsPath,
+		Env:        append([]string{LocalAddrsEnv + "=" + n.ip}, n.env...),
 		Log:        testLogger(t),
 	}
 }

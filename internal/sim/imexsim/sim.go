@@ -1,11 +1,16 @@
 // Package imexsim is the simulated IMEX daemon of the simulated cluster. It keeps the real one's
 // contract: it reads the same imexd config keys, parses nodes.cfg and the hosts file strictly
-// (a bad line fails start and names the line), listens on BIND_INTERFACE_IP:SERVER_PORT,
-// connects to every listed peer, answers the readiness query on
+// (a bad line fails start and names the line), listens on its own address (BIND_INTERFACE_IP)
+// and SERVER_PORT, connects to every listed peer, answers the readiness query on
 // IMEX_CMD_BIND_INTERFACE_IP:IMEX_CMD_PORT and on the Unix domain socket
 // IMEX_CMD_UNIX_DOMAIN_PATH (a host-managed IMEX's), and can be made to crash on demand. Several
 // simulated nodes share one machine by binding distinct loopback addresses (127.x.y.z) on the
 // same ports.
+//
+// What the real daemon learns from its host it learns from stand-ins in its environment (the
+// process environment for Main, imex.Options.Env for an in-process Sim): this host's addresses
+// (LocalAddrsEnv), the container's resolv.conf (ResolvConfEnv) and hosts file (HostsFileEnv),
+// and the node's directory (NodeDirEnv). A behaviour whose stand-in is not set is not modelled.
 //
 // It is as strict as the real daemon where a supervisor can get things wrong:
 //   - It reads its configuration only at start. A reload (SIGUSR1) re-reads only the hosts file,
@@ -17,6 +22,28 @@
 //     peers, connects and answers the readiness query; a reload during them kills it, because the
 //     real daemon installs its SIGUSR1 handler only after them (ErrKilledBySignal in this
 //     process, death by SIGUSR1 for a process).
+//   - With BIND_INTERFACE_IP empty its own address is the one node list entry whose address is
+//     one of this host's (LocalAddrsEnv), fixed at start; none is a *imex.ConfigError, and so is
+//     an empty BIND_INTERFACE_IP without LocalAddrsEnv.
+//   - Names go through the system resolver, as glibc's: the hosts file first (read on every
+//     lookup), then DNS, trying the resolv.conf search list as ndots says (default ndots 1, no
+//     search list). Every candidate is one simulated DNS lookup, and all fail: the cluster DNS
+//     knows no IMEX name (Status.DNSLookups, DNSLookups). Unresolved names are tried again every
+//     DefaultDNSRetryInterval (5 s), so a name the hosts file maps later resolves without a
+//     reload, and every retry's lookups count again.
+//   - Peers accept each other only when their node lists, as written, are the same: the
+//     handshake carries a digest of the list, and a peer with another list is refused ("REJECT
+//     node list differs"), whichever ComputeDomain either serves (Status.RejectedPeers).
+//   - With a node directory: host names in the node list need driver MinHostnameDriverVersion
+//     (the node's DriverVersionPath), or start fails with a *imex.ConfigError naming both
+//     versions; at the end of its start-up phase a run takes the node's IMEX session
+//     (SessionLockPath), and a second run on the node ends with ErrSessionInUse
+//     (NV_ERR_IN_USE; a process exits with status 1); the run marks the session unsafe
+//     (UnsafeMarkerPath, listing the peers it connected to) and clears the mark when it stops
+//     cleanly. A crash or kill leaves the mark, and the next run that finds it recovers when the
+//     config sets IMEX_WAIT_FOR_QUORUM=RECOVERY: it answers the readiness query RECOVERY, not
+//     READY, until it is connected again to every peer of its node list that the unsafe run was
+//     connected to, or DefaultRecoveryTimeout (20 min) passes.
 //
 // It runs two ways: as a program (Main) installed in a simulated node's driver root as
 // nvidia-imex and nvidia-imex-ctl, which the daemon finds and runs exactly as it runs the real
@@ -70,11 +97,15 @@ const CrashExitCode = 3
 // its error.
 type Sim struct {
 	opts imex.Options
-	// startupPhase, reloadInterval and now configure the runs Start begins: New sets
-	// DefaultStartupPhase, DefaultReloadInterval and time.Now; this package's tests change them.
-	startupPhase   time.Duration
-	reloadInterval time.Duration
-	now            func() time.Time
+	// startupPhase, reloadInterval, dnsRetryInterval, recoveryTimeout and now configure the
+	// runs Start begins: New sets DefaultStartupPhase, DefaultReloadInterval,
+	// DefaultDNSRetryInterval, DefaultRecoveryTimeout and time.Now; this package's tests change
+	// them.
+	startupPhase     time.Duration
+	reloadInterval   time.Duration
+	dnsRetryInterval time.Duration
+	recoveryTimeout  time.Duration
+	now              func() time.Time
 
 	mu  sync.Mutex
 	srv *simServer
@@ -83,14 +114,18 @@ type Sim struct {
 var _ imex.Interface = (*Sim)(nil)
 
 // New returns a simulated IMEX that serves the imexd config at o.ConfigPath and resolves
-// peer names through o.HostsPath. Binary, Args, CtlBinary, Env and the output writers are not
-// used.
+// peer names through o.HostsPath (default: HostsFileEnv in o.Env, else /etc/hosts). o.Env
+// stands for its process environment: it takes its stand-ins from there (NodeDirEnv,
+// LocalAddrsEnv, ResolvConfEnv, HostsFileEnv). Binary, Args, CtlBinary and the output writers
+// are not used.
 func New(o imex.Options) *Sim {
 	return &Sim{
-		opts:           o,
-		startupPhase:   DefaultStartupPhase,
-		reloadInterval: DefaultReloadInterval,
-		now:            time.Now,
+		opts:             o,
+		startupPhase:     DefaultStartupPhase,
+		reloadInterval:   DefaultReloadInterval,
+		dnsRetryInterval: DefaultDNSRetryInterval,
+		recoveryTimeout:  DefaultRecoveryTimeout,
+		now:              time.Now,
 	}
 }
 
@@ -98,7 +133,9 @@ func New(o imex.Options) *Sim {
 // stays as read here for the whole run) and binds the listeners; a configuration the real IMEX
 // would refuse fails Start with a *imex.ConfigError naming the line. The run then spends its
 // start-up phase (DefaultStartupPhase) before it answers peers and the readiness query and
-// connects to its peers: Ready fails until then, and a Reload kills the run.
+// connects to its peers: Ready fails until then, and a Reload kills the run. At the end of the
+// start-up phase a run with a node directory takes the node's IMEX session; when another run
+// holds it, the run ends with an error wrapping ErrSessionInUse.
 func (s *Sim) Start(ctx context.Context) (<-chan error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
@@ -108,8 +145,13 @@ func (s *Sim) Start(ctx context.Context) (<-chan error, error) {
 	if s.srv != nil && !isClosed(s.srv.done) {
 		return nil, imex.ErrAlreadyRunning
 	}
-	srv := newSimServer(s.opts.ConfigPath, s.opts.HostsPath, s.opts.Log)
+	env, err := standInsFrom(envLookup(s.opts.Env))
+	if err != nil {
+		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
+	}
+	srv := newSimServer(s.opts.ConfigPath, s.opts.HostsPath, env, s.opts.Log)
 	srv.startupPhase, srv.reloadInterval, srv.now = s.startupPhase, s.reloadInterval, s.now
+	srv.dnsRetryInterval, srv.recoveryTimeout = s.dnsRetryInterval, s.recoveryTimeout
 	if err := srv.start(); err != nil {
 		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
 	}
@@ -167,11 +209,6 @@ func (s *Sim) Ready(ctx context.Context) error {
 	return Ready(ctx, s.opts.ConfigPath)
 }
 
-// HostsFileEnv names the file that stands for /etc/hosts for a simulated IMEX process: the
-// simulated kubelet sets it to the pod's hosts file, as a real container's resolver reads the
-// pod's /etc/hosts.
-const HostsFileEnv = "CDPLANE_SIM_HOSTS_FILE"
-
 // Main runs the simulated IMEX as a program and returns its exit status; the imex-sim binary
 // calls it, installed in a simulated node's driver root as nvidia-imex and nvidia-imex-ctl. Its
 // flags mirror nvidia-imex (-c CONFIG) and, for queries, nvidia-imex-ctl (-q prints READY;
@@ -201,6 +238,13 @@ const HostsFileEnv = "CDPLANE_SIM_HOSTS_FILE"
 // socket (IMEX_CMD_UNIX_DOMAIN_PATH) that an earlier, killed run left behind is replaced; the
 // socket is removed when the run ends. Running changes this process's SIGUSR1 disposition: run
 // the daemon as a program, not in a process that has other uses for the signal.
+//
+// It takes its stand-ins from its environment (NodeDirEnv, LocalAddrsEnv, ResolvConfEnv,
+// HostsFileEnv), which the simulated kubelet sets on every container. When another run holds
+// the node's IMEX session it exits with status 1 at the end of its start-up phase, naming
+// NV_ERR_IN_USE. -dns-retry-interval (DefaultDNSRetryInterval) and -recovery-timeout
+// (DefaultRecoveryTimeout) change how often unresolved names are retried and how long a
+// recovery waits.
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("imex-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -216,6 +260,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		"it listens, connects, answers READY and installs its SIGUSR1 handler")
 	reloadInterval := fs.Duration("reload-interval", DefaultReloadInterval, "least `time` between two honoured "+
 		"reloads (SIGUSR1); sooner ones are ignored")
+	dnsRetry := fs.Duration("dns-retry-interval", DefaultDNSRetryInterval, "`time` between two tries to resolve "+
+		"the node list's unresolved names (0: no retries)")
+	recoveryTimeout := fs.Duration("recovery-timeout", DefaultRecoveryTimeout, "how long a recovery from an unsafe "+
+		"termination waits for the peers of the unsafe run (0: no waiting)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -224,8 +272,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case *socket != "" && !queryMode:
 		fmt.Fprintln(stderr, "imex-sim: -u is for queries only (-q, -status, -crash)")
 		return 2
-	case *startupPhase < 0 || *reloadInterval < 0:
-		fmt.Fprintln(stderr, "imex-sim: -startup-phase and -reload-interval must not be negative")
+	case *startupPhase < 0 || *reloadInterval < 0 || *dnsRetry < 0 || *recoveryTimeout < 0:
+		fmt.Fprintln(stderr, "imex-sim: -startup-phase, -reload-interval, -dns-retry-interval and -recovery-timeout "+
+			"must not be negative")
 		return 2
 	case queryMode:
 		return simClient(*config, *socket, *query, *status, stdout, stderr)
@@ -234,8 +283,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	log := funcr.New(func(prefix, args string) {
 		fmt.Fprintln(stderr, "imex-sim:", prefix, args)
 	}, funcr.Options{Verbosity: *verbosity})
-	srv := newSimServer(*config, *hosts, log)
+	env, err := standInsFrom(os.LookupEnv)
+	if err != nil {
+		fmt.Fprintf(stderr, "imex-sim: %v\n", err)
+		return 1
+	}
+	srv := newSimServer(*config, *hosts, env, log)
 	srv.startupPhase, srv.reloadInterval = *startupPhase, *reloadInterval
+	srv.dnsRetryInterval, srv.recoveryTimeout = *dnsRetry, *recoveryTimeout
 	return serveMain(srv, log, stderr)
 }
 
@@ -270,6 +325,9 @@ func serveMain(srv *simServer, log logr.Logger, stderr io.Writer) int {
 			return 0
 		case <-srv.done:
 			fmt.Fprintf(stderr, "imex-sim: %v\n", srv.result)
+			if errors.Is(srv.result, ErrSessionInUse) {
+				return 1
+			}
 			return CrashExitCode
 		}
 	}

@@ -19,7 +19,8 @@ import (
 
 // The simulated command service answers one command a connection, one line each way:
 //
-//	QUERY   READY (the daemon has parsed its config and finished its start-up phase)
+//	QUERY   READY (the daemon has parsed its config and finished its start-up phase), or
+//	        RECOVERY while it recovers from an unsafe termination
 //	STATUS  a Status as one line of JSON
 //	CRASH   CRASHING, then the daemon ends abruptly with ErrCrashed (exit status CrashExitCode)
 //
@@ -39,9 +40,15 @@ const (
 
 // Status is what a simulated IMEX reports about itself.
 type Status struct {
-	// Ready is true once the daemon finished its start-up phase (always true in an answer: the
-	// daemon answers nothing before).
+	// Ready is true once the daemon finished its start-up phase (the daemon answers nothing
+	// before) and is not recovering.
 	Ready bool `json:"ready"`
+	// Recovering is true while the daemon recovers from an unsafe termination of the node's
+	// last IMEX (IMEX_WAIT_FOR_QUORUM=RECOVERY): the readiness query answers RECOVERY until it
+	// is connected to the peers of that run again (RecoveryWaitingFor lists those it is not) or
+	// the recovery timeout (DefaultRecoveryTimeout) passes.
+	Recovering         bool     `json:"recovering,omitempty"`
+	RecoveryWaitingFor []string `json:"recoveryWaitingFor,omitempty"`
 	// Address is where it listens for peers (BIND_INTERFACE_IP:SERVER_PORT).
 	Address string `json:"address"`
 	// Peers are the other nodes' addresses its node list resolves to, sorted.
@@ -59,6 +66,15 @@ type Status struct {
 	IgnoredReloads int `json:"ignoredReloads"`
 	// LastReloadError is why the last reload failed; empty when it succeeded.
 	LastReloadError string `json:"lastReloadError,omitempty"`
+	// DNSLookups counts the simulated DNS lookups of this run: every candidate name the
+	// resolver tried for a node list name the hosts file did not map, at start, on reloads and
+	// on the retries of unresolved names (DefaultDNSRetryInterval). All fail.
+	DNSLookups int `json:"dnsLookups"`
+	// RejectedPeers counts the peer handshakes this daemon refused; RejectedPeersByReason
+	// splits them: badHello (the claimed address is not the connection's source),
+	// notInNodeList, nodeListDiffers (the peer's node list is another one).
+	RejectedPeers         int            `json:"rejectedPeers"`
+	RejectedPeersByReason map[string]int `json:"rejectedPeersByReason,omitempty"`
 }
 
 // serveCmd answers one command; during the start-up phase it closes the connection without an
@@ -74,6 +90,10 @@ func (s *simServer) serveCmd(conn net.Conn) {
 	}
 	switch line {
 	case cmdQuery:
+		if s.isRecovering() {
+			fmt.Fprintln(conn, answerRecovery)
+			return
+		}
 		fmt.Fprintln(conn, answerReady)
 	case cmdStatus:
 		data, err := json.Marshal(s.status())

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -49,31 +48,52 @@ const (
 // start-up checks; during them every connection, a peer's or a command's, is closed without an
 // answer and a reload kills the run (ErrKilledBySignal).
 //
-// imex.Peer protocol on BIND_INTERFACE_IP:SERVER_PORT: the dialling side connects from its own
-// address and sends "HELLO <its address>"; the listening side answers "WELCOME <its address>"
-// when the address matches the connection's source and is in its node list, "REJECT <why>"
-// otherwise, and both keep the connection open until one side goes away.
+// Its own address is BIND_INTERFACE_IP, or, when that is empty, the one node list entry whose
+// address is local (LocalAddrsEnv), fixed at start. Names of the node list go through the
+// system resolver as glibc's: the hosts file, then DNS for the names it does not map, every
+// candidate of the resolv.conf search (ResolvConfEnv) one simulated lookup that fails
+// (Status.DNSLookups, DNSLookups); unresolved names are tried again every dnsRetryInterval.
+// With a node directory (NodeDirEnv) it refuses host names on a driver older than
+// MinHostnameDriverVersion, takes the node's IMEX session at the end of its start-up phase
+// (ErrSessionInUse when another run holds it), marks the session unsafe while it runs, and
+// recovers from an unsafe termination (IMEX_WAIT_FOR_QUORUM=RECOVERY): not READY until its
+// peers of the unsafe run are connected again or recoveryTimeout passes.
+//
+// Peer protocol on its own address and SERVER_PORT: the dialling side connects from its own
+// address and sends "HELLO <its address> <node list digest>" (nodeListDigest of the entries as
+// written in nodes.cfg); the listening side answers "WELCOME <its address>" when the address
+// matches the connection's source, is in its node list and the digests match, "REJECT <why>"
+// otherwise ("REJECT node list differs" for another node list: IMEX daemons accept each other
+// when their node lists are the same, whichever ComputeDomain they serve), and both keep the
+// connection open until one side goes away.
 type simServer struct {
 	log        logr.Logger
 	configPath string
 	hostsPath  string
-	// startupPhase and reloadInterval are DefaultStartupPhase and DefaultReloadInterval unless
-	// set before start; now is the clock the reload interval is measured on.
-	startupPhase   time.Duration
-	reloadInterval time.Duration
-	now            func() time.Time
+	env        standIns
+	// startupPhase, reloadInterval, dnsRetryInterval and recoveryTimeout are
+	// DefaultStartupPhase, DefaultReloadInterval, DefaultDNSRetryInterval and
+	// DefaultRecoveryTimeout unless set before start; now is the clock the reload interval is
+	// measured on.
+	startupPhase     time.Duration
+	reloadInterval   time.Duration
+	dnsRetryInterval time.Duration
+	recoveryTimeout  time.Duration
+	now              func() time.Time
 	// beforeStarted, when set, runs at the end of the start-up phase, before the daemon
 	// connects and answers READY: Main installs its SIGUSR1 handler there.
 	beforeStarted func()
 
-	cfg       imex.DaemonConfig // fixed after start, like the real daemon's
-	nodesData []byte            // nodes.cfg as read at start: the node list is fixed too
-	self      netip.Addr
-	peerLn    net.Listener
-	cmdLns    []net.Listener // TCP and Unix domain socket; none when the command service is off
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	cfg           imex.DaemonConfig // fixed after start, like the real daemon's
+	waitForQuorum string            // IMEX_WAIT_FOR_QUORUM
+	nodesData     []byte            // nodes.cfg as read at start: the node list is fixed too
+	digest        string            // nodeListDigest of the node list read at start
+	self          netip.Addr
+	peerLn        net.Listener
+	cmdLns        []net.Listener // TCP and Unix domain socket; none when the command service is off
+	ctx           context.Context
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
 
 	mu             sync.Mutex
 	started        bool // the start-up phase is over
@@ -84,6 +104,18 @@ type simServer struct {
 	ignoredReloads int       // reloads within reloadInterval of the last honoured one
 	lastReload     time.Time // when the last honoured reload came, on now's clock
 	lastReloadErr  string
+	dnsLookups     int            // simulated DNS lookups of this run
+	rejected       map[string]int // refused handshakes by reason
+	retryTimer     *time.Timer    // the next retry of the unresolved names, if scheduled
+	// session is the node's IMEX session, held from the end of the start-up phase; nil
+	// without a node directory. connectedEver are the peers connected in this run (the
+	// marker lists them). While recovering, recoveryWait are the peers of the run that ended
+	// unsafely, and recoveryTimer ends the wait.
+	session       *session
+	connectedEver map[netip.Addr]bool
+	recovering    bool
+	recoveryWait  map[netip.Addr]bool
+	recoveryTimer *time.Timer
 
 	endOnce   sync.Once
 	endCh     chan struct{} // closed by the first of stop, crash and kill
@@ -92,28 +124,31 @@ type simServer struct {
 	result    error
 }
 
-// peerLink is the outgoing connection to one peer, kept up by runLink.
-type peerLink struct {
-	addr      netip.Addr
-	cancel    context.CancelFunc
-	connected bool // guarded by simServer.mu
-}
-
-func newSimServer(configPath, hostsPath string, log logr.Logger) *simServer {
+// newSimServer returns a daemon for the imexd config at configPath that resolves names through
+// hostsPath (default: env's hosts file, else /etc/hosts).
+func newSimServer(configPath, hostsPath string, env standIns, log logr.Logger) *simServer {
+	if hostsPath == "" {
+		hostsPath = env.hostsFile
+	}
 	if hostsPath == "" {
 		hostsPath = "/etc/hosts"
 	}
 	return &simServer{
-		log:            log,
-		configPath:     configPath,
-		hostsPath:      hostsPath,
-		startupPhase:   DefaultStartupPhase,
-		reloadInterval: DefaultReloadInterval,
-		now:            time.Now,
-		links:          map[netip.Addr]*peerLink{},
-		inbound:        map[net.Conn]netip.Addr{},
-		endCh:          make(chan struct{}),
-		done:           make(chan struct{}),
+		log:              log,
+		configPath:       configPath,
+		hostsPath:        hostsPath,
+		env:              env,
+		startupPhase:     DefaultStartupPhase,
+		reloadInterval:   DefaultReloadInterval,
+		dnsRetryInterval: DefaultDNSRetryInterval,
+		recoveryTimeout:  DefaultRecoveryTimeout,
+		now:              time.Now,
+		links:            map[netip.Addr]*peerLink{},
+		inbound:          map[net.Conn]netip.Addr{},
+		rejected:         map[string]int{},
+		connectedEver:    map[netip.Addr]bool{},
+		endCh:            make(chan struct{}),
+		done:             make(chan struct{}),
 	}
 }
 
@@ -123,23 +158,28 @@ func newSimServer(configPath, hostsPath string, log logr.Logger) *simServer {
 // (the real daemon binds after its checks; the simulation binds first so that its caller gets
 // the error); on error nothing is left running.
 func (s *simServer) start() error {
-	cfg, err := imex.ReadIMEXConfig(s.configPath)
+	data, err := os.ReadFile(s.configPath)
+	if err != nil {
+		return fmt.Errorf("reading IMEX config: %w", err)
+	}
+	cfg, err := imex.ParseIMEXConfig(s.configPath, data)
 	if err != nil {
 		return err
 	}
-	if !cfg.BindIP.IsValid() {
-		return &imex.ConfigError{File: s.configPath, Reason: "BIND_INTERFACE_IP must be set: the " +
-			"simulated IMEX cannot pick its address by matching local interfaces (all of 127/8 is local)"}
+	s.cfg, s.waitForQuorum = cfg, configValue(data, waitForQuorumKey)
+	if !cfg.BindIP.IsValid() && !s.env.localAddrsSet {
+		return &imex.ConfigError{File: s.configPath, Reason: "BIND_INTERFACE_IP is empty, and the simulated IMEX " +
+			"can find its own node list entry only among this host's addresses, which it is told through " +
+			LocalAddrsEnv + " (all of 127/8 is local on this machine); set BIND_INTERFACE_IP or " + LocalAddrsEnv}
 	}
-	s.cfg, s.self = cfg, cfg.BindIP
-	s.log = s.log.WithValues("self", s.self.String())
 	if s.nodesData, err = os.ReadFile(cfg.NodesConfigPath); err != nil {
 		return fmt.Errorf("reading node config: %w", err)
 	}
-	nodes, err := s.resolveNodes()
+	nodes, err := s.resolveAtStart()
 	if err != nil {
 		return err
 	}
+	s.log = s.log.WithValues("self", s.self.String())
 	s.peerLn, err = net.Listen("tcp", netip.AddrPortFrom(s.self, uint16(cfg.ServerPort)).String())
 	if err != nil {
 		return fmt.Errorf("listening for peers: %w", err)
@@ -164,22 +204,73 @@ func (s *simServer) start() error {
 	return nil
 }
 
-// resolveNodes reads the hosts file, resolves the names of the node list read at start through
-// it and checks that this node is listed.
-func (s *simServer) resolveNodes() ([]imex.Node, error) {
-	hostsData, err := os.ReadFile(s.hostsPath)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("reading hosts file: %w", err)
-	}
-	nodes, err := imex.ParseNodes(s.cfg.NodesConfigPath, s.nodesData, s.hostsPath, hostsData)
+// resolveAtStart resolves the node list read at start: the hosts file, the driver's support for
+// names, DNS for the names the hosts file does not map; then it fixes this node's own address
+// and checks that the node list holds it.
+func (s *simServer) resolveAtStart() ([]imex.Node, error) {
+	nodes, err := s.mapNodes()
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkDriverForNames(nodes); err != nil {
+		return nil, err
+	}
+	s.lookUpLocked(unresolved(nodes)) // nothing runs yet
+	s.self = s.cfg.BindIP
+	if !s.self.IsValid() {
+		if s.self, err = s.ownAddress(nodes); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.checkListed(nodes); err != nil {
+		return nil, err
+	}
+	s.digest = nodeListDigest(nodes)
+	return nodes, nil
+}
+
+// ownAddress is what the real IMEX takes as its address when BIND_INTERFACE_IP is empty: the
+// address of the node list entry that is one of this host's (LocalAddrsEnv). None, or more
+// than one, is a *imex.ConfigError.
+func (s *simServer) ownAddress(nodes []imex.Node) (netip.Addr, error) {
+	var own []imex.Node
+	for _, n := range nodes {
+		if n.Addr.IsValid() && slices.Contains(s.env.localAddrs, n.Addr) {
+			own = append(own, n)
+		}
+	}
+	switch len(own) {
+	case 1:
+		return own[0].Addr, nil
+	case 0:
+		return netip.Addr{}, &imex.ConfigError{File: s.cfg.NodesConfigPath, Reason: fmt.Sprintf(
+			"none of the node list's addresses is local (BIND_INTERFACE_IP is empty; this host's addresses: %v); "+
+				"is this node's name missing from %s?", s.env.localAddrs, s.hostsPath)}
+	}
+	return netip.Addr{}, &imex.ConfigError{File: s.cfg.NodesConfigPath, Line: own[1].Line, Text: own[1].Entry,
+		Reason: fmt.Sprintf("resolves to %s, a local address like line %d's (%s): with BIND_INTERFACE_IP empty "+
+			"IMEX cannot tell which entry is its own", own[1].Addr, own[0].Line, own[0].Addr)}
+}
+
+// checkListed checks that this node's address is in nodes.
+func (s *simServer) checkListed(nodes []imex.Node) error {
 	if !slices.ContainsFunc(nodes, func(n imex.Node) bool { return n.Addr == s.self }) {
-		return nil, &imex.ConfigError{File: s.cfg.NodesConfigPath, Reason: fmt.Sprintf(
+		return &imex.ConfigError{File: s.cfg.NodesConfigPath, Reason: fmt.Sprintf(
 			"this node's address %s is not in the node list (is its name missing from %s?)", s.self, s.hostsPath)}
 	}
-	return nodes, nil
+	return nil
+}
+
+// configValue is the value of key in an imexd config that ParseIMEXConfig accepted; empty when
+// the key is not set.
+func configValue(data []byte, key string) string {
+	for line := range strings.SplitSeq(string(data), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if ok && !strings.HasPrefix(k, "#") && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // reload is what SIGUSR1 does to the real daemon. During the start-up phase it kills the run
@@ -208,7 +299,11 @@ func (s *simServer) reload() error {
 	s.reloads++
 	s.lastReload = now
 	// Read under mu: reloads apply in the order they were honoured.
-	nodes, err := s.resolveNodes()
+	nodes, err := s.mapNodes()
+	if err == nil {
+		s.lookUpLocked(unresolved(nodes))
+		err = s.checkListed(nodes)
+	}
 	if err != nil {
 		s.lastReloadErr = err.Error()
 		return fmt.Errorf("reloading simulated IMEX: %w", err)
@@ -216,6 +311,8 @@ func (s *simServer) reload() error {
 	s.lastReloadErr = ""
 	s.nodes = nodes
 	s.applyNodesLocked()
+	s.checkRecoveryLocked()
+	s.armRetryLocked()
 	s.log.V(1).Info("Reloaded: resolved the node list's names again", "nodes", len(nodes), "peers", len(s.links))
 	return nil
 }
@@ -232,14 +329,24 @@ func (s *simServer) peerSetLocked() map[netip.Addr]bool {
 }
 
 // applyNodesLocked makes the links and inbound connections match the node list: links to new
-// peers start, links to and connections from removed peers end.
+// peers start, links to and connections from removed peers end (and leave the marker's peers).
 func (s *simServer) applyNodesLocked() {
 	want := s.peerSetLocked()
+	forgot := false
 	for addr, link := range s.links {
 		if !want[addr] {
 			link.cancel()
 			delete(s.links, addr)
 		}
+	}
+	for addr := range s.connectedEver {
+		if !want[addr] {
+			delete(s.connectedEver, addr)
+			forgot = true
+		}
+	}
+	if forgot && s.session != nil {
+		s.writeMarkerLocked()
 	}
 	for conn, addr := range s.inbound {
 		if !want[addr] {
@@ -275,13 +382,19 @@ func (s *simServer) lifecycle() {
 	s.teardown(s.endReason) // set before endCh was closed
 }
 
-// finishStartup ends the start-up phase: the daemon installs its SIGUSR1 handler, then answers
-// and dials its peers.
+// finishStartup ends the start-up phase: the daemon's driver check takes the node's IMEX
+// session (the run ends when another holds it), then the daemon installs its SIGUSR1 handler,
+// answers and dials its peers.
 func (s *simServer) finishStartup() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if isClosed(s.endCh) {
 		return // killed or stopped meanwhile
+	}
+	if err := s.takeSessionLocked(); err != nil {
+		s.log.Info("Start-up checks failed", "err", err.Error())
+		s.end(err)
+		return
 	}
 	// Under mu: a reload that the handler lets through waits for started.
 	if s.beforeStarted != nil {
@@ -289,19 +402,29 @@ func (s *simServer) finishStartup() {
 	}
 	s.started = true
 	s.applyNodesLocked()
-	s.log.Info("Simulated IMEX started", "address", s.peerLn.Addr().String(), "peers", len(s.links))
+	s.checkRecoveryLocked()
+	s.armRetryLocked()
+	s.log.Info("Simulated IMEX started", "address", s.peerLn.Addr().String(), "peers", len(s.links),
+		"recovering", s.recovering)
 }
 
-// teardown ends everything the run started and closes done with result.
+// teardown ends everything the run started, gives the node's IMEX session back and closes done
+// with result.
 func (s *simServer) teardown(result error) {
 	s.mu.Lock()
 	s.cancel() // under mu, so applyNodesLocked starts no link after this
+	for _, t := range []*time.Timer{s.retryTimer, s.recoveryTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
 	s.mu.Unlock()
 	_ = s.peerLn.Close()
 	for _, ln := range s.cmdLns {
 		_ = ln.Close() // a Unix domain socket's file goes with it
 	}
 	s.wg.Wait()
+	s.releaseSession(result)
 	s.result = result
 	if result != nil {
 		s.log.Info("Simulated IMEX ended abruptly", "address", s.peerLn.Addr().String(), "reason", result.Error())
@@ -322,6 +445,13 @@ func (s *simServer) end(reason error) {
 		s.endReason = reason // read by lifecycle only after endCh is closed
 		close(s.endCh)
 	})
+}
+
+// isRecovering reports whether the run recovers from an unsafe termination.
+func (s *simServer) isRecovering() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recovering
 }
 
 // isStarted reports whether the start-up phase is over.
@@ -353,107 +483,13 @@ func (s *simServer) acceptLoop(ln net.Listener, handle func(net.Conn)) {
 	}
 }
 
-// servePeer runs the listening side of the peer protocol; during the start-up phase it closes
-// the connection without an answer.
-func (s *simServer) servePeer(conn net.Conn) {
-	if !s.isStarted() {
-		return
-	}
-	_ = conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	line, err := readLine(conn)
-	if err != nil {
-		return
-	}
-	remote := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	claimed, err := netip.ParseAddr(strings.TrimPrefix(line, "HELLO "))
-	if !strings.HasPrefix(line, "HELLO ") || err != nil || claimed != remote {
-		fmt.Fprintf(conn, "REJECT bad hello %q from %s\n", line, remote)
-		return
-	}
-	s.mu.Lock()
-	member := s.peerSetLocked()[remote]
-	if member {
-		s.inbound[conn] = remote
-	}
-	s.mu.Unlock()
-	if !member {
-		fmt.Fprintf(conn, "REJECT %s is not in the node list of %s\n", remote, s.self)
-		return
-	}
-	defer func() {
-		s.mu.Lock()
-		delete(s.inbound, conn)
-		s.mu.Unlock()
-	}()
-	_ = conn.SetReadDeadline(time.Time{})
-	if _, err := fmt.Fprintf(conn, "WELCOME %s\n", s.self); err != nil {
-		return
-	}
-	_, _ = io.Copy(io.Discard, conn)
-}
-
-// runLink keeps a connection to one peer up, retrying with backoff, until ctx ends.
-func (s *simServer) runLink(ctx context.Context, link *peerLink) {
-	defer s.wg.Done()
-	backoff := linkBackoffMin
-	for ctx.Err() == nil {
-		if s.connectOnce(ctx, link) {
-			backoff = linkBackoffMin
-		}
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-		case <-timer.C:
-		}
-		timer.Stop()
-		backoff = min(2*backoff, linkBackoffMax)
-	}
-}
-
-// connectOnce dials the peer and holds the connection while it lasts; it reports whether the
-// peer welcomed us.
-func (s *simServer) connectOnce(ctx context.Context, link *peerLink) bool {
-	dialer := net.Dialer{
-		LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(s.self, 0)),
-		Timeout:   handshakeTimeout,
-	}
-	target := netip.AddrPortFrom(link.addr, uint16(s.cfg.ServerPort)).String()
-	conn, err := dialer.DialContext(ctx, "tcp", target)
-	if err != nil {
-		return false
-	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
-	defer stop()
-	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
-	if _, err := fmt.Fprintf(conn, "HELLO %s\n", s.self); err != nil {
-		return false
-	}
-	line, err := readLine(conn)
-	if err != nil || !strings.HasPrefix(line, "WELCOME ") {
-		s.log.V(2).Info("Peer refused connection", "peer", target, "answer", line)
-		return false
-	}
-	_ = conn.SetDeadline(time.Time{})
-	s.setConnected(link, true)
-	_, _ = io.Copy(io.Discard, conn)
-	s.setConnected(link, false)
-	return true
-}
-
-func (s *simServer) setConnected(link *peerLink, up bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	link.connected = up
-	s.log.V(1).Info("Peer connection changed", "peer", link.addr.String(), "connected", up)
-}
-
 // status reports what the command service's STATUS answers.
 func (s *simServer) status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Status{
-		Ready:           true,
+		Ready:           !s.recovering,
+		Recovering:      s.recovering,
 		Address:         s.peerLn.Addr().String(),
 		Peers:           []string{},
 		Connected:       []string{},
@@ -461,6 +497,17 @@ func (s *simServer) status() Status {
 		Reloads:         s.reloads,
 		IgnoredReloads:  s.ignoredReloads,
 		LastReloadError: s.lastReloadErr,
+		DNSLookups:      s.dnsLookups,
+	}
+	for reason, n := range s.rejected {
+		if st.RejectedPeersByReason == nil {
+			st.RejectedPeersByReason = map[string]int{}
+		}
+		st.RejectedPeersByReason[reason] = n
+		st.RejectedPeers += n
+	}
+	for _, addr := range s.recoveryPendingLocked() {
+		st.RecoveryWaitingFor = append(st.RecoveryWaitingFor, addr.String())
 	}
 	for _, n := range s.nodes {
 		switch {

@@ -1,0 +1,106 @@
+package imexsim
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strings"
+)
+
+// Environment variables that give a simulated IMEX the node-level things the real one gets from
+// its host: the simulated kubelet sets them on every container (the process form, Main, reads
+// them from its environment), and an in-process Sim reads them from imex.Options.Env, which
+// stands for its process environment. Without one, the behaviour that needs it is not
+// modelled.
+const (
+	// HostsFileEnv names the file that stands for /etc/hosts: the simulated kubelet sets it to
+	// the pod's hosts file, as a real container's resolver reads the pod's /etc/hosts. An
+	// in-process Sim uses it when imex.Options.HostsPath is empty.
+	HostsFileEnv = "CDPLANE_SIM_HOSTS_FILE"
+	// NodeDirEnv is the host directory of the node the simulated IMEX runs on, its "/": the
+	// driver's version file (DriverVersionPath), the node's IMEX session (SessionLockPath) and
+	// the unsafe-termination marker (UnsafeMarkerPath) lie below it.
+	NodeDirEnv = "CDPLANE_SIM_NODE_DIR"
+	// LocalAddrsEnv lists the addresses of this host's network interfaces, comma-separated (the
+	// pod's IP; a hostNetwork pod's is its node's InternalIP). With BIND_INTERFACE_IP empty the
+	// real IMEX takes as its own address the node list entry that is one of its interfaces'
+	// addresses; every 127/8 address is local on the simulator's machine, so the simulated one
+	// needs to be told which are this host's.
+	LocalAddrsEnv = "CDPLANE_SIM_LOCAL_ADDRS"
+	// ResolvConfEnv is the host path of the container's resolv.conf, whose search list and
+	// ndots option decide how many DNS lookups a name the hosts file does not map costs.
+	ResolvConfEnv = "CDPLANE_SIM_RESOLV_CONF"
+)
+
+// Paths below a node directory (NodeDirEnv) that a simulated IMEX uses.
+const (
+	// DriverVersionPath is the loaded kernel driver's version file, which nodehost.WriteNode
+	// writes: host names in the node list need driver MinHostnameDriverVersion or later.
+	DriverVersionPath = "/proc/driver/nvidia/version"
+	// SessionLockPath is the node's IMEX session: a run holds an exclusive flock on it from
+	// the end of its start-up phase until it ends, as the kernel lets one IMEX a node hold its
+	// session; a second one fails with ErrSessionInUse.
+	SessionLockPath = "/run/nvidia-imex/session.lock"
+	// UnsafeMarkerPath marks a run that holds the session and has not stopped cleanly: written
+	// when the run takes the session, listing the peer addresses it has been connected to,
+	// removed on a clean stop, left behind by a crash or a kill. A run that finds it recovers
+	// (IMEX_WAIT_FOR_QUORUM=RECOVERY).
+	UnsafeMarkerPath = "/run/nvidia-imex/unsafe"
+)
+
+// standIns are what a simulated IMEX took from its environment.
+type standIns struct {
+	// hostsFile is HostsFileEnv's value.
+	hostsFile string
+	// nodeDir is the node directory; empty: the node-level behaviours are not modelled.
+	nodeDir string
+	// localAddrs are this host's addresses; localAddrsSet says whether LocalAddrsEnv was set.
+	localAddrs    []netip.Addr
+	localAddrsSet bool
+	// resolvConf is the container's resolv.conf; empty: glibc's defaults.
+	resolvConf string
+}
+
+// standInsFrom reads the stand-ins through lookup; an address in LocalAddrsEnv that does not
+// parse is an error naming it.
+func standInsFrom(lookup func(string) (string, bool)) (standIns, error) {
+	get := func(k string) string { v, _ := lookup(k); return strings.TrimSpace(v) }
+	si := standIns{hostsFile: get(HostsFileEnv), nodeDir: get(NodeDirEnv), resolvConf: get(ResolvConfEnv)}
+	if si.nodeDir != "" {
+		abs, err := filepath.Abs(si.nodeDir)
+		if err != nil {
+			return si, fmt.Errorf("%s=%s: %w", NodeDirEnv, si.nodeDir, err)
+		}
+		si.nodeDir = abs
+	}
+	if v, ok := lookup(LocalAddrsEnv); ok {
+		si.localAddrsSet = true
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			addr, err := netip.ParseAddr(f)
+			if err != nil {
+				return si, fmt.Errorf("%s: %q is not an IP address", LocalAddrsEnv, f)
+			}
+			si.localAddrs = append(si.localAddrs, addr.Unmap())
+		}
+	}
+	return si, nil
+}
+
+// envLookup looks a variable up in env (KEY=VALUE entries; the last one of a key wins, as when
+// a process environment is built by appending).
+func envLookup(env []string) func(string) (string, bool) {
+	return func(key string) (string, bool) {
+		for i := len(env) - 1; i >= 0; i-- {
+			if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+				return v, true
+			}
+		}
+		return "", false
+	}
+}
+
+// onNode is the host path of p (one of this file's node paths) below the node directory.
+func (si standIns) onNode(p string) string { return filepath.Join(si.nodeDir, p) }

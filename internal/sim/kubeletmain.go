@@ -157,7 +157,7 @@ func router(st *State) kubelet.Runner {
 		Programs: map[string]kubelet.Program{
 			"cdplane-kubelet-plugin": program(nodehost.RunPlugin),
 			"cdplane-daemon": program(func(ctx context.Context, inv component.Invocation) error {
-				return daemon.Run(ctx, inv, nodehost.InProcessDaemon())
+				return daemon.Run(ctx, inv, nodehost.InProcessDaemon(inv))
 			}),
 		},
 		Fallback: r.ByRepository["cdplane"],

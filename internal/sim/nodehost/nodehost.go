@@ -31,8 +31,9 @@ import (
 )
 
 // NodeDirEnv is set by the simulated kubelet on every container: the host directory of the
-// container's node, below which the node's host paths live.
-const NodeDirEnv = "CDPLANE_SIM_NODE_DIR"
+// container's node, below which the node's host paths live. It is the simulated IMEX's
+// imexsim.NodeDirEnv.
+const NodeDirEnv = imexsim.NodeDirEnv
 
 // Paths of a node's host files, below its node directory.
 const (
@@ -41,6 +42,9 @@ const (
 	// ProcDevicesPath and IMEXMgmtCapabilityPath stand for the driver's /proc files.
 	ProcDevicesPath        = "/proc/devices"
 	IMEXMgmtCapabilityPath = "/proc/driver/nvidia/capabilities/fabric-imex-mgmt"
+	// DriverVersionPath is the loaded driver's version file, in the real one's format (the
+	// kubelet plugin and the simulated IMEX read the version from it).
+	DriverVersionPath = imexsim.DriverVersionPath
 )
 
 // Device numbers the simulated driver registers.
@@ -52,7 +56,7 @@ const (
 )
 
 // WriteNode writes a simulated node's host files into nodeDir: its NVML spec and the driver's
-// /proc files.
+// /proc files, the version file naming the spec's driver version.
 func WriteNode(nodeDir string, spec nvmlsim.Node) error {
 	data, err := json.Marshal(spec)
 	if err != nil {
@@ -63,6 +67,7 @@ func WriteNode(nodeDir string, spec nvmlsim.Node) error {
 		ProcDevicesPath: fmt.Sprintf("Character devices:\n  1 mem\n%d nvidia-caps-imex-channels\n%d nvidia-caps\n\nBlock devices:\n  8 sd\n",
 			channelMajor, capsMajor),
 		IMEXMgmtCapabilityPath: fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 256\nDeviceFileModify: 1\n", IMEXMgmtMinor),
+		DriverVersionPath:      DriverVersionFile(spec.Driver()),
 	}
 	for p, content := range files {
 		path := filepath.Join(nodeDir, p)
@@ -74,6 +79,14 @@ func WriteNode(nodeDir string, spec nvmlsim.Node) error {
 		}
 	}
 	return nil
+}
+
+// DriverVersionFile is the content of the driver's version file for a driver version, as the
+// open kernel module of a GB200 node (aarch64) writes it.
+func DriverVersionFile(version string) string {
+	return fmt.Sprintf("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  %s  Release Build  "+
+		"(dvs-builder@U16-I3-B03-4-3)  Tue Jul 29 19:13:46 UTC 2025\n"+
+		"GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n", version)
 }
 
 // Plugin is the host of a kubelet plugin on the node named by the invocation's NodeDirEnv: its
@@ -140,11 +153,32 @@ func makeFileDevice(path string, _, _ uint32) error {
 
 // InProcessDaemon is the host of a daemon run in the simulated kubelet's process: IMEX is the
 // simulated one in the same process (a process per node would not fit thousands of nodes on one
-// machine). A daemon run as a process needs no host: it runs the simulated nvidia-imex that its
-// daemon claim's CDI edits mount and name (IMEX_BINARY), from the node's driver root (see
-// InstallDriverRoot).
-func InProcessDaemon() daemon.Host {
-	return daemon.Host{NewIMEX: func(o imex.Options) imex.Interface { return imexsim.New(o) }}
+// machine). It gets the stand-ins that the simulated kubelet set in the daemon container's
+// environment (inv), as a process would inherit them: the node directory, the pod's addresses,
+// its resolv.conf and hosts file (see imexsim's environment variables). A daemon run as a
+// process needs no host: it runs the simulated nvidia-imex that its daemon claim's CDI edits
+// mount and name (IMEX_BINARY), from the node's driver root (see InstallDriverRoot), which
+// inherits the container's environment.
+func InProcessDaemon(inv component.Invocation) daemon.Host {
+	env := standInEnv(inv)
+	return daemon.Host{NewIMEX: func(o imex.Options) imex.Interface {
+		o.Env = append(slices.Clip(o.Env), env...)
+		return imexsim.New(o)
+	}}
+}
+
+// standInEnv is the simulated IMEX's stand-ins set in inv's environment, as KEY=VALUE.
+func standInEnv(inv component.Invocation) []string {
+	var env []string
+	for _, k := range []string{imexsim.NodeDirEnv, imexsim.LocalAddrsEnv, imexsim.ResolvConfEnv, imexsim.HostsFileEnv} {
+		if inv.LookupEnv == nil {
+			break
+		}
+		if v, ok := inv.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
 }
 
 // DriverRootBin is the directory of a simulated driver root that holds nvidia-imex and
@@ -193,6 +227,10 @@ const (
 // host paths, since the simulated IMEX runs on this machine's filesystem; the socket path must
 // stay within the Unix domain socket limit (107 bytes), so nodeDir must be short.
 //
+// The service runs with the node directory as its stand-in (imexsim.NodeDirEnv), so it holds
+// the node's IMEX session: a container's IMEX on the node fails with NV_ERR_IN_USE, as on a GPU
+// node whose nvidia-imex.service runs.
+//
 // stop stops the service and waits for it, or for its context; it may be called more than once.
 // A run that crashed (imexsim.Crash) is not restarted.
 func StartHostIMEX(nodeDir string, self netip.Addr, peers []netip.Addr, log logr.Logger) (stop func(context.Context) error, err error) {
@@ -203,7 +241,7 @@ func StartHostIMEX(nodeDir string, self netip.Addr, peers []netip.Addr, log logr
 	if err := writeHostIMEX(root, self, peers); err != nil {
 		return nil, err
 	}
-	return runHostIMEX(root, log)
+	return runHostIMEX(root, self, log)
 }
 
 // writeHostIMEX writes the host service's config and node list below root.
@@ -254,11 +292,13 @@ func hostIMEXNodes(self netip.Addr, peers []netip.Addr) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// runHostIMEX starts the simulated IMEX on the host service's files below root, as they are.
-func runHostIMEX(root string, log logr.Logger) (func(context.Context) error, error) {
+// runHostIMEX starts the simulated IMEX on the host service's files below root, as they are,
+// on the node whose directory is root and whose address is self.
+func runHostIMEX(root string, self netip.Addr, log logr.Logger) (func(context.Context) error, error) {
 	sim := imexsim.New(imex.Options{
 		ConfigPath: filepath.Join(root, HostIMEXConfigPath),
 		HostsPath:  filepath.Join(root, "/etc/hosts"),
+		Env:        []string{imexsim.NodeDirEnv + "=" + root, imexsim.LocalAddrsEnv + "=" + self.String()},
 		Log:        log.WithName("host-imex"),
 	})
 	if _, err := sim.Start(context.Background()); err != nil {

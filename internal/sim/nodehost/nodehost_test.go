@@ -20,6 +20,7 @@ import (
 
 	"cdplane/internal/component"
 	"cdplane/internal/imex"
+	"cdplane/internal/kubeletplugin"
 	"cdplane/internal/nvml"
 	"cdplane/internal/sim/imexsim"
 	"cdplane/internal/sim/nvmlsim"
@@ -250,7 +251,7 @@ func TestHostIMEX(t *testing.T) {
 	if err := os.Remove(nodesPath); err != nil {
 		t.Fatal(err)
 	}
-	if stop, err := runHostIMEX(dir, testLogger(t)); err == nil || !strings.Contains(err.Error(), nodesPath) {
+	if stop, err := runHostIMEX(dir, a, testLogger(t)); err == nil || !strings.Contains(err.Error(), nodesPath) {
 		if stop != nil {
 			_ = stop(withTimeout(t))
 		}
@@ -309,5 +310,109 @@ func TestStartHostIMEXRefuses(t *testing.T) {
 				t.Errorf("a refused start left a socket: %v", fi.Mode())
 			}
 		})
+	}
+}
+
+// The node's driver version file is in the real one's format: the kubelet plugin reads the
+// spec's driver version from it, DefaultDriverVersion when the spec names none.
+func TestWriteNodeDriverVersion(t *testing.T) {
+	cases := map[string]struct {
+		version string
+		want    string
+	}{
+		"default":       {want: nvmlsim.DefaultDriverVersion},
+		"an old driver": {version: "565.57.01", want: "565.57.01"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			spec := nvmlsim.Rack(0, "n1")
+			spec.DriverVersion = tc.version
+			if err := WriteNode(dir, spec); err != nil {
+				t.Fatal(err)
+			}
+			host, err := Plugin(hostOf(t, dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := host.ReadHostFile(kubeletplugin.DriverVersionFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := kubeletplugin.KernelDriverVersion(data); !ok || got != tc.want {
+				t.Errorf("driver version from %q: %q, %v; want %q", data, got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// An in-process daemon's IMEX gets the stand-ins the simulated kubelet set in the daemon
+// container's environment, and nothing else of it.
+func TestStandInEnv(t *testing.T) {
+	cases := map[string]struct {
+		env  map[string]string
+		want []string
+	}{
+		"none": {env: map[string]string{"PATH": "/bin"}},
+		"all": {
+			env: map[string]string{
+				"PATH": "/bin", imexsim.NodeDirEnv: "/n", imexsim.LocalAddrsEnv: "127.128.0.5",
+				imexsim.ResolvConfEnv: "/p/resolv.conf", imexsim.HostsFileEnv: "/p/etc-hosts",
+			},
+			want: []string{imexsim.NodeDirEnv + "=/n", imexsim.LocalAddrsEnv + "=127.128.0.5",
+				imexsim.ResolvConfEnv + "=/p/resolv.conf", imexsim.HostsFileEnv + "=/p/etc-hosts"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			inv := component.Invocation{LookupEnv: func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }}
+			if diff := cmp.Diff(tc.want, standInEnv(inv)); diff != "" {
+				t.Errorf("stand-ins (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The host IMEX holds the node's IMEX session: an IMEX that a daemon container on the node
+// starts ends with NV_ERR_IN_USE.
+func TestHostIMEXHoldsTheSession(t *testing.T) {
+	nodeDir := shortNodeDir(t)
+	self := netip.MustParseAddr("127.0.0.55")
+	startHostIMEX(t, nodeDir, self)
+	eventually(t, "the host IMEX to answer READY", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := imexsim.ReadyUnix(ctx, filepath.Join(nodeDir, HostIMEXSocketPath))
+		return err == nil, fmt.Sprint(err)
+	})
+
+	// A container's IMEX on the same node, on its pod address.
+	dir := t.TempDir()
+	nodes, config := filepath.Join(dir, "nodes.cfg"), filepath.Join(dir, "config.cfg")
+	for path, content := range map[string]string{
+		nodes:  "127.128.0.55\n",
+		config: "BIND_INTERFACE_IP=\nSERVER_PORT=0\nIMEX_NODE_CONFIG_FILE=" + nodes + "\n",
+	} {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host := InProcessDaemon(component.Invocation{LookupEnv: func(k string) (string, bool) {
+		v, ok := map[string]string{NodeDirEnv: nodeDir, imexsim.LocalAddrsEnv: "127.128.0.55"}[k]
+		return v, ok
+	}})
+	container := host.NewIMEX(imex.Options{ConfigPath: config, HostsPath: filepath.Join(dir, "hosts"), Log: testLogger(t)})
+	exited, err := container.Start(withTimeout(t))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = container.Stop(context.Background()) })
+	select {
+	case err := <-exited:
+		if !errors.Is(err, imexsim.ErrSessionInUse) || !strings.Contains(err.Error(), "NV_ERR_IN_USE") {
+			t.Errorf("the container's IMEX ended with %v, want ErrSessionInUse naming NV_ERR_IN_USE", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatalf("timed out after %s waiting for the container's IMEX to end", waitTimeout)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"cdplane/internal/nvml"
 )
@@ -20,6 +21,10 @@ const Backend = "sim"
 
 // GPUsPerNode is the GPU count Rack gives a node (a GB200 compute tray).
 const GPUsPerNode = 4
+
+// DefaultDriverVersion is the NVIDIA driver version of a simulated node whose spec names none:
+// a current driver, whose IMEX accepts host names in its node list.
+const DefaultDriverVersion = "580.82.07"
 
 // RackCliqueNumber is the fabric clique id Rack gives every rack: one
 // partition per rack, so racks differ by cluster UUID only.
@@ -55,6 +60,17 @@ type Node struct {
 	PerGPU map[int]Fabric `json:"perGPU,omitempty"`
 	// Unavailable makes Discover fail as if NVML could not be initialised.
 	Unavailable bool `json:"unavailable,omitempty"`
+	// DriverVersion is the loaded NVIDIA driver's version (as /proc/driver/nvidia/version
+	// gives it, e.g. "570.133.20"); empty means DefaultDriverVersion.
+	DriverVersion string `json:"driverVersion,omitempty"`
+}
+
+// Driver is the node's driver version: DriverVersion, or DefaultDriverVersion.
+func (s Node) Driver() string {
+	if s.DriverVersion == "" {
+		return DefaultDriverVersion
+	}
+	return s.DriverVersion
 }
 
 // Rack returns the simulated node named node in rack rack: GPUsPerNode
@@ -138,6 +154,9 @@ func (s Node) Validate() error {
 	if s.Node == "" && s.GPUs > 0 {
 		return errors.New("sim spec: node must be set (GPU UUIDs derive from it)")
 	}
+	if s.DriverVersion != "" && !dottedVersion(s.DriverVersion) {
+		return fmt.Errorf("sim spec: driverVersion %q: want numbers separated by dots, e.g. %s", s.DriverVersion, DefaultDriverVersion)
+	}
 	if _, err := s.Fabric.info(); err != nil {
 		return fmt.Errorf("sim spec: fabric: %w", err)
 	}
@@ -150,6 +169,20 @@ func (s Node) Validate() error {
 		}
 	}
 	return nil
+}
+
+// dottedVersion reports whether v is at least two numbers separated by single dots.
+func dottedVersion(v string) bool {
+	parts := strings.Split(v, ".")
+	if len(parts) < 2 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // info turns the spec into the raw reading NVML would give.

@@ -203,6 +203,11 @@ func TestParseSim(t *testing.T) {
 		"noFabric with a state": {spec: `{"node":"n1","gpus":1,"fabric":{"noFabric":true,"state":"COMPLETED"}}`, wantErr: "noFabric leaves no room"},
 		"perGPU out of range":   {spec: `{"node":"n1","gpus":1,"perGPU":{"1":{}}}`, wantErr: "perGPU names GPU 1, but the node has 1 GPUs"},
 		"negative GPUs":         {spec: `{"node":"n1","gpus":-1}`, wantErr: "negative"},
+		"driver version": {
+			spec: `{"node":"n1","gpus":0,"driverVersion":"570.133.20"}`,
+			want: Node{Node: "n1", DriverVersion: "570.133.20"},
+		},
+		"bad driver version": {spec: `{"node":"n1","driverVersion":"570"}`, wantErr: `driverVersion "570"`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -220,5 +225,15 @@ func TestParseSim(t *testing.T) {
 				t.Errorf("sim (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A node reports DefaultDriverVersion unless its spec names another.
+func TestNodeDriver(t *testing.T) {
+	if got := Rack(0, "n1").Driver(); got != DefaultDriverVersion {
+		t.Errorf("Rack(0).Driver() = %q, want %q", got, DefaultDriverVersion)
+	}
+	if got := (Node{DriverVersion: "565.57.01"}).Driver(); got != "565.57.01" {
+		t.Errorf("Driver() = %q, want the spec's 565.57.01", got)
 	}
 }

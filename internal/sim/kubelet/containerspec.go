@@ -38,11 +38,8 @@ func (w *podWorker) containerSpec(ctx context.Context, c *ctr) (*instance, error
 		env[i].Value = pm.Value(env[i].Value)
 	}
 	// What the node's host gives every container, already in host paths: the host's own
-	// variables (Config.HostEnv), and where the container's /etc/hosts lies, for programs that
-	// resolve names as the container's resolver would (the simulated IMEX).
-	if hosts, ok := pm.Path(EtcHostsPath); ok {
-		env = mergeEnv(env, EnvVar{Name: imexsim.HostsFileEnv, Value: hosts})
-	}
+	// variables (Config.HostEnv), and the simulated IMEX's stand-ins.
+	env = mergeEnv(env, standInEnv(pm, addrs.PodIP)...)
 	if w.k.cfg.HostEnv != nil {
 		env = mergeEnv(env, w.k.cfg.HostEnv(w.n.spec.Name, w.k.NodeDir(w.n.spec.Name))...)
 	}
@@ -109,6 +106,9 @@ func (w *podWorker) containerMounts(c *ctr) ([]Mount, *PathMap, error) {
 	if !hasMount(mounts, EtcHostsPath) {
 		mounts = append(mounts, Mount{ContainerPath: EtcHostsPath, HostPath: w.hostsFilePath()})
 	}
+	if !hasMount(mounts, EtcResolvConfPath) {
+		mounts = append(mounts, Mount{ContainerPath: EtcResolvConfPath, HostPath: w.resolvConfPath()})
+	}
 	if saDir != "" && !hasMount(mounts, ServiceAccountMountPath) {
 		mounts = append(mounts, Mount{ContainerPath: ServiceAccountMountPath, HostPath: saDir, ReadOnly: true})
 	}
@@ -121,6 +121,25 @@ func (w *podWorker) containerMounts(c *ctr) ([]Mount, *PathMap, error) {
 		mappings = append(mappings, PathMapping(d))
 	}
 	return mounts, NewPathMap(mappings), nil
+}
+
+// standInEnv is what a container's programs that stand for a host's (the simulated IMEX) need
+// to know of the host: where the container's /etc/hosts and /etc/resolv.conf lie, so that they
+// resolve names as the container's resolver would, and the addresses of the container's network
+// interfaces (the pod's IP; a hostNetwork pod's is its node's), since every loopback address is
+// local on the simulator's machine. pm maps the container's paths to the host's.
+func standInEnv(pm *PathMap, podIP string) []EnvVar {
+	var env []EnvVar
+	if hosts, ok := pm.Path(EtcHostsPath); ok {
+		env = append(env, EnvVar{Name: imexsim.HostsFileEnv, Value: hosts})
+	}
+	if resolvConf, ok := pm.Path(EtcResolvConfPath); ok {
+		env = append(env, EnvVar{Name: imexsim.ResolvConfEnv, Value: resolvConf})
+	}
+	if podIP != "" {
+		env = append(env, EnvVar{Name: imexsim.LocalAddrsEnv, Value: podIP})
+	}
+	return env
 }
 
 func hasMount(ms []Mount, p string) bool {

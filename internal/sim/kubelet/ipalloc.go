@@ -13,12 +13,19 @@ const DefaultPodCIDR = "127.128.0.0/9"
 
 var loopback = netip.MustParsePrefix("127.0.0.0/8")
 
+// IMEXSentinelPrefix is the block of loopback addresses that cdplane's IMEX configuration uses
+// as sentinels (the product's imex.SentinelPrefix): its hosts files map the name of every IMEX
+// slot no daemon holds to an address there, where nothing may listen. No pod and no node of a
+// simulated cluster gets one.
+var IMEXSentinelPrefix = netip.MustParsePrefix("127.127.0.0/16")
+
 // ErrNoAddresses is returned when every address of the range is in use.
 var ErrNoAddresses = errors.New("no free pod address")
 
 // IPAllocator hands out loopback addresses of one range, each to one holder at a time. It
 // moves round the range (a released address is not handed out again until the others were),
-// and never hands out the first and last address of the range or a reserved one.
+// and never hands out the first and last address of the range, a reserved one, or one in
+// IMEXSentinelPrefix.
 type IPAllocator struct {
 	mu       sync.Mutex
 	first    uint32 // first usable address
@@ -38,6 +45,9 @@ func NewIPAllocator(cidr string, reserved ...netip.Addr) (*IPAllocator, error) {
 	p = p.Masked()
 	if !p.Addr().Is4() || !loopback.Contains(p.Addr()) || p.Bits() < loopback.Bits() {
 		return nil, fmt.Errorf("pod range %s: must lie inside %s", p, loopback)
+	}
+	if IMEXSentinelPrefix.Bits() <= p.Bits() && IMEXSentinelPrefix.Contains(p.Addr()) {
+		return nil, fmt.Errorf("pod range %s: lies in %s, IMEX's sentinel addresses", p, IMEXSentinelPrefix)
 	}
 	total := uint64(1) << (32 - p.Bits())
 	if total < 3 {
@@ -60,7 +70,7 @@ func (a *IPAllocator) Allocate() (netip.Addr, error) {
 	for i := uint32(0); i < a.size; i++ {
 		off := (a.next + i) % a.size
 		v := a.first + off
-		if a.used[v] || a.reserved[v] {
+		if a.used[v] || a.reserved[v] || IMEXSentinelPrefix.Contains(fromUint32(v)) {
 			continue
 		}
 		a.used[v] = true

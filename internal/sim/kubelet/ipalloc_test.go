@@ -13,13 +13,16 @@ func TestNewIPAllocator(t *testing.T) {
 		cidr    string
 		wantErr bool
 	}{
-		"default":       {cidr: DefaultPodCIDR},
-		"small":         {cidr: "127.5.0.0/30"},
-		"too small":     {cidr: "127.5.0.0/31", wantErr: true},
-		"not loopback":  {cidr: "10.0.0.0/24", wantErr: true},
-		"wider than /8": {cidr: "126.0.0.0/7", wantErr: true},
-		"ipv6":          {cidr: "::1/128", wantErr: true},
-		"garbage":       {cidr: "x", wantErr: true},
+		"default":                   {cidr: DefaultPodCIDR},
+		"small":                     {cidr: "127.5.0.0/30"},
+		"too small":                 {cidr: "127.5.0.0/31", wantErr: true},
+		"not loopback":              {cidr: "10.0.0.0/24", wantErr: true},
+		"wider than /8":             {cidr: "126.0.0.0/7", wantErr: true},
+		"ipv6":                      {cidr: "::1/128", wantErr: true},
+		"garbage":                   {cidr: "x", wantErr: true},
+		"sentinel block":            {cidr: "127.127.0.0/16", wantErr: true},
+		"in the sentinel block":     {cidr: "127.127.4.0/24", wantErr: true},
+		"around the sentinel block": {cidr: "127.126.0.0/15"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := NewIPAllocator(tc.cidr)
@@ -82,5 +85,19 @@ func TestIPAllocatorUnique(t *testing.T) {
 			t.Fatalf("%s handed out twice", ip)
 		}
 		seen[ip] = true
+	}
+}
+
+// An allocator whose range holds IMEX's sentinel block never hands out one of its addresses.
+func TestIPAllocatorSkipsSentinels(t *testing.T) {
+	// 127.126.0.0/15: 127.126.0.1 … 127.127.255.254, of which 127.127.0.0/16 is the block.
+	a, err := NewIPAllocator("127.126.0.0/15")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.next = 1<<16 - 3 // start at 127.126.255.254, the block's neighbour
+	want := []string{"127.126.255.254", "127.126.255.255", "127.126.0.1"}
+	if diff := cmp.Diff(want, allocate(t, a, 3)); diff != "" {
+		t.Errorf("addresses (-want +got):\n%s", diff)
 	}
 }

@@ -181,8 +181,9 @@ func New(cfg Config) (*Kubelet, error) {
 			return nil, fmt.Errorf("node %s given twice", spec.Name)
 		}
 		ip, err := netip.ParseAddr(spec.InternalIP)
-		if err != nil || !loopback.Contains(ip) {
-			return nil, fmt.Errorf("node %s: internal IP %q must be a loopback address", spec.Name, spec.InternalIP)
+		if err != nil || !loopback.Contains(ip) || IMEXSentinelPrefix.Contains(ip) {
+			return nil, fmt.Errorf("node %s: internal IP %q must be a loopback address outside %s (IMEX's sentinel addresses)",
+				spec.Name, spec.InternalIP, IMEXSentinelPrefix)
 		}
 		for _, other := range nodeIPs {
 			if other == ip {

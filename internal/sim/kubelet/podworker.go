@@ -280,6 +280,9 @@ func (w *podWorker) setup(ctx context.Context) error {
 	if err := w.writeHostsFile(pod); err != nil {
 		return err
 	}
+	if err := w.writeResolvConf(pod); err != nil {
+		return err
+	}
 	saDir, kubeconfig, err := w.setupCredentials(ctx, pod)
 	if err != nil {
 		return err

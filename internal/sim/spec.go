@@ -74,7 +74,8 @@ func (t Topology) Validate() error {
 }
 
 // BuildNodes lays the nodes out: node i is in rack i/RackSize, named r<rack>n<index>,
-// with the loopback address 127.10.<i/250>.<i%250+1>, its plane's label, and simulated NVML:
+// with the loopback address 127.10.<i/250>.<i%250+1> (never in the pod range 127.128.0.0/9 or
+// IMEX's sentinel block kubelet.IMEXSentinelPrefix), its plane's label, and simulated NVML:
 // the rack's clique, no fabric for the last FabricLess nodes, a failed registration for the
 // FailedFabric before them.
 func BuildNodes(t Topology) []Node {

@@ -1,11 +1,13 @@
 package sim
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"cdplane/internal/sim/kubelet"
 	"cdplane/internal/sim/nvmlsim"
 )
 
@@ -74,5 +76,28 @@ func TestCheckSocketPaths(t *testing.T) {
 	err := CheckSocketPaths("/tmp/a-rather-long-directory-name-for-a-sim", nodes)
 	if err == nil || !strings.Contains(err.Error(), "is too long") {
 		t.Errorf("a long directory: %v, want a refusal", err)
+	}
+}
+
+// No node and no pod range of the largest simulated cluster lies in IMEX's sentinel block, and
+// node addresses are unique loopback addresses outside the pod ranges.
+func TestAddressesAvoidIMEXSentinels(t *testing.T) {
+	pods := netip.MustParsePrefix(kubelet.DefaultPodCIDR)
+	for shard := range maxShards {
+		if p := netip.MustParsePrefix(podCIDR(shard)); p.Overlaps(kubelet.IMEXSentinelPrefix) || !pods.Contains(p.Addr()) {
+			t.Errorf("pod range of shard %d: %s, want it inside %s, outside %s", shard, p, pods, kubelet.IMEXSentinelPrefix)
+		}
+	}
+	top := Topology{Nodes: 20000, RackSize: 72, GPUsPerNode: 4}
+	if err := top.Validate(); err != nil {
+		t.Fatalf("the largest topology: %v", err)
+	}
+	seen := map[netip.Addr]bool{}
+	for _, n := range BuildNodes(top) {
+		ip := netip.MustParseAddr(n.InternalIP)
+		if seen[ip] || !ip.IsLoopback() || kubelet.IMEXSentinelPrefix.Contains(ip) || pods.Contains(ip) {
+			t.Fatalf("node %s: address %s repeated, not loopback, a sentinel or a pod's", n.Name, ip)
+		}
+		seen[ip] = true
 	}
 }

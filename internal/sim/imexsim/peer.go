@@ -158,9 +158,7 @@ func (s *simServer) setConnected(link *peerLink, up bool) {
 	}
 	if !s.connectedEver[link.addr] {
 		s.connectedEver[link.addr] = true
-		if s.session != nil {
-			s.writeMarkerLocked()
-		}
+		s.writeMarkerLocked()
 	}
 	s.checkRecoveryLocked()
 }

@@ -154,8 +154,12 @@ func (s *simServer) takeSessionLocked() error {
 }
 
 // writeMarkerLocked writes the unsafe-termination marker: the peers connected in this run, and
-// while recovering those of the run that ended unsafely. The caller holds mu and the session.
+// while recovering those of the run that ended unsafely. It does nothing unless the run holds
+// the session. The caller holds mu.
 func (s *simServer) writeMarkerLocked() {
+	if s.session == nil {
+		return
+	}
 	peers := make([]netip.Addr, 0, len(s.connectedEver)+len(s.recoveryWait))
 	for addr := range s.connectedEver {
 		peers = append(peers, addr)
@@ -189,6 +193,8 @@ func replaceFile(path string, data []byte) error {
 // releaseSession gives the session back at the end of a run; a clean stop (result nil) first
 // removes the unsafe-termination marker, anything else leaves it.
 func (s *simServer) releaseSession(result error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.session == nil {
 		return
 	}
@@ -198,6 +204,7 @@ func (s *simServer) releaseSession(result error) {
 		}
 	}
 	s.session.release()
+	s.session = nil
 }
 
 // recoveryPendingLocked lists the peers the run still waits for while recovering: those of the

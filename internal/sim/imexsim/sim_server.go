@@ -332,7 +332,7 @@ func (s *simServer) peerSetLocked() map[netip.Addr]bool {
 // peers start, links to and connections from removed peers end (and leave the marker's peers).
 func (s *simServer) applyNodesLocked() {
 	want := s.peerSetLocked()
-	forgot := false
+	forgot := false // a peer left the node list: the marker lists it no more
 	for addr, link := range s.links {
 		if !want[addr] {
 			link.cancel()
@@ -345,7 +345,7 @@ func (s *simServer) applyNodesLocked() {
 			forgot = true
 		}
 	}
-	if forgot && s.session != nil {
+	if forgot {
 		s.writeMarkerLocked()
 	}
 	for conn, addr := range s.inbound {

@@ -17,6 +17,13 @@ const (
 	ComputeDomainLabel = "resource.nvidia.com/computeDomain"
 	// CliqueIDLabel carries a clique id: on daemon pods (set by the daemon) and on cliques.
 	CliqueIDLabel = "resource.nvidia.com/computeDomain.cliqueID"
+	// IMEXBlockedLabel is set by a daemon on its own pod when IMEX cannot run on its node for a
+	// reason retrying does not cure; the value is the reason (IMEXBlockedHostIMEXInUse). The
+	// controller reports such nodes in the NodesBlocked condition.
+	IMEXBlockedLabel = "resource.nvidia.com/computeDomain.imexBlocked"
+	// IMEXBlockedHostIMEXInUse: the node's IMEX session is held by another nvidia-imex (a host
+	// nvidia-imex.service); the kernel allows one per node and IMEX fails with NV_ERR_IN_USE.
+	IMEXBlockedHostIMEXInUse = "HostIMEXInUse"
 	// ControlPlaneLabel marks namespaces, nodes and objects owned by a control plane.
 	ControlPlaneLabel = "resource.nvidia.com/control-plane-id"
 	// GPUCliqueNodeLabel optionally advertises a node's clique.
@@ -65,6 +72,10 @@ const (
 	// daemon pod carries a clique label no clique can be named after (reason
 	// InvalidCliqueLabel); the message names the nodes and values.
 	ConditionNodesWithheld = "NodesWithheld"
+	// ConditionNodesBlocked is True while the daemons of some nodes cannot run IMEX for a
+	// reason retrying does not cure (their pods carry IMEXBlockedLabel); the reason says why
+	// (HostIMEXInUse) and the message names the nodes.
+	ConditionNodesBlocked = "NodesBlocked"
 )
 
 // Condition reasons of a ComputeDomain.
@@ -84,6 +95,13 @@ const (
 	ReasonInvalidCliqueLabel = "InvalidCliqueLabel"
 	// ReasonNoneWithheld: no node is withheld.
 	ReasonNoneWithheld = "NoneWithheld"
+	// ReasonHostIMEXInUse: a host nvidia-imex service holds the IMEX session of the nodes named
+	// (NodesBlocked).
+	ReasonHostIMEXInUse = IMEXBlockedHostIMEXInUse
+	// ReasonIMEXBlocked: daemons report IMEX blocked for a reason this version does not know.
+	ReasonIMEXBlocked = "IMEXBlocked"
+	// ReasonNoneBlocked: no daemon reports IMEX blocked.
+	ReasonNoneBlocked = "NoneBlocked"
 	// ReasonStatusFull: with ComputeDomainCliques off, membership lives in status.nodes only
 	// and it holds as many entries as fit; new nodes wait (Ready) and the NodesInStatus
 	// condition says so. Members already listed are never dropped.

@@ -10,6 +10,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/daemonenv"
+	"cdplane/internal/imex"
 )
 
 // Config is the daemon's identity and settings, read from its environment the way the original
@@ -35,6 +36,9 @@ type Config struct {
 	ConfigDir string
 	// HostsPath is the hosts file peer names resolve through.
 	HostsPath string
+	// DriverVersion is the node's kernel driver version (from the kubelet plugin); empty when
+	// not known.
+	DriverVersion string
 }
 
 // ConfigFromEnv reads the daemon's identity from lookup (os.LookupEnv in production) through the
@@ -50,7 +54,7 @@ func ConfigFromEnv(lookup func(string) (string, bool), cliqueFallback func() (st
 		NodeName: e.NodeName, PodIP: e.PodIP, PodName: e.PodName, PodNamespace: e.PodNamespace, PodUID: e.PodUID,
 		CDUID: e.DomainUID, CDName: e.DomainName, CDNamespace: e.DomainNamespace, CliqueID: e.CliqueID,
 		MaxNodes: e.MaxNodesPerIMEXDomain, LogVerbosity: e.LogVerbosity,
-		ConfigDir: e.IMEXConfigDir, HostsPath: e.HostsFile, DNSNames: true,
+		ConfigDir: e.IMEXConfigDir, HostsPath: e.HostsFile, DNSNames: true, DriverVersion: e.DriverVersion,
 	}
 	switch {
 	case e.CliqueIDSet:
@@ -74,3 +78,25 @@ func (c Config) IMEXConfigPath() string { return filepath.Join(c.ConfigDir, "ime
 
 // NodesConfigPath is nodes.cfg.
 func (c Config) NodesConfigPath() string { return filepath.Join(c.ConfigDir, "nodes.cfg") }
+
+// BlockedPath is where the daemon records why IMEX cannot run on this node (a reason retrying
+// does not cure), for its readiness check, a separate process, to report.
+func (c Config) BlockedPath() string { return filepath.Join(c.ConfigDir, "imex-blocked") }
+
+// useDNSNames decides the IMEX naming mode: names (the IMEXDaemonsWithDNSNames gate) unless the
+// node's driver is known to predate IMEX's support for names in its node list; then addresses,
+// with the reason to log.
+func useDNSNames(gate bool, driverVersion string) (bool, string) {
+	if !gate || driverVersion == "" {
+		return gate, ""
+	}
+	ok, err := imex.DriverSupportsHostnames(driverVersion)
+	switch {
+	case err != nil:
+		return true, fmt.Sprintf("cannot tell from driver version %q whether IMEX takes names (%v); using names", driverVersion, err)
+	case !ok:
+		return false, fmt.Sprintf("driver %s predates %s, whose IMEX first takes names in its node list; using addresses (nodes.cfg changes, and IMEX restarts, with membership)",
+			driverVersion, imex.HostnamesMinDriverVersion)
+	}
+	return true, ""
+}

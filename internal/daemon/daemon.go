@@ -4,16 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/atomicfile"
 	"cdplane/internal/imex"
 )
 
@@ -34,6 +39,10 @@ type Deps struct {
 // ends, then stops IMEX cleanly. A node without a fabric only labels its pod and idles.
 func Serve(ctx context.Context, cfg Config, deps Deps) error {
 	log := deps.Log
+	// A new daemon tries IMEX again: what an earlier one found blocking may be gone.
+	if err := os.Remove(cfg.BlockedPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("clearing the earlier daemon's IMEX state: %w", err)
+	}
 	if err := LabelPod(ctx, deps.Client, cfg); err != nil {
 		return err
 	}
@@ -56,16 +65,25 @@ func Serve(ctx context.Context, cfg Config, deps Deps) error {
 	view := newMembershipView(wctx, deps.Client, cfg, signal)
 	defer view.close()
 	s := &supervisor{cfg: cfg, deps: deps, view: view, log: log}
+	s.report = func(ctx context.Context, reason, message string) {
+		reportBlocked(ctx, deps.Client, cfg, reason, message, log)
+	}
 	return s.loop(ctx, notify)
 }
 
-// LabelPod sets the clique label on the daemon's own pod: its only write to the API.
+// LabelPod sets the clique label on the daemon's own pod, and removes the IMEX-blocked label an
+// earlier daemon in the pod may have set: its one write to the API in a healthy run.
 func LabelPod(ctx context.Context, c client.Client, cfg Config) error {
+	return patchPodLabels(ctx, c, cfg, fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q,%q:null}}}`,
+		cdv1beta1.CliqueIDLabel, cfg.CliqueID, cdv1beta1.IMEXBlockedLabel))
+}
+
+// patchPodLabels merge-patches the daemon's own pod, retrying with backoff.
+func patchPodLabels(ctx context.Context, c client.Client, cfg Config, body []byte) error {
 	pod := &metav1.PartialObjectMetadata{}
 	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
 	pod.Namespace, pod.Name = cfg.PodNamespace, cfg.PodName
-	patch := client.RawPatch("application/merge-patch+json",
-		fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, cdv1beta1.CliqueIDLabel, cfg.CliqueID))
+	patch := client.RawPatch("application/merge-patch+json", body)
 	var lastErr error
 	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 10, Cap: 10 * time.Second},
 		func(ctx context.Context) (bool, error) {
@@ -73,9 +91,43 @@ func LabelPod(ctx context.Context, c client.Client, cfg Config) error {
 			return lastErr == nil, nil
 		})
 	if err != nil {
-		return fmt.Errorf("labelling pod %s/%s with its clique: %w", cfg.PodNamespace, cfg.PodName, errors.Join(err, lastErr))
+		return fmt.Errorf("labelling pod %s/%s: %w", cfg.PodNamespace, cfg.PodName, errors.Join(err, lastErr))
 	}
 	return nil
+}
+
+// reportBlocked tells the cluster that IMEX cannot run on this node: it records the message for
+// the readiness check (whose failure the kubelet shows on the pod), labels the pod with the
+// reason (the controller's NodesBlocked condition on the domain reads it), and posts a Warning
+// event regarding the pod with the node as related object. Failures are logged: the daemon
+// keeps running either way.
+func reportBlocked(ctx context.Context, c client.Client, cfg Config, reason, message string, log logr.Logger) {
+	if err := atomicfile.Write(cfg.BlockedPath(), []byte(reason+": "+message+"\n"), 0o644); err != nil {
+		log.Error(err, "Recording the IMEX state for the readiness check")
+	}
+	if err := patchPodLabels(ctx, c, cfg, fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, cdv1beta1.IMEXBlockedLabel, reason)); err != nil {
+		log.Error(err, "Labelling the pod as blocked")
+	}
+	now := metav1.NowMicro()
+	ev := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cfg.PodNamespace, Name: fmt.Sprintf("%s.%x", cfg.PodName, now.UnixNano())},
+		EventTime:  now, Type: corev1.EventTypeWarning, Reason: reason, Action: "StartIMEX", Note: truncateNote(message),
+		ReportingController: "resource.nvidia.com/cdplane-daemon", ReportingInstance: "cdplane-daemon-" + cfg.NodeName,
+		Regarding: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: cfg.PodNamespace, Name: cfg.PodName, UID: types.UID(cfg.PodUID)},
+		Related:   &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: cfg.NodeName},
+	}
+	if err := c.Create(ctx, ev); err != nil {
+		log.Error(err, "Posting the event", "reason", reason)
+	}
+}
+
+// truncateNote keeps an event's note within the API's 1 kB limit.
+func truncateNote(s string) string {
+	const limit = 1024
+	if len(s) <= limit {
+		return s
+	}
+	return s[:limit-3] + "..."
 }
 
 // peerSource is where the supervisor reads its clique's membership from: a membershipView,
@@ -116,11 +168,17 @@ type supervisor struct {
 	// skipped is the last set of clique entries left out (see usablePeers), logged when it
 	// changes.
 	skipped []skippedPeer
+	// blocked is why IMEX cannot run on this node, for a reason retrying does not cure
+	// (cdv1beta1.IMEXBlockedHostIMEXInUse); once set, IMEX is not started again by this
+	// process.
+	blocked string
+	// report tells the cluster that IMEX is blocked (see reportBlocked); nil: nothing reports.
+	report func(ctx context.Context, reason, message string)
 }
 
 func (s *supervisor) settings() imex.Settings {
 	return imex.Settings{
-		DNSNames: s.cfg.DNSNames, MaxNodes: s.cfg.MaxNodes, BindIP: s.cfg.PodIP,
+		DNSNames: s.cfg.DNSNames, DomainUID: s.cfg.CDUID, MaxNodes: s.cfg.MaxNodes, BindIP: s.cfg.PodIP,
 		IMEXConfigPath: s.cfg.IMEXConfigPath(), NodesConfigPath: s.cfg.NodesConfigPath(), HostsPath: s.cfg.HostsPath,
 	}
 }
@@ -142,6 +200,9 @@ func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
 		case <-notify:
 		case err := <-s.exited:
 			s.running, s.exited = false, nil
+			if s.block(ctx, err) {
+				continue
+			}
 			s.log.Error(err, "IMEX exited; restarting it", "after", s.nextBackoff())
 			s.restart = s.timer(s.backoff)
 			continue
@@ -177,11 +238,14 @@ func (s *supervisor) sync(ctx context.Context) error {
 		return fmt.Errorf("writing IMEX config: %w", err)
 	}
 	if !s.running {
-		if s.restart != nil {
-			return nil // a restart is scheduled
+		if s.restart != nil || s.blocked != "" {
+			return nil // a restart is scheduled, or IMEX cannot run here
 		}
 		exited, err := s.deps.IMEX.Start(ctx)
 		if err != nil {
+			if s.block(ctx, err) {
+				return nil
+			}
 			s.restart = s.timer(s.nextBackoff())
 			return fmt.Errorf("starting IMEX: %w", err)
 		}
@@ -236,6 +300,25 @@ func (s *supervisor) sync(ctx context.Context) error {
 		s.backoff = 0 // a run that turned Ready resets the backoff
 	}
 	return nil
+}
+
+// block decides whether IMEX ended (or failed to start) for a reason retrying does not cure;
+// then it records and reports it and IMEX stays stopped. Today there is one such reason:
+// another IMEX, a host nvidia-imex.service, holds the node's IMEX session (NV_ERR_IN_USE).
+func (s *supervisor) block(ctx context.Context, err error) bool {
+	if !imex.IsSessionInUse(err) {
+		return false
+	}
+	s.blocked = cdv1beta1.IMEXBlockedHostIMEXInUse
+	s.restart = nil
+	msg := "another nvidia-imex, most likely the host's nvidia-imex.service, holds this node's IMEX session (" +
+		imex.SessionInUseCode + "); the kernel allows one per node. IMEX is not restarted: stop and disable the host " +
+		"service (systemctl disable --now nvidia-imex) and delete this pod, or run the plane with imex.mode=hostManaged"
+	s.log.Error(err, "IMEX cannot run on this node", "reason", s.blocked, "help", msg)
+	if s.report != nil {
+		s.report(ctx, s.blocked, msg)
+	}
+	return true
 }
 
 // restartStopTimeout bounds the stop of a restart: an IMEX that ignores SIGTERM that long is

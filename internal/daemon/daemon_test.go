@@ -178,6 +178,8 @@ type harness struct {
 	notify chan struct{}
 	cancel context.CancelFunc
 	done   chan error
+	// reports receives the reasons the supervisor reported IMEX blocked for.
+	reports chan string
 
 	stopOnce sync.Once
 	result   error // what the loop returned
@@ -208,16 +210,22 @@ type setup struct {
 	log logr.Logger
 }
 
+// testUID is the domain UID of the supervisor tests' daemon.
+const testUID = "0b6c9a4e-1f2d-4c3b-8a5e-6d7f8091a2b3"
+
+// imexName is the IMEX name of a slot of the test domain.
+func imexName(index int) string { return imex.Settings{DomainUID: testUID}.Name(index) }
+
 func start(t *testing.T, s setup, members ...imex.Peer) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	h := &harness{
 		t: t, imex: newFakeIMEX(), view: &fakeView{unsynced: s.unsynced, members: members},
 		cfg: Config{
-			NodeName: "n1", PodIP: peer(1).IPAddress, CliqueID: "c.1", MaxNodes: 18, DNSNames: s.dnsNames,
+			NodeName: "n1", PodIP: peer(1).IPAddress, CliqueID: "c.1", CDUID: testUID, MaxNodes: 18, DNSNames: s.dnsNames,
 			ConfigDir: dir, HostsPath: filepath.Join(dir, "hosts"),
 		},
-		timers: make(chan timer, 64), notify: make(chan struct{}), done: make(chan error, 1),
+		timers: make(chan timer, 64), notify: make(chan struct{}), done: make(chan error, 1), reports: make(chan string, 8),
 		clock: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
 	}
 	log := s.log
@@ -231,7 +239,8 @@ func start(t *testing.T, s setup, members ...imex.Peer) *harness {
 			h.timers <- timer{d: d, c: c}
 			return c
 		},
-		now: h.now,
+		now:    h.now,
+		report: func(_ context.Context, reason, _ string) { h.reports <- reason },
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -346,7 +355,7 @@ func TestSupervisorFirstStartSendsNoReload(t *testing.T) {
 			if !dnsNames && string(nodes) != "127.0.0.1\n127.0.0.2\n" {
 				t.Errorf("nodes config %q, want both peers' addresses", nodes)
 			}
-			if hosts, err := os.ReadFile(h.cfg.HostsPath); dnsNames && (err != nil || !strings.Contains(string(hosts), "127.0.0.2\t"+imex.DNSName(1))) {
+			if hosts, err := os.ReadFile(h.cfg.HostsPath); dnsNames && (err != nil || !strings.Contains(string(hosts), "127.0.0.2\t"+imexName(1))) {
 				t.Errorf("hosts file %q, %v; want the peer's name in it", hosts, err)
 			}
 			if _, err := os.Stat(h.cfg.IMEXConfigPath()); err != nil {
@@ -434,7 +443,7 @@ func TestSupervisorWaitsOutTheBackoff(t *testing.T) {
 	h.poke()
 	h.expectNoCalls()
 	hosts, err := os.ReadFile(h.cfg.HostsPath)
-	if err != nil || !strings.Contains(string(hosts), "127.0.0.3\t"+imex.DNSName(2)) {
+	if err != nil || !strings.Contains(string(hosts), "127.0.0.3\t"+imexName(2)) {
 		t.Errorf("hosts file after a join during the backoff: %q, %v; want the new peer in it", hosts, err)
 	}
 	restart.fire()
@@ -612,7 +621,7 @@ func TestSupervisorSpacesReloads(t *testing.T) {
 	h.expectCalls("Reload")
 	h.expectNoCalls()
 	hosts, err := os.ReadFile(h.cfg.HostsPath)
-	if err != nil || !strings.Contains(string(hosts), "127.0.0.5\t"+imex.DNSName(4)) {
+	if err != nil || !strings.Contains(string(hosts), "127.0.0.5\t"+imexName(4)) {
 		t.Errorf("hosts file at the coalesced reload: %q, %v; want the last peer in it", hosts, err)
 	}
 }
@@ -634,4 +643,84 @@ func TestSupervisorBackoffResetsOnlyAfterAReadyRun(t *testing.T) {
 	h.settle()
 	h.imex.end(errors.New("exited"))
 	h.expectTimer(time.Second)
+}
+
+// A host nvidia-imex.service holds the node's IMEX session: IMEX fails with NV_ERR_IN_USE, at
+// start or when it exits. The supervisor reports it once and does not restart IMEX, however
+// membership changes; other failures are still retried.
+func TestSupervisorDoesNotRetryWhenTheSessionIsInUse(t *testing.T) {
+	inUse := &imex.ExitError{Binary: "nvidia-imex", Code: 1, Stderr: "IMEX session: NV_ERR_IN_USE"}
+	for name, failAtStart := range map[string]bool{"the run ends": false, "the start fails": true} {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, setup{dnsNames: true}, peer(1), peer(2))
+			if failAtStart {
+				h.imex.failNextStart(fmt.Errorf("starting: %w", inUse))
+				h.expectTimer(50 * time.Millisecond).fire()
+				h.expectCalls("Start")
+			} else {
+				h.firstStart()
+				h.imex.end(inUse)
+			}
+			select {
+			case reason := <-h.reports:
+				if reason != cdv1beta1.IMEXBlockedHostIMEXInUse {
+					t.Errorf("reported %q, want %q", reason, cdv1beta1.IMEXBlockedHostIMEXInUse)
+				}
+			case <-time.After(waitLimit):
+				t.Fatalf("nothing reported within %s", waitLimit)
+			}
+			h.view.set(peer(1), peer(2), peer(3))
+			h.poke()
+			h.settle()
+			h.expectNoCalls()
+			select {
+			case tm := <-h.timers:
+				t.Fatalf("the supervisor set a timer of %s: want no restart", tm.d)
+			case r := <-h.reports:
+				t.Fatalf("reported again (%q): want once", r)
+			default:
+			}
+		})
+	}
+}
+
+func TestCheckReportsBlockedIMEX(t *testing.T) {
+	cfg := Config{CliqueID: "c.1", ConfigDir: t.TempDir()}
+	x := newFakeIMEX()
+	x.setReady(true)
+	if err := Check(context.Background(), cfg, x); err != nil {
+		t.Fatalf("Check with IMEX ready: %v", err)
+	}
+	if err := os.WriteFile(cfg.BlockedPath(), []byte("HostIMEXInUse: a host service holds the session\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := Check(context.Background(), cfg, x)
+	if err == nil || !strings.Contains(err.Error(), "IMEX cannot run on this node: HostIMEXInUse: a host service holds the session") {
+		t.Fatalf("Check = %v, want the recorded reason", err)
+	}
+}
+
+func TestUseDNSNames(t *testing.T) {
+	cases := map[string]struct {
+		gate     bool
+		version  string
+		want     bool
+		wantNote string
+	}{
+		"gate off":                      {gate: false, version: "580.82.07", want: false},
+		"version not known":             {gate: true, want: true},
+		"current driver":                {gate: true, version: "580.82.07", want: true},
+		"the first driver with names":   {gate: true, version: "570.158.01", want: true},
+		"older driver: addresses":       {gate: true, version: "570.148.08", want: false, wantNote: "predates 570.158.01"},
+		"unparsable version: names":     {gate: true, version: "r580", want: true, wantNote: "cannot tell"},
+		"gate off wins over old driver": {gate: false, version: "550.1.1", want: false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, note := useDNSNames(tc.gate, tc.version)
+			if got != tc.want || (tc.wantNote == "") != (note == "") || !strings.Contains(note, tc.wantNote) {
+				t.Errorf("useDNSNames(%v, %q) = %v, %q; want %v and a note with %q", tc.gate, tc.version, got, note, tc.want, tc.wantNote)
+			}
+		})
+	}
 }

@@ -143,7 +143,8 @@ func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) 
 	if err != nil {
 		return err
 	}
-	cfg.DNSNames = o.Gates.Enabled(features.IMEXDaemonsWithDNSNames)
+	var namesNote string
+	cfg.DNSNames, namesNote = useDNSNames(o.Gates.Enabled(features.IMEXDaemonsWithDNSNames), cfg.DriverVersion)
 	if inv.OwnsProcess {
 		var klogFlags goflag.FlagSet
 		klog.InitFlags(&klogFlags)
@@ -158,6 +159,9 @@ func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) 
 	if inv.OwnsProcess {
 		ctrl.SetLogger(log)
 		log.Info("Starting cdplane-daemon", "version", version.Version, "command", o.Command, "cliqueID", cfg.CliqueID)
+	}
+	if namesNote != "" && o.Command == CommandRun {
+		log.Info("IMEX naming: "+namesNote, "driverVersion", cfg.DriverVersion)
 	}
 
 	io := imex.Options{

@@ -19,8 +19,11 @@ type skippedPeer struct {
 
 // usablePeers returns the entries of peers that IMEX can be configured with, sorted by index,
 // and those it leaves out, so that one bad entry withholds that peer only, never the whole
-// clique (imex.WriteConfig refuses a peer list with any of them):
-//   - an address that does not parse, or, with DNS names, an index outside [0, MaxNodes);
+// clique (imex.WriteConfig refuses a peer list with any of them). Entries without an address
+// (the node's daemon is gone) are neither: they are absent, and their slot maps to its
+// sentinel. Left out, with the reason:
+//   - an address that does not parse or lies in imex.SentinelPrefix (the addresses that stand
+//     for absent peers), or, with DNS names, an index outside [0, MaxNodes);
 //   - an address, or with DNS names an index, that several entries share: every entry sharing
 //     it is left out, because which of them really is at that address (or index) cannot be
 //     told from the clique, and naming the wrong node there would connect IMEX to a stranger.
@@ -36,11 +39,24 @@ func usablePeers(dnsNames bool, maxNodes int, self string, peers []imex.Peer) (k
 	skip := map[string]string{} // node name -> reason
 	byIP := map[netip.Addr][]imex.Peer{}
 	byIndex := map[int][]imex.Peer{}
+	var present []imex.Peer
+	for _, p := range peers {
+		// No address: the node's daemon is gone (its entry and index are kept for it). It is
+		// not a conflict; the node is simply absent until its new daemon has an address.
+		if p.IPAddress == "" && p.NodeName != self {
+			continue
+		}
+		present = append(present, p)
+	}
+	peers = present
 	for _, p := range peers {
 		ip, err := netip.ParseAddr(p.IPAddress)
 		switch {
 		case err != nil && p.NodeName != self:
 			skip[p.NodeName] = fmt.Sprintf("address %q does not parse", p.IPAddress)
+			continue
+		case err == nil && imex.SentinelPrefix.Contains(ip) && p.NodeName != self:
+			skip[p.NodeName] = fmt.Sprintf("address %s is in the sentinel block %s", ip, imex.SentinelPrefix)
 			continue
 		case dnsNames && (p.Index < 0 || p.Index >= maxNodes) && p.NodeName != self:
 			skip[p.NodeName] = fmt.Sprintf("index %d is outside [0, %d)", p.Index, maxNodes)

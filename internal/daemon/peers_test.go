@@ -77,6 +77,15 @@ func TestUsablePeers(t *testing.T) {
 				{NodeName: "n3", Reason: "index 18 is outside [0, 18)"},
 			},
 		},
+		"a peer whose daemon is gone (no address): absent, not a conflict": {
+			peers:    []imex.Peer{peer(1), at(peer(2), ""), peer(3)},
+			wantKept: []imex.Peer{peer(1), peer(3)},
+		},
+		"an address in the sentinel block: that peer left out": {
+			peers:       []imex.Peer{peer(1), at(peer(2), "127.127.0.2"), peer(3)},
+			wantKept:    []imex.Peer{peer(1), peer(3)},
+			wantSkipped: []skippedPeer{{NodeName: "n2", Reason: "address 127.127.0.2 is in the sentinel block 127.127.0.0/16"}},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -88,7 +97,7 @@ func TestUsablePeers(t *testing.T) {
 				t.Errorf("skipped (-want +got):\n%s", diff)
 			}
 			// What is kept always renders: one bad entry never stops the clique.
-			s := imex.Settings{DNSNames: !tc.ipMode, MaxNodes: 18, BindIP: "127.0.0.1"}
+			s := imex.Settings{DNSNames: !tc.ipMode, DomainUID: testUID, MaxNodes: 18, BindIP: "127.0.0.1"}
 			if _, err := imex.RenderNodesConfig(s, kept); err != nil {
 				t.Errorf("the kept peers do not render: %v", err)
 			}
@@ -137,18 +146,22 @@ func TestSupervisorSkipsPeersSharingAnAddress(t *testing.T) {
 			h.settle()
 			h.expectNoCalls()
 
-			want := "127.0.0.1\n127.0.0.4\n"
+			want := []string{"127.0.0.1\n127.0.0.4\n"}
 			path := h.cfg.NodesConfigPath()
 			if dnsNames {
-				want = "127.0.0.1\t" + imex.DNSName(0) + "\n127.0.0.4\t" + imex.DNSName(3) + "\n"
+				// n2's and n3's slots map to their sentinels, like every unused slot.
+				want = []string{"127.0.0.1\t" + imexName(0) + "\n", imex.SentinelAddr(1).String() + "\t" + imexName(1) + "\n",
+					imex.SentinelAddr(2).String() + "\t" + imexName(2) + "\n", "127.0.0.4\t" + imexName(3) + "\n"}
 				path = h.cfg.HostsPath
 			}
 			got, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.HasSuffix(string(got), want) || strings.Contains(string(got), "127.0.0.2") {
-				t.Errorf("%s:\n%s\nwant n1 and n4 only, ending in:\n%s", path, got, want)
+			for _, w := range want {
+				if !strings.Contains(string(got), w) || strings.Contains(string(got), "127.0.0.2") {
+					t.Errorf("%s:\n%s\nwant n1 and n4 only, with:\n%s", path, got, w)
+				}
 			}
 			logged := logs.matching("Leaving clique entries out of the IMEX configuration")
 			if len(logged) != 1 || !strings.Contains(logged[0], `"n2"`) || !strings.Contains(logged[0], `"n3"`) {

@@ -30,6 +30,9 @@ const (
 	FeatureGates          = "FEATURE_GATES"
 	IMEXConfigDir         = "IMEX_CONFIG_DIR"
 	HostsFile             = "IMEX_HOSTS_FILE"
+	// DriverVersion is the node's loaded NVIDIA kernel driver version, as the kubelet plugin
+	// read it: IMEX of drivers before imex.HostnamesMinDriverVersion takes addresses only.
+	DriverVersion = "NVIDIA_KERNEL_DRIVER_VERSION"
 	// IMEXBinary, IMEXCtlBinary and NVMLLibrary are where the host driver's files were mounted
 	// into the daemon container (the daemon's --imex-binary, --imex-ctl-binary and
 	// --nvml-library defaults).
@@ -94,6 +97,8 @@ type Claim struct {
 	// NoGPUs sets NVIDIA_VISIBLE_DEVICES=void, so that an NVIDIA container runtime gives the
 	// daemon container no GPU.
 	NoGPUs bool
+	// DriverVersion is the node's kernel driver version; left out when empty (not known).
+	DriverVersion string
 }
 
 // Environ returns the entries as NAME=value, as CDI container edits carry them.
@@ -108,7 +113,7 @@ func (c Claim) Environ() []string {
 	if c.NoGPUs {
 		env = append(env, NvidiaVisibleDevices+"="+VisibleDevicesNone)
 	}
-	for _, v := range []struct{ name, value string }{{IMEXBinary, c.IMEXBinary}, {IMEXCtlBinary, c.IMEXCtlBinary}, {NVMLLibrary, c.NVMLLibrary}} {
+	for _, v := range []struct{ name, value string }{{IMEXBinary, c.IMEXBinary}, {IMEXCtlBinary, c.IMEXCtlBinary}, {NVMLLibrary, c.NVMLLibrary}, {DriverVersion, c.DriverVersion}} {
 		if v.value != "" {
 			env = append(env, v.name+"="+v.value)
 		}
@@ -130,6 +135,8 @@ type Env struct {
 	FeatureGates          string
 	// IMEXConfigDir and HostsFile: cdv1beta1.DaemonIMEXConfigDir and DaemonHostsFile when unset.
 	IMEXConfigDir, HostsFile string
+	// DriverVersion is the node's kernel driver version; empty when not known.
+	DriverVersion string
 }
 
 // required are the variables a daemon cannot run without, each with what it carries.
@@ -158,6 +165,7 @@ func Read(lookup func(string) (string, bool)) (Env, error) {
 		DomainUID: get(DomainUID), DomainName: get(DomainName), DomainNamespace: get(DomainNamespace),
 		MaxNodesPerIMEXDomain: cdv1beta1.DefaultMaxNodesPerIMEXDomain,
 		FeatureGates:          get(FeatureGates),
+		DriverVersion:         get(DriverVersion),
 		IMEXConfigDir:         cdv1beta1.DaemonIMEXConfigDir,
 		HostsFile:             cdv1beta1.DaemonHostsFile,
 	}

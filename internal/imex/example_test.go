@@ -16,6 +16,7 @@ import (
 func Example() {
 	settings := imex.Settings{
 		DNSNames:        true,
+		DomainUID:       "5d1c2b7e-4f0a-4b7e-9c61-0c2f5a1e9d10",
 		BindIP:          "10.0.0.1",
 		IMEXConfigPath:  "/imexd/imexd.cfg",
 		NodesConfigPath: "/imexd/nodes.cfg",

@@ -3,6 +3,8 @@ package imex
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -21,8 +23,14 @@ const (
 	// DefaultCmdPort is the TCP port of IMEX's command service (IMEX_CMD_PORT), which the
 	// readiness query talks to.
 	DefaultCmdPort = 50005
-	// DNSNamePrefix starts every static IMEX peer name; see DNSName.
-	DNSNamePrefix = "compute-domain-daemon-"
+	// legacyNamePrefix starts the IMEX names NVIDIA's driver and earlier cdplane versions used
+	// (compute-domain-daemon-%04d, the same in every domain). Hosts lines naming them are still
+	// recognised as this package's, so that an upgraded daemon replaces them.
+	legacyNamePrefix = "compute-domain-daemon-"
+	// namePrefix starts every IMEX name this package hands out; see NamePrefix.
+	namePrefix = "cd-"
+	// domainHashLen is how many hex digits of the domain UID's SHA-256 an IMEX name carries.
+	domainHashLen = 12
 
 	// hostsMarker heads the block of peer mappings this package writes into a hosts file.
 	hostsMarker = "# cdplane: IMEX peer names (managed, rewritten on membership change)"
@@ -41,13 +49,21 @@ type Peer struct {
 // Settings says how to render IMEX's configuration and where the files go.
 type Settings struct {
 	// DNSNames selects DNS-names mode (feature gate IMEXDaemonsWithDNSNames): nodes.cfg lists
-	// the static names DNSName(0..MaxNodes-1) and the hosts file maps present peers' names to
-	// their addresses. Off, nodes.cfg lists peer addresses.
+	// the domain's names Name(0..MaxNodes-1) and the hosts file maps every one of them: present
+	// peers' names to their addresses, the others to their slot's SentinelAddr. Off, nodes.cfg
+	// lists peer addresses.
 	DNSNames bool
+	// DomainUID is the ComputeDomain's UID; the IMEX names derive from it (NamePrefix), so
+	// that two domains' IMEX daemons never share a node list and so never accept each other.
+	// Required in DNS-names mode.
+	DomainUID string
 	// MaxNodes is the number of names in nodes.cfg in DNS-names mode and the bound on indexes;
 	// zero means DefaultMaxNodes.
 	MaxNodes int
-	// BindIP is this node's pod address (BIND_INTERFACE_IP and IMEX_CMD_BIND_INTERFACE_IP).
+	// BindIP is this node's pod address: IMEX_CMD_BIND_INTERFACE_IP, where the readiness
+	// query reaches the command service. BIND_INTERFACE_IP stays empty, as NVIDIA's daemon
+	// leaves it: IMEX then takes as its own address the node list entry that is one of its
+	// interfaces' addresses.
 	BindIP string
 	// ServerPort is SERVER_PORT; zero means DefaultServerPort.
 	ServerPort int
@@ -68,15 +84,56 @@ func (s Settings) maxNodes() int   { return cmp.Or(s.MaxNodes, DefaultMaxNodes) 
 func (s Settings) serverPort() int { return cmp.Or(s.ServerPort, DefaultServerPort) }
 func (s Settings) cmdPort() int    { return cmp.Or(s.CmdPort, DefaultCmdPort) }
 
-// DNSName is the static IMEX name of the clique member with the given index.
-func DNSName(index int) string {
-	return fmt.Sprintf(DNSNamePrefix+"%04d", index)
+// NamePrefix is what every IMEX name of the domain with this UID starts with: "cd-", the first
+// 12 hex digits of the UID's SHA-256, and "-". Domains get different names, so an IMEX daemon
+// whose hosts file still maps a name to an address that another domain's daemon took over
+// meets a daemon with a different node list, which refuses it.
+func NamePrefix(domainUID string) string {
+	sum := sha256.Sum256([]byte(domainUID))
+	return namePrefix + hex.EncodeToString(sum[:])[:domainHashLen] + "-"
 }
 
-// isDNSName reports whether name is one this package hands out (DNSNamePrefix and digits).
-func isDNSName(name string) bool {
-	digits, ok := strings.CutPrefix(name, DNSNamePrefix)
-	if !ok || len(digits) < 4 {
+// Name is the IMEX name of the clique member with the given index in this domain.
+func (s Settings) Name(index int) string {
+	return fmt.Sprintf("%s%04d", NamePrefix(s.DomainUID), index)
+}
+
+// SentinelPrefix is the block of sentinel addresses: the hosts file maps the name of every
+// slot no daemon holds to its own address here (SentinelAddr), so that IMEX resolves every
+// name of its node list from the hosts file and none ever reaches cluster DNS. They are
+// loopback addresses inside the daemon pod's own network namespace, where nothing listens on
+// IMEX's port (IMEX binds its pod address), so a connection to one is refused at once and
+// never leaves the pod. One address per slot: a node list whose names resolve to one shared
+// address would name a node twice.
+var SentinelPrefix = netip.MustParsePrefix("127.127.0.0/16")
+
+// maxSentinels is how many slots SentinelPrefix has addresses for (.0.0 is left out).
+const maxSentinels = 1<<16 - 1
+
+// SentinelAddr is the sentinel address of the slot with the given index, 0 <= index <
+// 65535: SentinelPrefix's address index+1.
+func SentinelAddr(index int) netip.Addr {
+	n := index + 1
+	return netip.AddrFrom4([4]byte{127, 127, byte(n >> 8), byte(n)})
+}
+
+// isIMEXName reports whether name is an IMEX name this package hands out, or handed out before
+// (the legacy shape): a prefix, then at least four digits.
+func isIMEXName(name string) bool {
+	var digits string
+	switch rest, ok := strings.CutPrefix(name, namePrefix); {
+	case ok:
+		hash, tail, found := strings.Cut(rest, "-")
+		if !found || len(hash) != domainHashLen || strings.Trim(hash, "0123456789abcdef") != "" {
+			return false
+		}
+		digits = tail
+	default:
+		if digits, ok = strings.CutPrefix(name, legacyNamePrefix); !ok {
+			return false
+		}
+	}
+	if len(digits) < 4 {
 		return false
 	}
 	_, err := strconv.ParseUint(digits, 10, 32)
@@ -96,8 +153,23 @@ func validateSettings(s Settings) error {
 	if _, err := netip.ParseAddr(s.BindIP); err != nil {
 		return fmt.Errorf("bind address %q: %w", s.BindIP, err)
 	}
+
 	if strings.ContainsAny(s.NodesConfigPath+s.LogFile, "\r\n") {
 		return fmt.Errorf("paths must not contain line breaks")
+	}
+	return nil
+}
+
+// validateNames checks what DNS-names mode needs to name the slots.
+func validateNames(s Settings) error {
+	if !s.DNSNames {
+		return nil
+	}
+	if s.MaxNodes < 0 || s.maxNodes() > maxSentinels {
+		return fmt.Errorf("max nodes per IMEX domain %d: must be between 1 and %d in DNS-names mode (one sentinel address per slot)", s.MaxNodes, maxSentinels)
+	}
+	if s.DomainUID == "" {
+		return fmt.Errorf("domain UID is empty: DNS-names mode derives the IMEX names from it")
 	}
 	return nil
 }
@@ -117,6 +189,9 @@ func checkPeers(s Settings, peers []Peer) ([]Peer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("peer %s: address %q: %w", p.NodeName, p.IPAddress, err)
 		}
+		if SentinelPrefix.Contains(ip) {
+			return nil, fmt.Errorf("peer %s: address %s is in the sentinel block %s", p.NodeName, ip, SentinelPrefix)
+		}
 		if other, dup := byIP[ip]; dup {
 			return nil, fmt.Errorf("peers %s and %s share address %s", other, p.NodeName, ip)
 		}
@@ -135,10 +210,13 @@ func checkPeers(s Settings, peers []Peer) ([]Peer, error) {
 	return sorted, nil
 }
 
-// RenderNodesConfig renders nodes.cfg. In DNS-names mode it lists DNSName(0..MaxNodes-1) and
+// RenderNodesConfig renders nodes.cfg. In DNS-names mode it lists Name(0..MaxNodes-1) and
 // does not depend on the peers at all (they are only validated): membership changes touch the
 // hosts file only. Otherwise it lists the peers' addresses, one a line, sorted by index.
 func RenderNodesConfig(s Settings, peers []Peer) ([]byte, error) {
+	if err := validateNames(s); err != nil {
+		return nil, err
+	}
 	sorted, err := checkPeers(s, peers)
 	if err != nil {
 		return nil, err
@@ -146,7 +224,7 @@ func RenderNodesConfig(s Settings, peers []Peer) ([]byte, error) {
 	var b bytes.Buffer
 	if s.DNSNames {
 		for i := range s.maxNodes() {
-			b.WriteString(DNSName(i) + "\n")
+			b.WriteString(s.Name(i) + "\n")
 		}
 		return b.Bytes(), nil
 	}
@@ -157,12 +235,17 @@ func RenderNodesConfig(s Settings, peers []Peer) ([]byte, error) {
 }
 
 // RenderHosts renders the hosts file for DNS-names mode: the lines of existing (the current
-// file, which may be nil) that do not mention an IMEX peer name are kept as they are, then a
-// marker comment and one "<ip>\t<name>" line per peer, sorted by index. Rendering its own
-// output again with the same peers gives the same bytes.
+// file, which may be nil) that do not mention an IMEX name are kept as they are, then a marker
+// comment and one "<ip>\t<name>" line per slot 0..MaxNodes-1: a peer's address for the slot of
+// its index, the slot's SentinelAddr for a slot no peer holds (a peer that left is not left
+// mapped to its old address). Rendering its own output again with the same peers gives the
+// same bytes.
 func RenderHosts(existing []byte, s Settings, peers []Peer) ([]byte, error) {
 	if !s.DNSNames {
 		return nil, fmt.Errorf("hosts file is only used in DNS-names mode")
+	}
+	if err := validateNames(s); err != nil {
+		return nil, err
 	}
 	sorted, err := checkPeers(s, peers)
 	if err != nil {
@@ -176,8 +259,16 @@ func RenderHosts(existing []byte, s Settings, peers []Peer) ([]byte, error) {
 		b.WriteString(line + "\n")
 	}
 	b.WriteString(hostsMarker + "\n")
+	byIndex := make(map[int]string, len(sorted))
 	for _, p := range sorted {
-		fmt.Fprintf(&b, "%s\t%s\n", p.IPAddress, DNSName(p.Index))
+		byIndex[p.Index] = p.IPAddress
+	}
+	for i := range s.maxNodes() {
+		addr, ok := byIndex[i]
+		if !ok {
+			addr = SentinelAddr(i).String()
+		}
+		fmt.Fprintf(&b, "%s\t%s\n", addr, s.Name(i))
 	}
 	return b.Bytes(), nil
 }
@@ -190,7 +281,7 @@ func ownedHostsLine(line string) bool {
 	}
 	content, _, _ := strings.Cut(line, "#")
 	fields := strings.Fields(content)
-	return len(fields) > 1 && slices.ContainsFunc(fields[1:], isDNSName)
+	return len(fields) > 1 && slices.ContainsFunc(fields[1:], isIMEXName)
 }
 
 // splitLines splits data into lines without their terminators; a trailing newline does not
@@ -204,8 +295,9 @@ func splitLines(data []byte) []string {
 }
 
 // RenderIMEXConfig renders the imexd config that nvidia-imex reads with -c. IMEX runs in the
-// foreground (DAEMONIZE=0) so that its supervisor owns the process, listens on the node's pod
-// address, and enables the command service there for the readiness query.
+// foreground (DAEMONIZE=0) so that its supervisor owns the process, finds its own address in
+// the node list (BIND_INTERFACE_IP empty, as NVIDIA's daemon leaves it), and enables the
+// command service on the node's pod address for the readiness query.
 func RenderIMEXConfig(s Settings) ([]byte, error) {
 	if err := validateSettings(s); err != nil {
 		return nil, err
@@ -218,7 +310,7 @@ func RenderIMEXConfig(s Settings) ([]byte, error) {
 		{"LOG_FILE_NAME", s.LogFile},
 		{"LOG_APPEND_TO_LOG", "1"},
 		{"DAEMONIZE", "0"},
-		{"BIND_INTERFACE_IP", s.BindIP},
+		{"BIND_INTERFACE_IP", ""},
 		{"SERVER_PORT", strconv.Itoa(s.serverPort())},
 		{"IMEX_NODE_CONFIG_FILE", s.NodesConfigPath},
 		{"IMEX_WAIT_FOR_QUORUM", "RECOVERY"},

@@ -10,12 +10,66 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// testUID is the domain UID the DNS-names tests render for.
+const testUID = "8c3f1d2e-0000-4000-8000-000000000001"
+
 func names(from, to int) string {
+	s := Settings{DomainUID: testUID}
 	var b strings.Builder
 	for i := from; i < to; i++ {
-		b.WriteString(DNSName(i) + "\n")
+		b.WriteString(s.Name(i) + "\n")
 	}
 	return b.String()
+}
+
+// mapped renders the hosts block for maxNodes slots: the given index -> address mappings, the
+// slot's sentinel for every other slot.
+func mapped(maxNodes int, addrs map[int]string) string {
+	s := Settings{DomainUID: testUID}
+	var b strings.Builder
+	b.WriteString(hostsMarker + "\n")
+	for i := range maxNodes {
+		addr, ok := addrs[i]
+		if !ok {
+			addr = SentinelAddr(i).String()
+		}
+		b.WriteString(addr + "\t" + s.Name(i) + "\n")
+	}
+	return b.String()
+}
+
+func TestNames(t *testing.T) {
+	a, b := Settings{DomainUID: "uid-a"}, Settings{DomainUID: "uid-b"}
+	if got := a.Name(7); !isIMEXName(got) || len(got) != len("cd-")+12+len("-0007") || !strings.HasSuffix(got, "-0007") {
+		t.Errorf("Name(7) = %q: want cd-<12 hex digits>-0007", got)
+	}
+	if a.Name(0) == b.Name(0) {
+		t.Errorf("two domains share the IMEX name %q", a.Name(0))
+	}
+	if a.Name(3) != (Settings{DomainUID: "uid-a"}).Name(3) {
+		t.Error("the name of one domain's slot is not stable")
+	}
+	for name, want := range map[string]bool{
+		"compute-domain-daemon-0003": true, // legacy: still ours, replaced on upgrade
+		a.Name(12345):                true,
+		"compute-domain-daemon-x":    false,
+		"cd-0123456789ab-12":         false,
+		"cd-0123456789AB-0001":       false,
+		"cd-0123456789a-0001":        false,
+		"my-host":                    false,
+	} {
+		if got := isIMEXName(name); got != want {
+			t.Errorf("isIMEXName(%q) = %v, want %v", name, got, want)
+		}
+	}
+	seen := map[string]bool{}
+	for i := range 1<<16 - 1 {
+		addr := SentinelAddr(i)
+		if !SentinelPrefix.Contains(addr) || seen[addr.String()] || addr == SentinelPrefix.Addr() {
+			t.Fatalf("SentinelAddr(%d) = %s: want a unique address of %s other than its first", i, addr, SentinelPrefix)
+		}
+		seen[addr.String()] = true
+	}
 }
 
 func TestRenderNodesConfig(t *testing.T) {
@@ -31,31 +85,39 @@ func TestRenderNodesConfig(t *testing.T) {
 		wantErr  string
 	}{
 		"DNS names: every name up to the default maximum": {
-			settings: Settings{DNSNames: true},
+			settings: Settings{DNSNames: true, DomainUID: testUID},
 			peers:    three,
 			want:     names(0, 18),
 		},
 		"DNS names: the list does not depend on membership": {
-			settings: Settings{DNSNames: true, MaxNodes: 4},
+			settings: Settings{DNSNames: true, DomainUID: testUID, MaxNodes: 4},
 			peers:    three[:1],
 			want:     names(0, 4),
 		},
 		"DNS names: no peers yet": {
+			settings: Settings{DNSNames: true, DomainUID: testUID, MaxNodes: 2},
+			want:     names(0, 2),
+		},
+		"DNS names: no domain UID": {
 			settings: Settings{DNSNames: true, MaxNodes: 2},
-			want:     "compute-domain-daemon-0000\ncompute-domain-daemon-0001\n",
+			wantErr:  "domain UID is empty",
+		},
+		"DNS names: more slots than sentinel addresses": {
+			settings: Settings{DNSNames: true, DomainUID: testUID, MaxNodes: 1 << 16},
+			wantErr:  "must be between 1 and 65535",
 		},
 		"DNS names: index at the maximum": {
-			settings: Settings{DNSNames: true, MaxNodes: 2},
+			settings: Settings{DNSNames: true, DomainUID: testUID, MaxNodes: 2},
 			peers:    three,
 			wantErr:  "peer c: index 2 out of range [0, 2)",
 		},
 		"DNS names: negative index": {
-			settings: Settings{DNSNames: true},
+			settings: Settings{DNSNames: true, DomainUID: testUID},
 			peers:    []Peer{{NodeName: "a", IPAddress: "10.0.0.1", Index: -1}},
 			wantErr:  "peer a: index -1 out of range [0, 18)",
 		},
 		"DNS names: two peers with one index": {
-			settings: Settings{DNSNames: true},
+			settings: Settings{DNSNames: true, DomainUID: testUID},
 			peers:    []Peer{{NodeName: "a", IPAddress: "10.0.0.1", Index: 1}, {NodeName: "b", IPAddress: "10.0.0.2", Index: 1}},
 			wantErr:  "peers a and b share index 1",
 		},
@@ -74,6 +136,10 @@ func TestRenderNodesConfig(t *testing.T) {
 			peers:   []Peer{{NodeName: "a", IPAddress: "10.0.0.300", Index: 0}},
 			wantErr: `peer a: address "10.0.0.300"`,
 		},
+		"addresses: a peer in the sentinel block": {
+			peers:   []Peer{{NodeName: "a", IPAddress: "127.127.0.3", Index: 0}},
+			wantErr: "peer a: address 127.127.0.3 is in the sentinel block",
+		},
 		"addresses: two peers with one address": {
 			peers:   []Peer{{NodeName: "a", IPAddress: "10.0.0.1", Index: 0}, {NodeName: "b", IPAddress: "10.0.0.1", Index: 1}},
 			wantErr: "peers a and b share address 10.0.0.1",
@@ -91,7 +157,7 @@ func TestRenderNodesConfig(t *testing.T) {
 }
 
 func TestRenderHosts(t *testing.T) {
-	dns := Settings{DNSNames: true}
+	dns := Settings{DNSNames: true, DomainUID: testUID, MaxNodes: 3}
 	kubelet := "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n10.1.0.5\tdaemon-pod\n"
 	cases := map[string]struct {
 		existing string
@@ -103,30 +169,40 @@ func TestRenderHosts(t *testing.T) {
 		"new file": {
 			settings: dns,
 			peers:    []Peer{{IPAddress: "10.0.0.2", Index: 1}, {IPAddress: "10.0.0.1", Index: 0}},
-			want:     hostsMarker + "\n10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tcompute-domain-daemon-0001\n",
+			want:     mapped(3, map[int]string{0: "10.0.0.1", 1: "10.0.0.2"}),
+		},
+		"every slot of the default maximum is mapped": {
+			settings: Settings{DNSNames: true, DomainUID: testUID},
+			peers:    []Peer{{IPAddress: "10.0.0.5", Index: 4}},
+			want:     mapped(18, map[int]string{4: "10.0.0.5"}),
 		},
 		"keeps the kubelet's lines": {
 			existing: kubelet,
 			settings: dns,
 			peers:    []Peer{{IPAddress: "10.0.0.1", Index: 0}},
-			want:     kubelet + hostsMarker + "\n10.0.0.1\tcompute-domain-daemon-0000\n",
+			want:     kubelet + mapped(3, map[int]string{0: "10.0.0.1"}),
 		},
 		"replaces earlier mappings, wherever they are": {
 			existing: "127.0.0.1 localhost\n10.9.9.9 compute-domain-daemon-0003 # stale\n" + hostsMarker +
 				"\n10.0.0.1\tcompute-domain-daemon-0000\n10.0.0.2\tcompute-domain-daemon-0001\n",
 			settings: dns,
 			peers:    []Peer{{IPAddress: "10.0.0.1", Index: 0}},
-			want:     "127.0.0.1 localhost\n" + hostsMarker + "\n10.0.0.1\tcompute-domain-daemon-0000\n",
+			want:     "127.0.0.1 localhost\n" + mapped(3, map[int]string{0: "10.0.0.1"}),
 		},
-		"all peers gone": {
-			existing: kubelet + hostsMarker + "\n10.0.0.1\tcompute-domain-daemon-0000\n",
+		"another domain's names are replaced": {
+			existing: "127.0.0.1 localhost\n" + hostsMarker + "\n10.0.0.1\t" + Settings{DomainUID: "other"}.Name(0) + "\n",
 			settings: dns,
-			want:     kubelet + hostsMarker + "\n",
+			want:     "127.0.0.1 localhost\n" + mapped(3, nil),
+		},
+		"all peers gone: every name maps to its sentinel, none to a stale address": {
+			existing: kubelet + mapped(3, map[int]string{0: "10.0.0.1"}),
+			settings: dns,
+			want:     kubelet + mapped(3, nil),
 		},
 		"a look-alike name is not ours": {
 			existing: "10.0.0.7 compute-domain-daemon-x\n",
 			settings: dns,
-			want:     "10.0.0.7 compute-domain-daemon-x\n" + hostsMarker + "\n",
+			want:     "10.0.0.7 compute-domain-daemon-x\n" + mapped(3, nil),
 		},
 		"address mode has no hosts file": {
 			settings: Settings{},
@@ -134,8 +210,8 @@ func TestRenderHosts(t *testing.T) {
 		},
 		"bad peer": {
 			settings: dns,
-			peers:    []Peer{{NodeName: "a", IPAddress: "10.0.0.1", Index: 18}},
-			wantErr:  "peer a: index 18 out of range",
+			peers:    []Peer{{NodeName: "a", IPAddress: "10.0.0.1", Index: 3}},
+			wantErr:  "peer a: index 3 out of range",
 		},
 	}
 	for name, tc := range cases {
@@ -197,7 +273,7 @@ LOG_LEVEL=4
 LOG_FILE_NAME=
 LOG_APPEND_TO_LOG=1
 DAEMONIZE=0
-BIND_INTERFACE_IP=10.0.0.1
+BIND_INTERFACE_IP=
 SERVER_PORT=50000
 IMEX_NODE_CONFIG_FILE=/imexd/nodes.cfg
 IMEX_WAIT_FOR_QUORUM=RECOVERY
@@ -214,7 +290,7 @@ LOG_LEVEL=4
 LOG_FILE_NAME=/var/log/imex.log
 LOG_APPEND_TO_LOG=1
 DAEMONIZE=0
-BIND_INTERFACE_IP=127.0.0.11
+BIND_INTERFACE_IP=
 SERVER_PORT=41000
 IMEX_NODE_CONFIG_FILE=/n.cfg
 IMEX_WAIT_FOR_QUORUM=RECOVERY
@@ -263,7 +339,6 @@ func TestRenderedIMEXConfigParses(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := DaemonConfig{
-		BindIP:          mustAddr("127.0.0.11"),
 		ServerPort:      DefaultServerPort,
 		NodesConfigPath: "/n.cfg",
 		CmdEnabled:      true,
@@ -299,7 +374,7 @@ func TestWriteConfig(t *testing.T) {
 				{peers: []Peer{a, b}, want: Changes{Hosts: true}, wantAction: ActionReload},
 				{peers: []Peer{a, bMoved}, want: Changes{Hosts: true}, wantAction: ActionReload},
 				{peers: []Peer{a}, want: Changes{Hosts: true}, wantAction: ActionReload},
-				{peers: []Peer{a}, maxNodes: 4, want: Changes{NodesConfig: true}, wantAction: ActionRestart},
+				{peers: []Peer{a}, maxNodes: 4, want: Changes{NodesConfig: true, Hosts: true}, wantAction: ActionRestart},
 			},
 		},
 		"addresses: membership changes rewrite nodes.cfg": {
@@ -324,7 +399,7 @@ func TestWriteConfig(t *testing.T) {
 			}
 			for i, st := range tc.steps {
 				s := Settings{
-					DNSNames: tc.dnsNames, MaxNodes: st.maxNodes, BindIP: "10.0.0.1",
+					DNSNames: tc.dnsNames, DomainUID: testUID, MaxNodes: st.maxNodes, BindIP: "10.0.0.1",
 					IMEXConfigPath:  filepath.Join(dir, "imexd", "imexd.cfg"),
 					NodesConfigPath: filepath.Join(dir, "imexd", "nodes.cfg"),
 					HostsPath:       hosts,

@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -18,7 +16,6 @@ import (
 const (
 	channelMajorName = "nvidia-caps-imex-channels"
 	capsMajorName    = "nvidia-caps"
-	channelDirName   = "nvidia-caps-imex-channels"
 	capsDirName      = "nvidia-caps"
 
 	// DefaultIMEXMgmtCapability is the capability file whose DeviceFileMinor names the IMEX
@@ -28,34 +25,17 @@ const (
 	DefaultProcDevices = "/proc/devices"
 )
 
-// deviceNodes knows where the node's IMEX device nodes are and how to create missing channels.
-// The device numbers come from the host's /proc files (read through readFile); root is the
-// host directory standing for /dev (/dev on a GPU node).
+// deviceNodes describes the node's IMEX device nodes for CDI. It only reads the device numbers
+// (and the management device's mode) from the host's /proc files, through readFile: the
+// container runtime creates each node inside the container from its CDI description, so the
+// plugin creates nothing in the host's /dev.
 type deviceNodes struct {
-	root           string
-	procDevices    string
-	mgmtCapFile    string
-	readFile       func(string) ([]byte, error)
-	makeCharDevice func(path string, major, minor uint32) error
+	procDevices string
+	mgmtCapFile string
+	readFile    func(string) ([]byte, error)
 }
 
-func (d deviceNodes) hostPath(containerPath string) string {
-	rel := strings.TrimPrefix(containerPath, "/dev/")
-	if filepath.Clean(d.root) == "/dev" {
-		return ""
-	}
-	return filepath.Join(d.root, rel)
-}
-
-func (d deviceNodes) onHost(containerPath string) string {
-	if p := d.hostPath(containerPath); p != "" {
-		return p
-	}
-	return containerPath
-}
-
-// channels returns the CDI device nodes of the given channels, creating the ones missing on the
-// host.
+// channels returns the CDI device nodes of the given channels.
 func (d deviceNodes) channels(ids []int) ([]*cdispec.DeviceNode, error) {
 	data, err := d.readFile(d.procDevices)
 	if err != nil {
@@ -65,28 +45,26 @@ func (d deviceNodes) channels(ids []int) ([]*cdispec.DeviceNode, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s lists no %s character device: is the NVIDIA driver loaded?", d.procDevices, channelMajorName)
 	}
-	if err := os.MkdirAll(filepath.Join(d.root, channelDirName), 0o755); err != nil {
-		return nil, fmt.Errorf("creating the channel directory: %w", err)
-	}
 	nodes := make([]*cdispec.DeviceNode, 0, len(ids))
 	for _, n := range ids {
 		path := fmt.Sprintf("%s/channel%d", ContainerChannelDir, n)
-		node := &cdispec.DeviceNode{Path: path, HostPath: d.hostPath(path), Type: "c", Major: major, Minor: int64(n)}
-		if err := d.ensure(d.onHost(path), major, int64(n)); err != nil {
-			return nil, err
-		}
-		nodes = append(nodes, node)
+		nodes = append(nodes, &cdispec.DeviceNode{Path: path, Type: "c", Major: major, Minor: int64(n)})
 	}
 	return nodes, nil
 }
 
-// imexMgmt returns the CDI device node of the IMEX management device.
+// imexMgmt returns the CDI device node of the IMEX management device, with the mode the
+// driver gives it (DeviceFileMode of its capability file; without one, the runtime's default).
 func (d deviceNodes) imexMgmt() (*cdispec.DeviceNode, error) {
 	capData, err := d.readFile(d.mgmtCapFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading the IMEX management capability %s: %w", d.mgmtCapFile, err)
 	}
 	minor, err := ParseCapabilityMinor(capData)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.mgmtCapFile, err)
+	}
+	mode, hasMode, err := ParseCapabilityMode(capData)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", d.mgmtCapFile, err)
 	}
@@ -98,27 +76,11 @@ func (d deviceNodes) imexMgmt() (*cdispec.DeviceNode, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s lists no %s character device", d.procDevices, capsMajorName)
 	}
-	path := fmt.Sprintf("/dev/%s/nvidia-cap%d", capsDirName, minor)
-	if err := d.ensure(d.onHost(path), major, minor); err != nil {
-		return nil, err
+	node := &cdispec.DeviceNode{Path: fmt.Sprintf("/dev/%s/nvidia-cap%d", capsDirName, minor), Type: "c", Major: major, Minor: minor}
+	if hasMode {
+		node.FileMode = &mode
 	}
-	return &cdispec.DeviceNode{Path: path, HostPath: d.hostPath(path), Type: "c", Major: major, Minor: minor}, nil
-}
-
-// ensure creates a missing character device node.
-func (d deviceNodes) ensure(path string, major, minor int64) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	if err := d.makeCharDevice(path, uint32(major), uint32(minor)); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("creating device node %s (%d:%d): %w", path, major, minor, err)
-	}
-	return nil
+	return node, nil
 }
 
 // ParseProcDevices returns the major number of a character device named name in the content of
@@ -162,4 +124,22 @@ func ParseCapabilityMinor(data []byte) (int64, error) {
 		return minor, nil
 	}
 	return 0, errors.New("no DeviceFileMinor line")
+}
+
+// ParseCapabilityMode reads "DeviceFileMode: N" (the device node's permission bits, in decimal)
+// from an NVIDIA capability file; ok is false when there is no such line.
+func ParseCapabilityMode(data []byte) (mode os.FileMode, ok bool, err error) {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		key, value, found := strings.Cut(sc.Text(), ":")
+		if !found || strings.TrimSpace(key) != "DeviceFileMode" {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(value), 10, 32)
+		if err != nil || n > 0o777 {
+			return 0, false, fmt.Errorf("DeviceFileMode %q is not a permission mode", strings.TrimSpace(value))
+		}
+		return os.FileMode(n), true, nil
+	}
+	return 0, false, nil
 }

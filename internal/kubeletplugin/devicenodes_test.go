@@ -1,7 +1,6 @@
 package kubeletplugin
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +48,8 @@ func TestParseCapabilityMinor(t *testing.T) {
 	}
 }
 
+// The device nodes reach containers through CDI only: their numbers (and the management
+// device's mode) come from /proc, and nothing is created on the host.
 func TestDeviceNodes(t *testing.T) {
 	root := t.TempDir()
 	proc := filepath.Join(root, "devices")
@@ -56,40 +57,32 @@ func TestDeviceNodes(t *testing.T) {
 	if err := os.WriteFile(proc, []byte("Character devices:\n234 nvidia-caps-imex-channels\n235 nvidia-caps\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(capFile, []byte("DeviceFileMinor: 3\n"), 0o644); err != nil {
+	if err := os.WriteFile(capFile, []byte("DeviceFileMinor: 3\nDeviceFileMode: 256\nDeviceFileModify: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var made []string
-	real := deviceNodes{root: filepath.Join(root, "dev"), procDevices: proc, mgmtCapFile: capFile, readFile: os.ReadFile,
-		makeCharDevice: func(path string, major, minor uint32) error {
-			made = append(made, fmt.Sprintf("%s %d:%d", filepath.Base(path), major, minor))
-			return nil
-		}}
+	real := deviceNodes{procDevices: proc, mgmtCapFile: capFile, readFile: os.ReadFile}
 	nodes, err := real.channels([]int{0, 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []*cdispec.DeviceNode{
-		{Path: "/dev/nvidia-caps-imex-channels/channel0", HostPath: filepath.Join(root, "dev/nvidia-caps-imex-channels/channel0"), Type: "c", Major: 234, Minor: 0},
-		{Path: "/dev/nvidia-caps-imex-channels/channel5", HostPath: filepath.Join(root, "dev/nvidia-caps-imex-channels/channel5"), Type: "c", Major: 234, Minor: 5},
+		{Path: "/dev/nvidia-caps-imex-channels/channel0", Type: "c", Major: 234, Minor: 0},
+		{Path: "/dev/nvidia-caps-imex-channels/channel5", Type: "c", Major: 234, Minor: 5},
 	}
 	if diff := cmp.Diff(want, nodes); diff != "" {
 		t.Errorf("channels (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{"channel0 234:0", "channel5 234:5"}, made); diff != "" {
-		t.Errorf("mknod calls (-want +got):\n%s", diff)
 	}
 	mgmt, err := real.imexMgmt()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mgmt.Path != "/dev/nvidia-caps/nvidia-cap3" || mgmt.Major != 235 || mgmt.Minor != 3 || mgmt.Type != "c" {
-		t.Errorf("IMEX management device %+v", mgmt)
+	mode := os.FileMode(0o400)
+	if diff := cmp.Diff(&cdispec.DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap3", Type: "c", Major: 235, Minor: 3, FileMode: &mode}, mgmt); diff != "" {
+		t.Errorf("IMEX management device (-want +got):\n%s", diff)
 	}
-
-	onDev := deviceNodes{root: "/dev", procDevices: proc, readFile: os.ReadFile}
-	if got := onDev.hostPath("/dev/nvidia-caps-imex-channels/channel0"); got != "" {
-		t.Errorf("with root /dev the host path is %q, want none (same as the container path)", got)
+	entries, err := os.ReadDir(root)
+	if err != nil || len(entries) != 2 {
+		t.Errorf("files under the test root: %v (%v), want only the two /proc files: nothing created", entries, err)
 	}
 
 	noDriver := real
@@ -97,17 +90,25 @@ func TestDeviceNodes(t *testing.T) {
 	if _, err := noDriver.channels([]int{0}); err == nil || !strings.Contains(err.Error(), "is the NVIDIA driver loaded") {
 		t.Errorf("without the driver: %v", err)
 	}
+}
 
-	// A node that exists already is used as it is.
-	existing := filepath.Join(root, "dev/nvidia-caps-imex-channels/channel7")
-	if err := os.WriteFile(existing, nil, 0o644); err != nil {
-		t.Fatal(err)
+func TestParseCapabilityMode(t *testing.T) {
+	cases := map[string]struct {
+		data string
+		mode os.FileMode
+		ok   bool
+		err  bool
+	}{
+		"driver format": {data: "DeviceFileMinor: 1\nDeviceFileMode: 256\n", mode: 0o400, ok: true},
+		"0666":          {data: "DeviceFileMode: 438\n", mode: 0o666, ok: true},
+		"absent":        {data: "DeviceFileMinor: 1\n"},
+		"not a mode":    {data: "DeviceFileMode: 4096\n", err: true},
+		"garbage":       {data: "DeviceFileMode: rw\n", err: true},
 	}
-	made = nil
-	if _, err := real.channels([]int{7}); err != nil {
-		t.Fatal(err)
-	}
-	if len(made) != 0 {
-		t.Errorf("an existing device node was made again: %v", made)
+	for name, tc := range cases {
+		mode, ok, err := ParseCapabilityMode([]byte(tc.data))
+		if mode != tc.mode || ok != tc.ok || (err != nil) != tc.err {
+			t.Errorf("%s: %v %v %v, want %v %v err=%v", name, mode, ok, err, tc.mode, tc.ok, tc.err)
+		}
 	}
 }

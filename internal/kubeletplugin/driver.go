@@ -35,7 +35,6 @@ const (
 	DefaultRegistrarDir        = draplugin.KubeletRegistryDir
 	DefaultPluginDataDir       = draplugin.KubeletPluginsDir + "/" + cdv1beta1.DriverName
 	DefaultCDIRoot             = "/var/run/cdi"
-	DefaultDeviceRoot          = "/dev"
 	DefaultReadyWaitTimeout    = 15 * time.Second
 	DefaultCliqueRefreshPeriod = time.Minute
 )
@@ -54,8 +53,6 @@ type Options struct {
 	// ReadHostFile reads the host's /proc files (ProcDevices, IMEXMgmtCapability); nil:
 	// os.ReadFile.
 	ReadHostFile func(path string) ([]byte, error)
-	// MakeCharDevice creates a missing character device node; nil: mknod.
-	MakeCharDevice func(path string, major, minor uint32) error
 
 	// RegistrarDir is the kubelet's plugin registry directory.
 	RegistrarDir string
@@ -63,8 +60,6 @@ type Options struct {
 	PluginDataDir string
 	// CDIRoot is the directory claim CDI specs are written to.
 	CDIRoot string
-	// DeviceRoot is the host directory that stands for /dev: /dev on a GPU node.
-	DeviceRoot string
 	// StateDir holds the checkpoint and the domains' IMEX config directories.
 	StateDir string
 	// ProcDevices and IMEXMgmtCapability are read on a GPU node for device numbers.
@@ -129,7 +124,6 @@ func (o *Options) defaults() error {
 	set(&o.RegistrarDir, DefaultRegistrarDir)
 	set(&o.PluginDataDir, DefaultPluginDataDir)
 	set(&o.CDIRoot, DefaultCDIRoot)
-	set(&o.DeviceRoot, DefaultDeviceRoot)
 	set(&o.ProcDevices, DefaultProcDevices)
 	set(&o.IMEXMgmtCapability, DefaultIMEXMgmtCapability)
 	set(&o.ContainerDriverRoot, o.NvidiaDriverRoot)
@@ -147,9 +141,6 @@ func (o *Options) defaults() error {
 	}
 	if o.ReadHostFile == nil {
 		o.ReadHostFile = os.ReadFile
-	}
-	if o.MakeCharDevice == nil {
-		o.MakeCharDevice = mknodChar
 	}
 	if o.CliqueRefreshPeriod <= 0 {
 		o.CliqueRefreshPeriod = DefaultCliqueRefreshPeriod
@@ -205,7 +196,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	}
 	logger := klog.FromContext(ctx).WithValues("node", opts.NodeName)
 	ctx = klog.NewContext(ctx, logger)
-	for _, dir := range []string{opts.StateDir, opts.CDIRoot, opts.PluginDataDir, opts.RegistrarDir, opts.DeviceRoot} {
+	for _, dir := range []string{opts.StateDir, opts.CDIRoot, opts.PluginDataDir, opts.RegistrarDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", dir, err)
 		}
@@ -240,10 +231,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if d.cdi, err = newCDIWriter(opts.CDIRoot); err != nil {
 		return nil, err
 	}
-	d.nodes = deviceNodes{
-		root: opts.DeviceRoot, procDevices: opts.ProcDevices,
-		mgmtCapFile: opts.IMEXMgmtCapability, readFile: opts.ReadHostFile, makeCharDevice: opts.MakeCharDevice,
-	}
+	d.nodes = deviceNodes{procDevices: opts.ProcDevices, mgmtCapFile: opts.IMEXMgmtCapability, readFile: opts.ReadHostFile}
 	d.label = nodeLabeler{api: d.api, node: opts.NodeName}
 	d.clique = &cliqueTracker{disc: opts.Discoverer, crash: opts.Gates.Enabled(features.CrashOnNVLinkFabricErrors)}
 	if _, err := d.clique.refresh(ctx); err != nil {

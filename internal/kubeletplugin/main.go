@@ -48,7 +48,7 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 			NodeName: inv.Getenv("NODE_NAME"), DriverNamespace: inv.Getenv("POD_NAMESPACE"),
 			PodName: inv.Getenv("POD_NAME"), PodUID: types.UID(inv.Getenv("POD_UID")),
 			RegistrarDir: DefaultRegistrarDir, PluginDataDir: DefaultPluginDataDir, CDIRoot: DefaultCDIRoot,
-			DeviceRoot: DefaultDeviceRoot, StateDir: DefaultPluginDataDir, ProcDevices: DefaultProcDevices,
+			StateDir: DefaultPluginDataDir, ProcDevices: DefaultProcDevices,
 			IMEXMgmtCapability: DefaultIMEXMgmtCapability, NumChannels: MaxChannels,
 			CliqueRefreshPeriod: DefaultCliqueRefreshPeriod, ReadyWaitTimeout: DefaultReadyWaitTimeout,
 		},
@@ -74,7 +74,6 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RegistrarDir, "plugin-registration-path", o.RegistrarDir, "The kubelet's plugin registry directory")
 	fs.StringVar(&o.PluginDataDir, "plugin-data-path", o.PluginDataDir, "Directory of the DRA gRPC socket")
 	fs.StringVar(&o.CDIRoot, "cdi-root", o.CDIRoot, "Directory the claims' CDI specs are written to")
-	fs.StringVar(&o.DeviceRoot, "device-root", o.DeviceRoot, "Host directory standing for /dev, where IMEX channel device nodes live")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory of the checkpoint and the domains' IMEX config directories")
 	fs.StringVar(&o.ProcDevices, "proc-devices", o.ProcDevices, "File listing character device major numbers")
 	fs.StringVar(&o.IMEXMgmtCapability, "imex-mgmt-capability", o.IMEXMgmtCapability, "NVIDIA capability file of the IMEX management device")
@@ -124,9 +123,8 @@ func (o *CommandOptions) Validate() error {
 type Host struct {
 	// Discoverer finds the node's clique; nil: real NVML (--nvml-library).
 	Discoverer nvml.Discoverer
-	// ReadHostFile and MakeCharDevice: see Options.
-	ReadHostFile   func(path string) ([]byte, error)
-	MakeCharDevice func(path string, major, minor uint32) error
+	// ReadHostFile: see Options.
+	ReadHostFile func(path string) ([]byte, error)
 }
 
 // Run is `cdplane-kubelet-plugin [flags]`: it parses inv's arguments into fresh options and runs
@@ -157,7 +155,7 @@ func Main(ctx context.Context, inv component.Invocation, o *CommandOptions, host
 			"nvidiaDriverRoot", o.NvidiaDriverRoot, "containerDriverRoot", o.ContainerDriverRoot,
 			"imexMode", o.IMEXMode, "hostIMEXSocketPath", o.HostIMEXSocketPath)
 	}
-	o.Discoverer, o.ReadHostFile, o.MakeCharDevice = host.Discoverer, host.ReadHostFile, host.MakeCharDevice
+	o.Discoverer, o.ReadHostFile = host.Discoverer, host.ReadHostFile
 	if o.Discoverer == nil {
 		d, err := nvml.New(o.NVMLLibrary)
 		if err != nil {

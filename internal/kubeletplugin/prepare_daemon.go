@@ -82,6 +82,11 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	}
 	env := daemonenv.Claim{CliqueID: cliqueID, DomainUID: string(cd.UID), DomainName: cd.Name, DomainNamespace: cd.Namespace,
 		IMEXConfigDir: cdv1beta1.DaemonIMEXConfigDir}
+	// The loaded driver's version decides whether IMEX takes names in its node list; no file
+	// (not a GPU node's /proc): not known, the daemon assumes a current driver.
+	if data, err := d.opts.ReadHostFile(DriverVersionFile); err == nil {
+		env.DriverVersion, _ = KernelDriverVersion(data)
+	}
 	driverMounts := d.driverRoot().edits(drv, &env)
 	var mgmtDev *cdispec.DeviceNode
 	if cliqueID != "" {

@@ -227,6 +227,7 @@ func podInfo(p *corev1.Pod, ds *appsv1.DaemonSet) membership.Pod {
 	out := membership.Pod{
 		NodeName: p.Spec.NodeName, IP: p.Status.PodIP, CliqueID: clique, Labelled: labelled,
 		Terminating: p.DeletionTimestamp != nil, Created: p.CreationTimestamp.Time,
+		Blocked: p.Labels[cdv1beta1.IMEXBlockedLabel],
 	}
 	if ds != nil && ds.UID != "" {
 		owner := metav1.GetControllerOf(p)

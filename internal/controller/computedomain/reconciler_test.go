@@ -37,6 +37,11 @@ func TestPodInfo(t *testing.T) {
 			pod:  daemon().Label(cdv1beta1.CliqueIDLabel, "uuid.1").PodIP("127.0.0.1").Ready(false),
 			want: membership.Pod{NodeName: "n1", IP: "127.0.0.1", CliqueID: "uuid.1", Labelled: true, Created: t0, Owned: true},
 		},
+		"IMEX blocked on its node": {
+			pod: daemon().Label(cdv1beta1.CliqueIDLabel, "uuid.1").Label(cdv1beta1.IMEXBlockedLabel, cdv1beta1.IMEXBlockedHostIMEXInUse).PodIP("127.0.0.1").Ready(false),
+			want: membership.Pod{NodeName: "n1", IP: "127.0.0.1", CliqueID: "uuid.1", Labelled: true, Created: t0, Owned: true,
+				Blocked: cdv1beta1.IMEXBlockedHostIMEXInUse},
+		},
 		"no fabric: labelled with an empty clique": {
 			pod:  daemon().Label(cdv1beta1.CliqueIDLabel, "").PodIP("127.0.0.1").Ready(true),
 			want: membership.Pod{NodeName: "n1", IP: "127.0.0.1", Labelled: true, Ready: true, Created: t0, Owned: true},

@@ -128,6 +128,10 @@ func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 					ServiceAccountName:            r.opts.DaemonServiceAccount,
 					TerminationGracePeriodSeconds: ptr.To(int64(30)),
 					PriorityClassName:             r.opts.DaemonPriorityClass,
+					// Every IMEX name resolves from the pod's hosts file (unused slots map to
+					// sentinel addresses); ndots:1 keeps any dotted name out of the cluster
+					// DNS search list, so that no IMEX lookup ever becomes a burst of queries.
+					DNSConfig: &corev1.PodDNSConfig{Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("1")}}},
 					Containers: []corev1.Container{{
 						Name:    DaemonContainerName,
 						Image:   r.opts.DaemonImage,

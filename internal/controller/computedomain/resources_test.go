@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/component-base/featuregate"
+	"k8s.io/utils/ptr"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/daemonenv"
@@ -172,7 +173,9 @@ func (w daemonWant) daemonSet() *appsv1.DaemonSet {
 	for k, v := range ownedBy(w.planeID) {
 		ds.Label(k, v).PodLabel(k, v)
 	}
-	return ds.Obj()
+	out := ds.Obj()
+	out.Spec.Template.Spec.DNSConfig = &corev1.PodDNSConfig{Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("1")}}}
+	return out
 }
 
 func TestDaemonSet(t *testing.T) {

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -69,7 +70,36 @@ func Aggregate(res Result, numNodes int, generation int64, prev []metav1.Conditi
 	meta.SetStatusCondition(&st.Conditions, ready)
 	meta.SetStatusCondition(&st.Conditions, nodesCond)
 	meta.SetStatusCondition(&st.Conditions, withheldCondition(res.Withheld, generation))
+	meta.SetStatusCondition(&st.Conditions, blockedCondition(res.Blocked, generation))
 	return st
+}
+
+// blockedCondition is the NodesBlocked condition: True while a member's daemon reports that IMEX
+// cannot run on its node. The reason is the daemons' when they all give the same known one
+// (HostIMEXInUse), ReasonIMEXBlocked otherwise; the message names nodes and reasons.
+func blockedCondition(blocked []Blocked, generation int64) metav1.Condition {
+	c := metav1.Condition{
+		Type: cdv1beta1.ConditionNodesBlocked, Status: metav1.ConditionFalse, Reason: cdv1beta1.ReasonNoneBlocked,
+		Message: "no daemon reports IMEX blocked", ObservedGeneration: generation,
+	}
+	if len(blocked) == 0 {
+		return c
+	}
+	reason := cdv1beta1.ReasonIMEXBlocked
+	if !slices.ContainsFunc(blocked, func(b Blocked) bool { return b.Reason != cdv1beta1.IMEXBlockedHostIMEXInUse }) {
+		reason = cdv1beta1.ReasonHostIMEXInUse
+	}
+	items := make([]string, len(blocked))
+	for i, b := range blocked {
+		items[i] = fmt.Sprintf("%s (%s)", b.Node, truncate(b.Reason, 64))
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, reason
+	c.Message = fmt.Sprintf("IMEX cannot run on %d nodes; their daemons do not retry: %s", len(blocked), names(items))
+	if reason == cdv1beta1.ReasonHostIMEXInUse {
+		c.Message += "; a host nvidia-imex service holds each node's IMEX session (NV_ERR_IN_USE): stop and disable it " +
+			"(systemctl disable --now nvidia-imex), then delete the node's daemon pod, or run the plane with imex.mode=hostManaged"
+	}
+	return c
 }
 
 // nodesInStatus decides which entries status.nodes lists, which nodes wait for room in it, and

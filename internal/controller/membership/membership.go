@@ -29,6 +29,9 @@ type Pod struct {
 	// Owned is true when the pod's controller owner reference is the domain's daemon DaemonSet
 	// (by UID). Only such pods are the domain's daemons; any other pod is ignored.
 	Owned bool
+	// Blocked is the value of the pod's IMEXBlockedLabel: why its daemon cannot run IMEX; ""
+	// when it can.
+	Blocked string
 }
 
 // Input is everything Compute needs.
@@ -66,6 +69,8 @@ type Result struct {
 	// a valid clique id (cdv1beta1.ValidateCliqueID), by node name. A withheld node that had an
 	// entry keeps it, not ready, as when its daemon is restarting.
 	Withheld []Withheld
+	// Blocked lists member nodes whose daemon reports IMEX blocked (Pod.Blocked), by node name.
+	Blocked []Blocked
 	// Overflow lists nodes that would join but do not fit status.nodes, by node name: new nodes
 	// when StatusOnly, and, set by Aggregate, fabric-less nodes of a domain too large for
 	// status.nodes that do not fit it.
@@ -78,6 +83,12 @@ type Result struct {
 type Withheld struct {
 	Node  string
 	Value string
+}
+
+// Blocked is a node whose daemon cannot run IMEX, and why (a cdv1beta1.IMEXBlockedLabel value).
+type Blocked struct {
+	Node   string
+	Reason string
 }
 
 // Compute derives membership. A node keeps its entry and index for as long as it carries the
@@ -108,15 +119,22 @@ func Compute(in Input) Result {
 				pod.Labelled = false // as if its daemon had not labelled it yet
 			}
 		}
+		if hasPod && pod.Blocked != "" {
+			res.Blocked = append(res.Blocked, Blocked{Node: node, Reason: pod.Blocked})
+		}
 		var e Entry
 		switch {
 		case hasPod && pod.Labelled:
 			e = Entry{NodeName: node, IPAddress: pod.IP, CliqueID: pod.CliqueID, Index: cdv1beta1.FabriclessIndex, Status: status(pod.Ready)}
 		case hadEntry:
-			// The daemon is gone or restarting: keep the entry and its index, not ready.
+			// The daemon is gone or being replaced: keep the entry and its index, not ready,
+			// with the address of the pod now on the node, none while there is none (the old
+			// address may soon be another pod's, and the clique's daemons map only addresses
+			// that are there).
 			e = old
 			e.Status = cdv1beta1.StatusNotReady
-			if hasPod && pod.IP != "" {
+			e.IPAddress = ""
+			if hasPod {
 				e.IPAddress = pod.IP
 			}
 		default:

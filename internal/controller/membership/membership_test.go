@@ -53,13 +53,22 @@ func TestCompute(t *testing.T) {
 				entry("n1", "127.0.0.1", c1, 0, true), entry("n3", "127.0.0.3", c1, 2, true), entry("n4", "127.0.0.4", c1, 1, false),
 			}}},
 		},
-		"a labelled node whose pod is gone keeps its entry and index, not ready": {
+		"a labelled node whose pod is gone keeps its entry and index, not ready, without the old address": {
 			in: Input{
 				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 5, true)},
 				LabelledNodes: sets.New("n1"), AllocatedNodes: sets.New("n1"),
 				MaxNodes: 18,
 			},
-			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 5, false)}}},
+			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "", c1, 5, false)}}},
+		},
+		"a replacement pod without an address yet: the old address is not kept": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 5, true)},
+				Pods:          []Pod{{NodeName: "n1", Created: t0, Owned: true}},
+				LabelledNodes: sets.New("n1"), AllocatedNodes: sets.New("n1"),
+				MaxNodes: 18,
+			},
+			want: Result{Cliques: map[string][]Entry{c1: {entry("n1", "", c1, 5, false)}}},
 		},
 		"a replacement pod not yet labelled keeps the index and takes the new IP": {
 			in: Input{
@@ -206,6 +215,21 @@ func TestCompute(t *testing.T) {
 			want: Result{
 				Cliques:  map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 3, false)}},
 				Withheld: []Withheld{{Node: "n1", Value: "UPPER.1"}},
+			},
+		},
+		"a daemon that reports IMEX blocked: its node is listed, its entry kept, not ready": {
+			in: Input{
+				Existing: []Entry{entry("n1", "127.0.0.1", c1, 0, true)},
+				Pods: []Pod{
+					{NodeName: "n1", IP: "127.0.0.1", CliqueID: c1, Labelled: true, Owned: true, Blocked: cdv1beta1.IMEXBlockedHostIMEXInUse},
+					pod("n2", "127.0.0.2", c1, true),
+				},
+				LabelledNodes: sets.New("n1", "n2"), AllocatedNodes: sets.New("n1", "n2"),
+				MaxNodes: 18,
+			},
+			want: Result{
+				Cliques: map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 0, false), entry("n2", "127.0.0.2", c1, 1, true)}},
+				Blocked: []Blocked{{Node: "n1", Reason: cdv1beta1.IMEXBlockedHostIMEXInUse}},
 			},
 		},
 		"an existing entry with an invalid clique id is not kept": {
@@ -434,5 +458,24 @@ func TestWithheldCondition(t *testing.T) {
 	st = Aggregate(Result{}, 0, 4, st.Conditions)
 	if c := findCondition(st.Conditions, cdv1beta1.ConditionNodesWithheld); c.Status != metav1.ConditionFalse || c.Reason != cdv1beta1.ReasonNoneWithheld {
 		t.Errorf("once none is withheld: %+v", c)
+	}
+}
+
+func TestBlockedCondition(t *testing.T) {
+	inUse := []Blocked{{Node: "n1", Reason: cdv1beta1.IMEXBlockedHostIMEXInUse}, {Node: "n2", Reason: cdv1beta1.IMEXBlockedHostIMEXInUse}}
+	st := Aggregate(Result{Blocked: inUse}, 0, 3, nil)
+	c := findCondition(st.Conditions, cdv1beta1.ConditionNodesBlocked)
+	if c.Status != metav1.ConditionTrue || c.Reason != cdv1beta1.ReasonHostIMEXInUse || c.ObservedGeneration != 3 ||
+		!strings.Contains(c.Message, "n1 (HostIMEXInUse), n2 (HostIMEXInUse)") || !strings.Contains(c.Message, "systemctl disable --now nvidia-imex") {
+		t.Errorf("NodesBlocked = %+v", c)
+	}
+	st = Aggregate(Result{Blocked: append(inUse, Blocked{Node: "n3", Reason: "SomethingNew"})}, 0, 3, st.Conditions)
+	if c := findCondition(st.Conditions, cdv1beta1.ConditionNodesBlocked); c.Status != metav1.ConditionTrue || c.Reason != cdv1beta1.ReasonIMEXBlocked ||
+		!strings.Contains(c.Message, "n3 (SomethingNew)") {
+		t.Errorf("with an unknown reason: %+v", c)
+	}
+	st = Aggregate(Result{}, 0, 3, st.Conditions)
+	if c := findCondition(st.Conditions, cdv1beta1.ConditionNodesBlocked); c.Status != metav1.ConditionFalse || c.Reason != cdv1beta1.ReasonNoneBlocked {
+		t.Errorf("once none is blocked: %+v", c)
 	}
 }

@@ -11,8 +11,8 @@ import (
 )
 
 // MinHostnameDriverVersion is the oldest NVIDIA driver whose IMEX accepts host names in its
-// node list; older ones take addresses only.
-const MinHostnameDriverVersion = "570.158.01"
+// node list; older ones take addresses only. One fact, kept where the product keeps it.
+const MinHostnameDriverVersion = imex.HostnamesMinDriverVersion
 
 // kernelDriverVersion returns the loaded kernel module's version from the content of
 // DriverVersionPath ("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.82.07

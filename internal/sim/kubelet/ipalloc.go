@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"cdplane/internal/imex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -17,7 +18,7 @@ var loopback = netip.MustParsePrefix("127.0.0.0/8")
 // as sentinels (the product's imex.SentinelPrefix): its hosts files map the name of every IMEX
 // slot no daemon holds to an address there, where nothing may listen. No pod and no node of a
 // simulated cluster gets one.
-var IMEXSentinelPrefix = netip.MustParsePrefix("127.127.0.0/16")
+var IMEXSentinelPrefix = imex.SentinelPrefix
 
 // ErrNoAddresses is returned when every address of the range is in use.
 var ErrNoAddresses = errors.New("no free pod address")

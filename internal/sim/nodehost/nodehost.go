@@ -10,9 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -102,9 +100,8 @@ func Plugin(inv component.Invocation) (kubeletplugin.Host, error) {
 		return kubeletplugin.Host{}, err
 	}
 	return kubeletplugin.Host{
-		Discoverer:     disc,
-		ReadHostFile:   func(p string) ([]byte, error) { return os.ReadFile(onNode(nodeDir, p)) },
-		MakeCharDevice: makeFileDevice,
+		Discoverer:   disc,
+		ReadHostFile: func(p string) ([]byte, error) { return os.ReadFile(onNode(nodeDir, p)) },
 	}, nil
 }
 
@@ -137,18 +134,6 @@ func onNode(nodeDir, p string) string {
 		return filepath.Join(nodeDir, p)
 	}
 	return p
-}
-
-// makeFileDevice creates an empty file standing for a character device.
-func makeFileDevice(path string, _, _ uint32) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
-	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil
-		}
-		return fmt.Errorf("creating simulated device %s: %w", path, err)
-	}
-	return f.Close()
 }
 
 // InProcessDaemon is the host of a daemon run in the simulated kubelet's process: IMEX is the

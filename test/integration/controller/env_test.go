@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,6 +46,29 @@ type env struct {
 	c        client.Client
 	stopMgr  func()
 	opts     []func(*controller.Options)
+
+	nodeDirsMu sync.Mutex
+	nodeDirs   map[string]string // node name -> its "/" for the simulated IMEX (CDPLANE_SIM_NODE_DIR)
+}
+
+// nodeDir is the directory standing for a node's "/", shared by every daemon on the node: the
+// simulated IMEX keeps the node's IMEX session lock and unsafe-termination marker there.
+func (e *env) nodeDir(name string) (string, error) {
+	e.nodeDirsMu.Lock()
+	defer e.nodeDirsMu.Unlock()
+	if dir, ok := e.nodeDirs[name]; ok {
+		return dir, nil
+	}
+	dir, err := os.MkdirTemp("", "node-"+name)
+	if err != nil {
+		return "", err
+	}
+	e.t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if e.nodeDirs == nil {
+		e.nodeDirs = map[string]string{}
+	}
+	e.nodeDirs[name] = dir
+	return dir, nil
 }
 
 func newEnv(t *testing.T, cliques bool, opts ...func(*controller.Options)) *env {
@@ -352,7 +376,14 @@ func (n *node) start() error {
 	if err != nil {
 		return err
 	}
-	n.starts = &heldIMEX{Interface: imexsim.New(imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath})}
+	nodeDir, err := e.nodeDir(n.name)
+	if err != nil {
+		return err
+	}
+	// The node's stand-ins, as the simulated kubelet gives them to a daemon container: the
+	// pod's address is its only local one (IMEX finds itself in the node list by it).
+	n.starts = &heldIMEX{Interface: imexsim.New(imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath,
+		Env: []string{imexsim.LocalAddrsEnv + "=" + n.ip, imexsim.NodeDirEnv + "=" + nodeDir}})}
 	n.imex = n.starts
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.done = cancel, make(chan error, 1)

@@ -43,6 +43,10 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 		e := newEnv(t)
 		n := e.addNode(11)
 		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+		// The loaded driver's version reaches the daemon: IMEX before 570.158.01 takes no names.
+		versionFile := n.path("proc", "driver", "nvidia", "version")
+		must(t, os.MkdirAll(filepath.Dir(versionFile), 0o755))
+		must(t, os.WriteFile(versionFile, []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.148.08  Fri May 30 2025\n"), 0o644))
 		n.startWith(4, testr.NewWithOptions(t, testr.Options{Verbosity: 1}), func(o *kubeletplugin.Options) {
 			o.NvidiaDriverRoot, o.ContainerDriverRoot = hostRoot, root
 		})
@@ -67,7 +71,7 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 			"CLIQUE_ID=" + n.clique, "COMPUTE_DOMAIN_UUID=" + string(cd.UID), "COMPUTE_DOMAIN_NAME=" + cd.Name,
 			"COMPUTE_DOMAIN_NAMESPACE=" + cd.Namespace, "IMEX_CONFIG_DIR=/etc/nvidia-imex", "NVIDIA_VISIBLE_DEVICES=void",
 			"IMEX_BINARY=/usr/local/nvidia/bin/nvidia-imex", "IMEX_CTL_BINARY=/usr/local/nvidia/bin/nvidia-imex-ctl",
-			"NVML_LIBRARY=/usr/local/nvidia/lib/libnvidia-ml.so.1",
+			"NVML_LIBRARY=/usr/local/nvidia/lib/libnvidia-ml.so.1", "NVIDIA_KERNEL_DRIVER_VERSION=570.148.08",
 		}
 		if diff := cmp.Diff(wantEnv, edits.Env); diff != "" {
 			t.Errorf("daemon env (-want +got):\n%s", diff)

@@ -172,9 +172,9 @@ func (n *node) options(numChannels int) kubeletplugin.Options {
 	host := n.host()
 	return kubeletplugin.Options{
 		NodeName: n.name, DriverNamespace: n.e.driverNS, Config: testCluster.Config,
-		Discoverer: n.sim, ReadHostFile: host.ReadHostFile, MakeCharDevice: host.MakeCharDevice,
+		Discoverer: n.sim, ReadHostFile: host.ReadHostFile,
 		RegistrarDir: n.path("registry"), PluginDataDir: n.path("plugin"), CDIRoot: n.path("cdi"),
-		DeviceRoot: n.path("dev"), StateDir: n.path("state"),
+		StateDir:    n.path("state"),
 		NumChannels: numChannels, ControlPlaneID: n.plane, Gates: gates, CliqueNodeLabel: true,
 		ReadyWaitTimeout: readyWait,
 	}

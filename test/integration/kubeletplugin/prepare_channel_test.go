@@ -3,6 +3,7 @@ package kubeletplugin
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -40,9 +41,12 @@ func TestSingleAndAllInjection(t *testing.T) {
 		t.Fatalf("Single CDI spec: kind %s, devices %+v", spec.Kind, spec.Devices)
 	}
 	nodes := spec.Devices[0].ContainerEdits.DeviceNodes
-	if len(nodes) != 1 || nodes[0].Path != "/dev/nvidia-caps-imex-channels/channel0" ||
-		nodes[0].HostPath != n.path("dev", "nvidia-caps-imex-channels", "channel0") {
-		t.Errorf("Single claim injects %+v, want only channel0 from the node's device root", nodes)
+	if len(nodes) != 1 || nodes[0].Path != "/dev/nvidia-caps-imex-channels/channel0" || nodes[0].HostPath != "" ||
+		nodes[0].Type != "c" || nodes[0].Major == 0 || nodes[0].Minor != 0 {
+		t.Errorf("Single claim injects %+v, want only channel0, described by its numbers for the runtime to create", nodes)
+	}
+	if _, err := os.Stat(n.path("dev", "nvidia-caps-imex-channels")); !os.IsNotExist(err) {
+		t.Errorf("the node's /dev: %v, want no IMEX device node created on the host", err)
 	}
 	if got := n.label(); got != string(cd.UID) {
 		t.Errorf("node label %q, want the domain's UID %s", got, cd.UID)

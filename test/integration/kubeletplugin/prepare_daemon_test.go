@@ -11,6 +11,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/sim/nvmlsim"
 )
 
 // TestDaemonClaim prepares daemon claims on a node with a clique and on one without fabric, and
@@ -50,6 +51,8 @@ func TestDaemonClaim(t *testing.T) {
 				// Where the plugin mounted the config directory; nothing says the node is
 				// simulated (the plugin does not know).
 				"IMEX_CONFIG_DIR=/etc/nvidia-imex",
+				// The loaded driver's version, from the node's /proc/driver/nvidia/version.
+				"NVIDIA_KERNEL_DRIVER_VERSION=" + nvmlsim.DefaultDriverVersion,
 			}
 			if diff := cmp.Diff(wantEnv, edits.Env); diff != "" {
 				t.Errorf("daemon env (-want +got):\n%s", diff)

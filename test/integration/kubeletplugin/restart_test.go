@@ -88,7 +88,7 @@ func (n *node) startProcess(kubeconfig string) *process {
 	cmd := exec.Command(pluginBinary(t),
 		"--kubeconfig="+kubeconfig, "--node-name="+n.name, "--namespace="+n.e.driverNS,
 		"--plugin-registration-path="+o.RegistrarDir, "--plugin-data-path="+o.PluginDataDir,
-		"--cdi-root="+o.CDIRoot, "--device-root="+o.DeviceRoot, "--state-dir="+o.StateDir,
+		"--cdi-root="+o.CDIRoot, "--state-dir="+o.StateDir,
 		"--num-channels=4",
 		"--prepare-wait-timeout=2m", "-v=2",
 	)

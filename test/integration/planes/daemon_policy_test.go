@@ -125,13 +125,16 @@ func TestDaemonTokenChangesOnlyItsOwnPodsCliqueLabel(t *testing.T) {
 		typ   types.PatchType
 		want  string // "" allowed, else a substring of the refusal
 	}{
-		"own pod's clique label":      {pod: own.Name, patch: cliquePatch(cdv1beta1.CliqueIDLabel, "u.1"), typ: types.MergePatchType},
-		"own pod's other label":       {pod: own.Name, patch: cliquePatch(cdv1beta1.ComputeDomainLabel, "forged"), typ: types.MergePatchType, want: "only set the clique label"},
-		"own pod's image":             {pod: own.Name, patch: []byte(`{"spec":{"containers":[{"name":"main","image":"attacker/evil:1"}]}}`), typ: types.StrategicMergePatchType, want: "only set the clique label"},
-		"own pod's annotation":        {pod: own.Name, patch: []byte(`{"metadata":{"annotations":{"a":"b"}}}`), typ: types.MergePatchType, want: "only set the clique label"},
-		"plugin pod's clique label":   {pod: plugin.Name, patch: cliquePatch(cdv1beta1.CliqueIDLabel, "u.1"), typ: types.MergePatchType, want: "only change its own pod"},
-		"plugin pod's image":          {pod: plugin.Name, patch: []byte(`{"spec":{"containers":[{"name":"main","image":"attacker/evil:1"}]}}`), typ: types.StrategicMergePatchType, want: "only change its own pod"},
-		"own pod's clique label back": {pod: own.Name, patch: cliquePatch(cdv1beta1.CliqueIDLabel, ""), typ: types.MergePatchType},
+		"own pod's clique label":       {pod: own.Name, patch: cliquePatch(cdv1beta1.CliqueIDLabel, "u.1"), typ: types.MergePatchType},
+		"own pod's other label":        {pod: own.Name, patch: cliquePatch(cdv1beta1.ComputeDomainLabel, "forged"), typ: types.MergePatchType, want: "only set its clique and IMEX-blocked labels"},
+		"own pod's image":              {pod: own.Name, patch: []byte(`{"spec":{"containers":[{"name":"main","image":"attacker/evil:1"}]}}`), typ: types.StrategicMergePatchType, want: "only set its clique and IMEX-blocked labels"},
+		"own pod's annotation":         {pod: own.Name, patch: []byte(`{"metadata":{"annotations":{"a":"b"}}}`), typ: types.MergePatchType, want: "only set its clique and IMEX-blocked labels"},
+		"plugin pod's clique label":    {pod: plugin.Name, patch: cliquePatch(cdv1beta1.CliqueIDLabel, "u.1"), typ: types.MergePatchType, want: "only change its own pod"},
+		"plugin pod's image":           {pod: plugin.Name, patch: []byte(`{"spec":{"containers":[{"name":"main","image":"attacker/evil:1"}]}}`), typ: types.StrategicMergePatchType, want: "only change its own pod"},
+		"own pod's clique label back":  {pod: own.Name, patch: cliquePatch(cdv1beta1.CliqueIDLabel, ""), typ: types.MergePatchType},
+		"own pod's IMEX-blocked label": {pod: own.Name, patch: cliquePatch(cdv1beta1.IMEXBlockedLabel, cdv1beta1.IMEXBlockedHostIMEXInUse), typ: types.MergePatchType},
+		"plugin pod's IMEX-blocked label": {pod: plugin.Name, patch: cliquePatch(cdv1beta1.IMEXBlockedLabel, cdv1beta1.IMEXBlockedHostIMEXInUse), typ: types.MergePatchType,
+			want: "only change its own pod"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := pods.Patch(ctx, tc.pod, tc.typ, tc.patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})

@@ -53,10 +53,10 @@ func startPlugin(t *testing.T, driverNS string) string {
 	}
 	drv, err := kubeletplugin.Start(ctx, kubeletplugin.Options{
 		NodeName: nodeA, DriverNamespace: driverNS, Config: testCluster.Config,
-		Discoverer: host.Discoverer, ReadHostFile: host.ReadHostFile, MakeCharDevice: host.MakeCharDevice,
+		Discoverer: host.Discoverer, ReadHostFile: host.ReadHostFile,
 		RegistrarDir:  filepath.Join(nodeDir, "var/lib/kubelet/plugins_registry"),
 		PluginDataDir: dataDir, CDIRoot: filepath.Join(nodeDir, "var/run/cdi"),
-		DeviceRoot: filepath.Join(nodeDir, "dev"), StateDir: filepath.Join(dataDir, "state"),
+		StateDir:    filepath.Join(dataDir, "state"),
 		NumChannels: 4, Gates: features.NewGates(), ReadyWaitTimeout: time.Second,
 	})
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,8 +20,10 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"cdplane/internal/atomicfile"
 	"cdplane/internal/component"
 	"cdplane/internal/daemon"
+	"cdplane/internal/sim/imexsim"
 	"cdplane/internal/sim/kubelet"
 	"cdplane/internal/sim/nodehost"
 )
@@ -49,6 +53,7 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 			return err
 		}
 	}
+	go recordIMEXDNSLookups(ctx, IMEXDNSLookupsFile(stateDir, shard))
 	cfg, err := clientcmd.BuildConfigFromFlags("", st.ControlPlane.Kubeconfig)
 	if err != nil {
 		return err
@@ -211,4 +216,53 @@ func servePprof(ctx context.Context, addressFile string) error {
 		_ = srv.Close()
 	}()
 	return nil
+}
+
+// IMEXDNSLookupsFile is where simulated-kubelet process shard records how many simulated DNS
+// lookups the in-process simulated IMEX daemons it runs made (imexsim.DNSLookups).
+func IMEXDNSLookupsFile(stateDir string, shard int) string {
+	return filepath.Join(stateDir, "logs", fmt.Sprintf("sim-kubelet-%d.imex-dns-lookups", shard))
+}
+
+// imexDNSRecordInterval is how often a simulated-kubelet process records the count.
+const imexDNSRecordInterval = 2 * time.Second
+
+// recordIMEXDNSLookups writes the process's count of simulated IMEX DNS lookups to path every
+// imexDNSRecordInterval until ctx ends, and once more then.
+func recordIMEXDNSLookups(ctx context.Context, path string) {
+	write := func() { _ = atomicfile.Write(path, fmt.Appendf(nil, "%d\n", imexsim.DNSLookups()), 0o644) }
+	tick := time.NewTicker(imexDNSRecordInterval)
+	defer tick.Stop()
+	for {
+		write()
+		select {
+		case <-ctx.Done():
+			write()
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// IMEXDNSLookups sums the simulated DNS lookups that the in-process simulated IMEX daemons of
+// the sim's kubelet processes recorded (IMEXDNSLookupsFile): what real IMEX daemons would have
+// sent to cluster DNS. Daemons run as processes (not in-process) are not counted here.
+func IMEXDNSLookups(stateDir string) (int64, error) {
+	files, err := filepath.Glob(filepath.Join(stateDir, "logs", "sim-kubelet-*.imex-dns-lookups"))
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", f, err)
+		}
+		sum += n
+	}
+	return sum, nil
 }

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -83,5 +85,29 @@ func TestRunnerChoice(t *testing.T) {
 		if err != nil || got != c.inProcess {
 			t.Errorf("%q, %d nodes: %v, %v; want %v", c.runner, c.nodes, got, err, c.inProcess)
 		}
+	}
+}
+
+func TestIMEXDNSLookupsSumsTheShards(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := IMEXDNSLookups(dir); n != 0 || err != nil {
+		t.Errorf("no shard recorded yet: %d, %v; want 0", n, err)
+	}
+	for shard, count := range []string{"3\n", "40\n"} {
+		if err := os.WriteFile(IMEXDNSLookupsFile(dir, shard), []byte(count), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := IMEXDNSLookups(dir); n != 43 || err != nil {
+		t.Errorf("IMEXDNSLookups = %d, %v; want 43", n, err)
+	}
+	if err := os.WriteFile(IMEXDNSLookupsFile(dir, 2), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := IMEXDNSLookups(dir); err == nil {
+		t.Error("a garbled count was summed")
 	}
 }

@@ -290,6 +290,11 @@ func checkIMEXConnected(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) {
 			if why := imexMismatch(st, want); why != "" {
 				return false, fmt.Errorf("IMEX on %s: %s", node, why)
 			}
+			// Every name of the node list resolves from the pod's hosts file: none ever
+			// reached (simulated) cluster DNS through the pod's resolv.conf.
+			if st.DNSLookups != 0 {
+				return false, fmt.Errorf("IMEX on %s made %d DNS lookups (unresolved: %v)", node, st.DNSLookups, st.Unresolved)
+			}
 		}
 		return true, nil
 	})

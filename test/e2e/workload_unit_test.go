@@ -70,7 +70,8 @@ func TestIMEXWorkload(t *testing.T) {
 				must(t, err)
 				configs[node] = s.IMEXConfigPath
 				if tc.start[node] {
-					sim := imexsim.New(imex.Options{ConfigPath: s.IMEXConfigPath, Log: logr.Discard()})
+					sim := imexsim.New(imex.Options{ConfigPath: s.IMEXConfigPath, Log: logr.Discard(),
+						Env: []string{imexsim.LocalAddrsEnv + "=" + ips[node]}})
 					_, err := sim.Start(context.Background())
 					must(t, err)
 					t.Cleanup(func() { _ = sim.Stop(context.Background()) })

@@ -47,6 +47,9 @@ type env struct {
 	stopMgr  func()
 	opts     []func(*controller.Options)
 
+	// daemonEnv is added to every simulated IMEX's environment (its stand-ins).
+	daemonEnv []string
+
 	nodeDirsMu sync.Mutex
 	nodeDirs   map[string]string // node name -> its "/" for the simulated IMEX (CDPLANE_SIM_NODE_DIR)
 }
@@ -182,9 +185,12 @@ type node struct {
 type heldIMEX struct {
 	imex.Interface
 	held atomic.Bool
+	// count counts the starts asked for.
+	count atomic.Int32
 }
 
 func (h *heldIMEX) Start(ctx context.Context) (<-chan error, error) {
+	h.count.Add(1)
 	if h.held.Load() {
 		return nil, errors.New("start held back by the test")
 	}
@@ -383,7 +389,7 @@ func (n *node) start() error {
 	// The node's stand-ins, as the simulated kubelet gives them to a daemon container: the
 	// pod's address is its only local one (IMEX finds itself in the node list by it).
 	n.starts = &heldIMEX{Interface: imexsim.New(imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath,
-		Env: []string{imexsim.LocalAddrsEnv + "=" + n.ip, imexsim.NodeDirEnv + "=" + nodeDir}})}
+		Env: append([]string{imexsim.LocalAddrsEnv + "=" + n.ip, imexsim.NodeDirEnv + "=" + nodeDir}, e.daemonEnv...)})}
 	n.imex = n.starts
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.done = cancel, make(chan error, 1)

@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -277,19 +279,77 @@ func hostIMEXNodes(self netip.Addr, peers []netip.Addr) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// HostIMEXRestartDelay is how long the host service waits before starting IMEX again after a
+// run failed, as a systemd unit with Restart=on-failure does (RestartSec).
+const HostIMEXRestartDelay = 2 * time.Second
+
 // runHostIMEX starts the simulated IMEX on the host service's files below root, as they are,
-// on the node whose directory is root and whose address is self.
+// on the node whose directory is root and whose address is self, and supervises it as systemd
+// supervises a service with Restart=on-failure: a run that fails (another IMEX held the node's
+// session, a crash) is started again after HostIMEXRestartDelay, until stop. A first start that
+// fails on its configuration is returned.
 func runHostIMEX(root string, self netip.Addr, log logr.Logger) (func(context.Context) error, error) {
+	log = log.WithName("host-imex")
 	sim := imexsim.New(imex.Options{
 		ConfigPath: filepath.Join(root, HostIMEXConfigPath),
 		HostsPath:  filepath.Join(root, "/etc/hosts"),
 		Env:        []string{imexsim.NodeDirEnv + "=" + root, imexsim.LocalAddrsEnv + "=" + self.String()},
-		Log:        log.WithName("host-imex"),
+		Log:        log,
 	})
-	if _, err := sim.Start(context.Background()); err != nil {
+	exited, err := sim.Start(context.Background())
+	if err != nil {
 		return nil, fmt.Errorf("host IMEX on node directory %s: %w", root, err)
 	}
-	return sim.Stop, nil
+	var mu sync.Mutex
+	stopping := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stopping:
+				return
+			case err := <-exited:
+				if err == nil {
+					return // stopped
+				}
+				log.Info("Host IMEX failed; the service starts it again", "after", HostIMEXRestartDelay.String(), "err", err.Error())
+			}
+			for {
+				select {
+				case <-stopping:
+					return
+				case <-time.After(HostIMEXRestartDelay):
+				}
+				// Under mu: a stop either comes before (no start) or after (it stops this run).
+				mu.Lock()
+				select {
+				case <-stopping:
+					mu.Unlock()
+					return
+				default:
+				}
+				exited, err = sim.Start(context.Background())
+				mu.Unlock()
+				if err == nil {
+					break
+				}
+				log.Info("Starting host IMEX failed; trying again", "after", HostIMEXRestartDelay.String(), "err", err.Error())
+			}
+		}
+	}()
+	var once sync.Once
+	return func(ctx context.Context) error {
+		mu.Lock()
+		once.Do(func() { close(stopping) })
+		mu.Unlock()
+		err := sim.Stop(ctx)
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		return err
+	}, nil
 }
 
 // RunPlugin runs the kubelet plugin with the simulated node's host: the simulated image's

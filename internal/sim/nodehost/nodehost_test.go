@@ -406,3 +406,50 @@ func TestHostIMEXHoldsTheSession(t *testing.T) {
 		t.Fatalf("timed out after %s waiting for the container's IMEX to end", waitTimeout)
 	}
 }
+
+// The host service starts while another IMEX holds the node's session (a daemon's, not yet
+// gone): its run fails with NV_ERR_IN_USE, and the service starts it again, as systemd does
+// with Restart=on-failure, until it holds the session once the other IMEX stopped.
+func TestHostIMEXRestartsAfterFailing(t *testing.T) {
+	nodeDir := shortNodeDir(t)
+	holderDir := t.TempDir()
+	holderAddr := "127.0.0.61"
+	nodes := filepath.Join(holderDir, "nodes.cfg")
+	cfg := filepath.Join(holderDir, "imexd.cfg")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(nodes, []byte(holderAddr+"\n"), 0o644))
+	must(os.WriteFile(cfg, []byte("DAEMONIZE=0\nBIND_INTERFACE_IP="+holderAddr+"\nSERVER_PORT=50000\nIMEX_NODE_CONFIG_FILE="+nodes+"\nIMEX_CMD_ENABLED=0\n"), 0o644))
+	holder := imexsim.New(imex.Options{ConfigPath: cfg, HostsPath: filepath.Join(holderDir, "hosts"),
+		Env: []string{imexsim.NodeDirEnv + "=" + nodeDir}, Log: testLogger(t).WithName("holder")})
+	holderEnded, err := holder.Start(context.Background())
+	must(err)
+	// The holder takes the session at the end of its start-up phase.
+	time.Sleep(2 * imexsim.DefaultStartupPhase)
+
+	startHostIMEX(t, nodeDir, netip.MustParseAddr("127.0.0.62"))
+	socket := filepath.Join(nodeDir, HostIMEXSocketPath)
+	ready := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return imexsim.ReadyUnix(ctx, socket)
+	}
+	// Not READY while the holder runs: its runs fail and are started again.
+	time.Sleep(HostIMEXRestartDelay + 2*imexsim.DefaultStartupPhase)
+	if err := ready(); err == nil {
+		t.Fatal("the host IMEX is READY while another IMEX holds the node's session")
+	}
+	must(holder.Stop(context.Background()))
+	<-holderEnded
+	deadline := time.Now().Add(60 * time.Second)
+	for ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the host IMEX did not become READY after the other IMEX stopped")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -444,7 +444,9 @@ func TestHostIMEXRestartsAfterFailing(t *testing.T) {
 		t.Fatal("the host IMEX is READY while another IMEX holds the node's session")
 	}
 	must(holder.Stop(context.Background()))
-	<-holderEnded
+	if err := <-holderEnded; err != nil {
+		t.Fatalf("the holder ended with %v, want a clean stop", err)
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for ready() != nil {
 		if time.Now().After(deadline) {

@@ -79,6 +79,12 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 			return nil, err
 		}
 	}
+	if old, ok := d.cp.get(claim.UID); ok && old.CDISpec != "" && old.CDISpec != CDISpecName(claim.UID) {
+		// NVIDIA's plugin began this prepare: its spec would define the same CDI devices.
+		if err := d.cdi.remove(old.CDISpec); err != nil {
+			return nil, err
+		}
+	}
 	entry := ClaimEntry{State: PrepareStarted, Namespace: claim.Namespace, Name: claim.Name, Kind: string(plan.Kind), DomainID: plan.DomainID}
 	if err := d.cp.put(claim.UID, entry); err != nil {
 		return nil, err

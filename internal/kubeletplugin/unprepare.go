@@ -57,8 +57,11 @@ func (d *Driver) unprepareClaim(ctx context.Context, uid types.UID) error {
 // prepare may already have written into it (the old pod's unprepare can come after the new
 // pod's prepare); it goes with its domain (sweepDomainDirs).
 func (d *Driver) undo(ctx context.Context, uid types.UID, e ClaimEntry) error {
-	if err := d.cdi.remove(CDISpecName(uid)); err != nil {
-		return err
+	// The entry's spec is another file when NVIDIA's plugin prepared the claim.
+	for _, spec := range []string{CDISpecName(uid), e.CDISpec} {
+		if err := d.cdi.remove(spec); err != nil {
+			return err
+		}
 	}
 	switch DeviceKind(e.Kind) {
 	case KindChannel:
@@ -115,6 +118,10 @@ func (d *Driver) recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	for uid, e := range d.cp.snapshot() {
 		if e.State != PrepareStarted {
+			continue
+		}
+		if e.Name == "" { // taken over from a checkpoint that did not record it: the kubelet decides
+			logger.Info("Claim was being prepared when the plugin stopped and its name is not known; leaving it to the kubelet", "claimUID", uid)
 			continue
 		}
 		claim := &resourcev1.ResourceClaim{}

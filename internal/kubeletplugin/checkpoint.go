@@ -1,12 +1,12 @@
 package kubeletplugin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -70,34 +70,58 @@ type checkpointStore struct {
 	cp   Checkpoint
 }
 
-// openCheckpoint reads the checkpoint in dir, or starts an empty one when there is none. A
-// file that cannot be read or has another version is an error: the plugin must not guess
-// which claims it prepared.
+// openCheckpoint opens the checkpoint in dir as the plugin does (see checkpointOpener.open),
+// logging to the process's logger.
 func openCheckpoint(dir string) (*checkpointStore, error) {
-	s := &checkpointStore{path: filepath.Join(dir, CheckpointFile)}
-	cp, err := ReadCheckpoint(s.path)
-	if err != nil {
-		return nil, err
-	}
-	s.cp = cp
-	return s, nil
+	return newCheckpointOpener().open(context.Background(), dir)
 }
 
-// ReadCheckpoint reads a checkpoint file; a missing file is an empty checkpoint.
+// UnreadableCheckpointError says why a checkpoint file cannot be used at all: it is not JSON, it
+// fails its checksum, or it has a version no reader here knows. It is permanent: reading the same
+// file again gives the same answer.
+type UnreadableCheckpointError struct {
+	// Path is the file.
+	Path string
+	// Err says what is wrong with it.
+	Err error
+}
+
+func (e *UnreadableCheckpointError) Error() string {
+	return fmt.Sprintf("checkpoint %s %v", e.Path, e.Err)
+}
+
+// Unwrap returns what is wrong with the file.
+func (e *UnreadableCheckpointError) Unwrap() error { return e.Err }
+
+// emptyCheckpoint is the checkpoint of a plugin that has prepared nothing.
+func emptyCheckpoint() Checkpoint {
+	return Checkpoint{Version: CheckpointVersion, Claims: map[types.UID]ClaimEntry{}}
+}
+
+// ReadCheckpoint reads a checkpoint file in this plugin's format; a missing file is an empty
+// checkpoint. A file that is not that format, or has another version, is an
+// *UnreadableCheckpointError. The plugin opens its checkpoint with openCheckpoint, which also
+// takes over NVIDIA's checkpoint and sets unreadable files aside.
 func ReadCheckpoint(path string) (Checkpoint, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Checkpoint{Version: CheckpointVersion, Claims: map[types.UID]ClaimEntry{}}, nil
+		return emptyCheckpoint(), nil
 	}
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("reading checkpoint: %w", err)
 	}
+	return decodeOwnCheckpoint(path, data)
+}
+
+// decodeOwnCheckpoint decodes this plugin's format.
+func decodeOwnCheckpoint(path string, data []byte) (Checkpoint, error) {
 	var cp Checkpoint
 	if err := json.Unmarshal(data, &cp); err != nil {
-		return Checkpoint{}, fmt.Errorf("checkpoint %s is corrupt: %w", path, err)
+		return Checkpoint{}, &UnreadableCheckpointError{Path: path, Err: fmt.Errorf("is corrupt: %w", err)}
 	}
 	if cp.Version != CheckpointVersion {
-		return Checkpoint{}, fmt.Errorf("checkpoint %s has version %d, this plugin reads version %d", path, cp.Version, CheckpointVersion)
+		return Checkpoint{}, &UnreadableCheckpointError{Path: path,
+			Err: fmt.Errorf("has version %d, this plugin reads version %d", cp.Version, CheckpointVersion)}
 	}
 	if cp.Claims == nil {
 		cp.Claims = map[types.UID]ClaimEntry{}
@@ -143,13 +167,21 @@ func (s *checkpointStore) update(change func(map[types.UID]ClaimEntry)) error {
 		next.Claims[k] = v
 	}
 	change(next.Claims)
-	data, err := json.MarshalIndent(next, "", "  ")
+	if err := writeCheckpoint(s.path, next); err != nil {
+		return err
+	}
+	s.cp = next
+	return nil
+}
+
+// writeCheckpoint replaces the file at path with cp, atomically.
+func writeCheckpoint(path string, cp Checkpoint) error {
+	data, err := json.MarshalIndent(cp, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)
 	}
-	if err := atomicfile.Write(s.path, data, 0o600); err != nil {
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
 		return fmt.Errorf("writing checkpoint: %w", err)
 	}
-	s.cp = next
 	return nil
 }

@@ -225,7 +225,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 		return nil, fmt.Errorf("creating the API clientset: %w", err)
 	}
 	d.events = newNodeEvents(kube, scheme, opts.DriverNamespace, opts.PodName, opts.PodUID, opts.NodeName)
-	if d.cp, err = openCheckpoint(opts.StateDir); err != nil {
+	if d.cp, err = newCheckpointOpener().open(ctx, opts.StateDir); err != nil {
 		return nil, err
 	}
 	if d.cdi, err = newCDIWriter(opts.CDIRoot); err != nil {

@@ -74,6 +74,9 @@ func TestGolden(t *testing.T) {
 			checkGolden(t, "cdplane-"+name+".yaml", toYAML(t, renderPlane(t, id, nil)))
 		})
 	}
+	t.Run("take-over", func(t *testing.T) {
+		checkGolden(t, "cdplane-take-over.yaml", toYAML(t, renderPlane(t, "plane-a", map[string]any{"takeOver": map[string]any{"fromNamespace": "nvidia-dra-driver-gpu"}})))
+	})
 	t.Run("prerequisites", func(t *testing.T) {
 		ms, err := Render(Prerequisites, Prerequisites, "kube-system", nil)
 		if err != nil {

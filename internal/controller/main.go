@@ -64,6 +64,7 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DaemonPriorityClass, "daemon-priority-class", o.DaemonPriorityClass, "Priority class of the daemon pods")
 	fs.IntVar(&o.DaemonLogVerbosity, "daemon-log-verbosity", o.DaemonLogVerbosity, "Log verbosity of the daemons")
 	fs.StringVar((*string)(&o.IMEXMode), "imex-mode", string(o.IMEXMode), "Who runs IMEX on the plane's nodes: driverManaged (a daemon DaemonSet per ComputeDomain; the default) or hostManaged (the administrator's nvidia-imex host service; needs the HostManagedIMEXDaemon gate)")
+	fs.StringVar(&o.TakeOverFrom, "take-over-from", o.TakeOverFrom, "Driver namespace of NVIDIA's DRA driver, whose ComputeDomains this plane takes over: what its controller and daemons created for a domain is removed when the domain is first reconciled (see docs/migrating.md); empty: none")
 	fs.IntVar(&o.MaxNodesPerIMEXDomain, "max-nodes-per-imex-domain", o.MaxNodesPerIMEXDomain, "Most nodes in one clique: IMEX indexes are 0..N-1")
 	fs.DurationVar(&o.BatchWindow, "batch-window", o.BatchWindow, "How long events for one ComputeDomain are collected before one reconcile (default 200ms)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "ComputeDomains reconciled concurrently")
@@ -143,6 +144,6 @@ func Main(ctx context.Context, inv component.Invocation, o *CommandOptions) erro
 		return err
 	}
 	klog.Background().Info("Starting cdplane-controller", "version", version.Version, "namespace", o.DriverNamespace,
-		"maxNodesPerIMEXDomain", o.MaxNodesPerIMEXDomain, "imexMode", o.IMEXMode)
+		"maxNodesPerIMEXDomain", o.MaxNodesPerIMEXDomain, "imexMode", o.IMEXMode, "takeOverFrom", o.TakeOverFrom)
 	return mgr.Start(ctx)
 }

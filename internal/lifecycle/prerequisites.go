@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,6 +47,7 @@ func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any
 	if err != nil {
 		return err
 	}
+	var adopt []string
 	resume, deployed, err := m.releaseCheck(rel, PrerequisitesRelease, PrerequisitesNamespace)
 	switch {
 	case err != nil:
@@ -61,8 +65,23 @@ func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any
 		if cur == nil {
 			continue
 		}
+		if adoptable(mf.Object.GetKind(), cur) {
+			adopt = append(adopt, cur.GetName())
+			continue
+		}
 		if err := CheckClusterScoped(PrerequisitesRelease, PrerequisitesNamespace, mf.Object.GetKind(), cur); err != nil {
 			return err
+		}
+	}
+	// CRDs installed outside Helm (NVIDIA's chart ships them in crds/, which Helm never owns)
+	// become the release's: their ComputeDomains stay, and the release upgrades them.
+	for _, name := range adopt {
+		m.progress("Taking CRD %s, installed outside Helm (e.g. by NVIDIA's chart), into release %s/%s; its ComputeDomains are kept", name, PrerequisitesNamespace, PrerequisitesRelease)
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"app.kubernetes.io/managed-by":"Helm"},"annotations":{%q:%q,%q:%q}}}`,
+			releaseNameAnnotation, PrerequisitesRelease, releaseNamespaceAnnotation, PrerequisitesNamespace)
+		crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := m.c.Patch(ctx, crd, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return fmt.Errorf("taking CRD %s into the release: %w", name, err)
 		}
 	}
 	verb, cmd := "Installing", "cdplane install prerequisites"
@@ -96,7 +115,7 @@ func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any
 // against.
 func (m *Manager) waitPrerequisitesServed(ctx context.Context) error {
 	return m.waitFor(ctx, "the ComputeDomain API and its admission policies to be served", func(ctx context.Context) (bool, string, error) {
-		for _, name := range []string{cdCRD, "computedomaincliques.resource.nvidia.com"} {
+		for _, name := range crdNames {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			if err := m.c.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
 				return false, "", err
@@ -124,8 +143,12 @@ func (m *Manager) waitPrerequisitesServed(ctx context.Context) error {
 	})
 }
 
-// DestroyPrerequisites uninstalls the prerequisites. Refused while any control plane is
-// installed or any ComputeDomain exists (removing the CRDs would delete them).
+// crdNames are the prerequisites' CRDs.
+var crdNames = []string{cdCRD, "computedomaincliques.resource.nvidia.com"}
+
+// DestroyPrerequisites uninstalls the prerequisites and deletes their CRDs, which Helm keeps.
+// Refused while any control plane is installed or any ComputeDomain exists, or while that
+// cannot be told (removing the CRDs would delete the domains).
 func (m *Manager) DestroyPrerequisites(ctx context.Context) error {
 	m.progress("Checking that no control plane is left")
 	planes, err := m.releasesOfChart(charts.Plane)
@@ -150,16 +173,7 @@ func (m *Manager) DestroyPrerequisites(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if rel == nil {
-		// An earlier destroy may have uninstalled the release and stopped while the CRDs
-		// were going: then this one waits for them.
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := m.c.Get(ctx, client.ObjectKey{Name: cdCRD}, crd); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("looking for the ComputeDomain CRD: %w", err)
-		} else if err != nil || crd.DeletionTimestamp == nil {
-			return errors.New("the prerequisites are not installed")
-		}
-	} else {
+	if rel != nil {
 		m.progress("Uninstalling Helm release %s/%s", PrerequisitesNamespace, PrerequisitesRelease)
 		if err := m.uninstall(PrerequisitesRelease, PrerequisitesNamespace); err != nil {
 			if state := m.releaseState(PrerequisitesRelease, PrerequisitesNamespace); state != "" {
@@ -168,14 +182,44 @@ func (m *Manager) DestroyPrerequisites(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := m.waitFor(ctx, "the CRDs to be gone", func(ctx context.Context) (bool, string, error) {
-		err := m.c.Get(ctx, client.ObjectKey{Name: cdCRD}, &apiextensionsv1.CustomResourceDefinition{})
-		if apierrors.IsNotFound(err) {
-			return true, "", nil
+	// Helm keeps the CRDs (helm.sh/resource-policy: keep), so that a raw `helm uninstall` never
+	// deletes every ComputeDomain: they go here, and only here, after the checks above. Also
+	// when an earlier `helm uninstall` left them without a release.
+	found := false
+	for _, name := range crdNames {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := m.c.Get(ctx, client.ObjectKey{Name: name}, crd); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("looking for CRD %s: %w", name, err)
 		}
-		return false, "terminating", err
+		found = true
+		if crd.DeletionTimestamp != nil {
+			continue // an earlier destroy deleted it; wait for it below
+		}
+		m.progress("Deleting CRD %s", name)
+		if err := m.c.Delete(ctx, crd); client.IgnoreNotFound(err) != nil {
+			done := []string{}
+			if rel != nil {
+				done = append(done, "Helm release "+PrerequisitesNamespace+"/"+PrerequisitesRelease+" uninstalled")
+			}
+			return &PartialError{Err: fmt.Errorf("deleting CRD %s: %w", name, err), Done: done, NotDone: "the CRDs gone", Finish: "cdplane destroy prerequisites"}
+		}
+	}
+	if rel == nil && !found {
+		return errors.New("the prerequisites are not installed")
+	}
+	if err := m.waitFor(ctx, "the CRDs to be gone", func(ctx context.Context) (bool, string, error) {
+		for _, name := range crdNames {
+			err := m.c.Get(ctx, client.ObjectKey{Name: name}, &apiextensionsv1.CustomResourceDefinition{})
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return false, name + " terminating", err
+		}
+		return true, "", nil
 	}); err != nil {
-		return &PartialError{Err: err, Done: []string{"Helm release " + PrerequisitesNamespace + "/" + PrerequisitesRelease + " uninstalled"},
+		return &PartialError{Err: err, Done: []string{"Helm release " + PrerequisitesNamespace + "/" + PrerequisitesRelease + " uninstalled, CRDs deleted"},
 			NotDone: "the CRDs gone", Finish: "cdplane destroy prerequisites"}
 	}
 	m.progress("The prerequisites are destroyed")
@@ -197,4 +241,15 @@ func noDomainsLeft(ctx context.Context, c client.Reader) error {
 		return fmt.Errorf("ComputeDomains still exist (e.g. %s/%s): removing the CRDs would delete them; nothing was changed", cds.Items[0].Namespace, cds.Items[0].Name)
 	}
 	return nil
+}
+
+// adoptable reports whether an existing object the prerequisites chart renders is one of its
+// CRDs installed outside Helm (no release annotations): the release takes it over rather than
+// refusing, since deleting and recreating a CRD would delete every ComputeDomain.
+func adoptable(kind string, cur metav1.Object) bool {
+	if kind != "CustomResourceDefinition" || !slices.Contains(crdNames, cur.GetName()) {
+		return false
+	}
+	a := cur.GetAnnotations()
+	return a[releaseNameAnnotation] == "" && a[releaseNamespaceAnnotation] == ""
 }

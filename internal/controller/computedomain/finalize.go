@@ -31,6 +31,11 @@ func (r *Reconciler) finalize(ctx context.Context, cd *cdv1beta1.ComputeDomain) 
 	}
 	log := ctrl.LoggerFrom(ctx)
 	uid := string(cd.UID)
+	// A domain deleted before cdplane ever reconciled it still had the previous controller's
+	// objects: they go too, so that nothing of it is left behind.
+	if _, err := r.takeOver(ctx, cd); err != nil {
+		return ctrl.Result{}, err
+	}
 	// The channel template lives in the domain's namespace. If the plane lost its rights there
 	// (a forced unassign, the namespace being deleted and its RoleBindings with it), leave the
 	// template to the garbage collector (the domain owns it) rather than never finalizing.

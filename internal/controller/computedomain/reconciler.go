@@ -6,6 +6,7 @@ package computedomain
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -55,6 +56,12 @@ type Options struct {
 	// from the kubelet-plugin pods (see hostMembershipPods). Requires the HostManagedIMEXDaemon
 	// gate.
 	IMEXMode features.IMEXMode
+	// TakeOverFrom is the driver namespace of NVIDIA's driver that ran ComputeDomains before
+	// cdplane: what its controller and daemons created for a domain there (DaemonSet, daemon
+	// claim template, cliques) and its channel claim template in the domain's namespace are
+	// removed when cdplane first reconciles the domain, so that cdplane's own take their place.
+	// Empty: nothing is taken over.
+	TakeOverFrom string
 }
 
 // Defaults fills unset options.
@@ -86,6 +93,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("the driver namespace is required")
 	case o.MaxNodesPerIMEXDomain < 1 || o.MaxNodesPerIMEXDomain > cdv1beta1.MaxDaemonsPerClique:
 		return fmt.Errorf("--max-nodes-per-imex-domain must be between 1 and %d, got %d", cdv1beta1.MaxDaemonsPerClique, o.MaxNodesPerIMEXDomain)
+	case o.TakeOverFrom != "" && o.TakeOverFrom == o.DriverNamespace:
+		return fmt.Errorf("--take-over-from %s is this plane's own driver namespace: name the namespace NVIDIA's driver ran in", o.TakeOverFrom)
 	}
 	_, err := features.ParseIMEXMode(string(o.IMEXMode), o.Gates)
 	return err
@@ -97,6 +106,8 @@ type Reconciler struct {
 	// reader reads from the apiserver, bypassing the cache, for objects the cache does not hold.
 	reader client.Reader
 	opts   Options
+	// tookOver holds the UIDs of domains that takeOver found nothing left for.
+	tookOver sync.Map
 }
 
 // New returns a reconciler reading from the cache through c, from the apiserver through reader,
@@ -132,6 +143,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		log.V(1).Info("Added finalizer", "computeDomain", klog.KObj(cd))
 	}
 
+	tookOver, err := r.takeOver(ctx, cd)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	created, ds, err := r.ensureResources(ctx, cd)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -160,6 +175,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.deleteCliques(ctx, cd, nil); err != nil {
 			return ctrl.Result{}, err
 		}
+	}
+	if tookOver {
+		// What the previous controller left is going: look again until cdplane's own objects
+		// stand in its place (a template of the same name may still have been there).
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return ctrl.Result{}, nil
 }

@@ -296,9 +296,10 @@ func nvidiaClaimEntry(uid types.UID, c *nvidiaClaim) (ClaimEntry, string) {
 // their groups, else from its allocation. A claim with both kinds is taken as a channel claim:
 // the node label is the one thing an unprepare must undo that a daemon claim does not have.
 func nvidiaKindAndDomain(c *nvidiaClaim) (DeviceKind, string, string) {
+	allocated, configDomains := nvidiaAllocation(c.Status)
 	domains := map[DeviceKind]string{}
 	record := func(kind DeviceKind, domain string) {
-		if _, ok := domains[kind]; !ok || domains[kind] == "" {
+		if domains[kind] == "" {
 			domains[kind] = domain
 		}
 	}
@@ -318,34 +319,9 @@ func nvidiaKindAndDomain(c *nvidiaClaim) (DeviceKind, string, string) {
 			record(DeviceKind(g.ConfigState.Type), g.ConfigState.ComputeDomain)
 		}
 	}
-	if len(domains) == 0 && c.Status.Allocation != nil {
-		alloc := c.Status.Allocation.Devices
-		configDomains := map[DeviceKind]string{}
-		for _, cfg := range alloc.Config {
-			if cfg.Opaque == nil || cfg.Opaque.Driver != cdv1beta1.DriverName {
-				continue
-			}
-			var params struct {
-				Kind     string `json:"kind"`
-				DomainID string `json:"domainID"`
-			}
-			if json.Unmarshal(cfg.Opaque.Parameters, &params) != nil {
-				continue
-			}
-			switch params.Kind {
-			case cdv1beta1.ComputeDomainChannelConfigKind:
-				configDomains[KindChannel] = params.DomainID
-			case cdv1beta1.ComputeDomainDaemonConfigKind:
-				configDomains[KindDaemon] = params.DomainID
-			}
-		}
-		for _, r := range alloc.Results {
-			if r.Driver != cdv1beta1.DriverName {
-				continue
-			}
-			if kind, _, err := ParseDeviceName(r.Device); err == nil {
-				record(kind, configDomains[kind])
-			}
+	if len(domains) == 0 {
+		for _, kind := range allocated {
+			record(kind, "")
 		}
 	}
 	var kind DeviceKind
@@ -361,10 +337,52 @@ func nvidiaKindAndDomain(c *nvidiaClaim) (DeviceKind, string, string) {
 			kind = k
 		}
 	}
-	if domains[kind] == "" {
+	domain := domains[kind]
+	if domain == "" {
+		domain = configDomains[kind]
+	}
+	if domain == "" {
 		notes = append(notes, "it names no ComputeDomain, so its unprepare leaves the node label alone")
 	}
-	return kind, domains[kind], strings.Join(notes, "; ")
+	return kind, domain, strings.Join(notes, "; ")
+}
+
+// nvidiaAllocation reads a claim's allocation: the kinds of this driver's devices allocated to
+// it, and the ComputeDomain its opaque config of each kind names.
+func nvidiaAllocation(status nvidiaClaimStatus) ([]DeviceKind, map[DeviceKind]string) {
+	domains := map[DeviceKind]string{}
+	if status.Allocation == nil {
+		return nil, domains
+	}
+	alloc := status.Allocation.Devices
+	for _, cfg := range alloc.Config {
+		if cfg.Opaque == nil || cfg.Opaque.Driver != cdv1beta1.DriverName {
+			continue
+		}
+		var params struct {
+			Kind     string `json:"kind"`
+			DomainID string `json:"domainID"`
+		}
+		if json.Unmarshal(cfg.Opaque.Parameters, &params) != nil {
+			continue
+		}
+		switch params.Kind {
+		case cdv1beta1.ComputeDomainChannelConfigKind:
+			domains[KindChannel] = params.DomainID
+		case cdv1beta1.ComputeDomainDaemonConfigKind:
+			domains[KindDaemon] = params.DomainID
+		}
+	}
+	var kinds []DeviceKind
+	for _, r := range alloc.Results {
+		if r.Driver != cdv1beta1.DriverName {
+			continue
+		}
+		if kind, _, err := ParseDeviceName(r.Device); err == nil {
+			kinds = append(kinds, kind)
+		}
+	}
+	return kinds, domains
 }
 
 // verifyNVIDIAChecksums checks the checksums the kubelet's checkpointmanager would check. What

@@ -191,7 +191,9 @@ func TestOpenCheckpointSaysWhatItGuessed(t *testing.T) {
 		t.Errorf("log lines %q, want one saying that 2 claims are marked PrepareStarted", logs.lines)
 	}
 	logs = logLines{}
-	odd := withV2Checksum(`{"checksum":0,"v1":{},"v2":{"checksum":0,"preparedClaims":{"a":{"checkpointState":"PrepareSomething","status":{}}}}}`)
+	// A state and a section of a later layout: the section a later NVIDIA plugin would add is
+	// ignored as NVIDIA's own older readers ignore it, v2 is read.
+	odd := withV2Checksum(`{"checksum":0,"v1":{},"v2":{"checksum":0,"preparedClaims":{"a":{"checkpointState":"PrepareSomething","status":{}}}},"v3":{}}`)
 	s, err := fixtureOpener(fxBoot).open(loggingContext(t, &logs), stateDirWith(t, []byte(odd)))
 	if err != nil {
 		t.Fatal(err)
@@ -201,6 +203,9 @@ func TestOpenCheckpointSaysWhatItGuessed(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	got := logs.matching(`"claimUID"="a"`)
+	if later := logs.matching("Took over NVIDIA's checkpoint"); len(later) != 1 || !strings.Contains(later[0], `"ignoredSections"=["v3"]`) {
+		t.Errorf("log lines %q, want the take-over naming the section it ignored", logs.lines)
+	}
 	if len(got) != 1 || !strings.Contains(got[0], `PrepareSomething`) || !strings.Contains(got[0], "is not one this plugin knows") ||
 		!strings.Contains(got[0], "names no channel or daemon device") {
 		t.Errorf("log lines %q, want one about claim a", logs.lines)

@@ -3,8 +3,10 @@ package charts
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"cdplane/internal/features"
 	"cdplane/internal/plane"
 )
 
@@ -291,4 +294,445 @@ func TestHostManagedIMEX(t *testing.T) {
 		"imex":         map[string]any{"mode": "hostManaged", "hostSocketPath": "/run/imex/ctl.sock"},
 	})
 	checkGolden(t, "cdplane-host-managed.yaml", toYAML(t, ms))
+}
+
+// object returns the one rendered object of kind.
+func object(t *testing.T, ms []Manifest, kind string) map[string]any {
+	t.Helper()
+	var found map[string]any
+	for _, m := range ms {
+		if m.Object.GetKind() == kind {
+			if found != nil {
+				t.Fatalf("more than one %s rendered", kind)
+			}
+			found = m.Object.Object
+		}
+	}
+	if found == nil {
+		t.Fatalf("no %s rendered", kind)
+	}
+	return found
+}
+
+// podSpec returns the pod template's spec of the one rendered object of kind.
+func podSpec(t *testing.T, ms []Manifest, kind string) map[string]any {
+	t.Helper()
+	spec, ok, err := unstructured.NestedMap(object(t, ms, kind), "spec", "template", "spec")
+	if err != nil || !ok {
+		t.Fatalf("%s has no pod template spec: %v", kind, err)
+	}
+	return spec
+}
+
+// container returns the single container of the pod template of kind.
+func container(t *testing.T, ms []Manifest, kind string) map[string]any {
+	t.Helper()
+	cs, _, _ := unstructured.NestedSlice(podSpec(t, ms, kind), "containers")
+	if len(cs) != 1 {
+		t.Fatalf("%s: %d containers, want 1", kind, len(cs))
+	}
+	return cs[0].(map[string]any)
+}
+
+func args(t *testing.T, ms []Manifest, kind string) []string {
+	t.Helper()
+	got, _, err := unstructured.NestedStringSlice(container(t, ms, kind), "args")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestNVIDIAValueArguments: the values NVIDIA's chart also has reach the components' flags.
+func TestNVIDIAValueArguments(t *testing.T) {
+	for name, tc := range map[string]struct {
+		values        map[string]any
+		kind          string
+		want, notWant []string
+	}{
+		"leader election by default": {
+			kind: "Deployment",
+			want: []string{"--leader-elect=true", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s",
+				"--leader-elect-retry-period=2s", "--leader-election-id=plane-a-cdplane-controller"},
+		},
+		"leader election off": {
+			values:  map[string]any{"controller": map[string]any{"leaderElection": map[string]any{"enabled": false}}},
+			kind:    "Deployment",
+			want:    []string{"--leader-elect=false"},
+			notWant: []string{"--leader-elect=true", "--leader-elect-lease-duration=15s", "--leader-election-id=plane-a-cdplane-controller"},
+		},
+		"metrics by default on the pod IP": {
+			kind: "Deployment",
+			want: []string{"--metrics-bind-address=$(POD_IP):8080", "--health-probe-bind-address=$(POD_IP):8081"},
+		},
+		"metrics off": {
+			values:  map[string]any{"controller": map[string]any{"metrics": map[string]any{"enabled": false}}},
+			kind:    "Deployment",
+			want:    []string{"--metrics-bind-address=0", "--health-probe-bind-address=$(POD_IP):8081"},
+			notWant: []string{"--metrics-bind-address=$(POD_IP):8080"},
+		},
+		"metrics endpoint": {
+			values: map[string]any{"controller": map[string]any{"metrics": map[string]any{"httpEndpoint": ":9090"}}},
+			kind:   "Deployment",
+			want:   []string{"--metrics-bind-address=:9090"},
+		},
+		"logVerbosity as NVIDIA writes it, daemons included": {
+			values: map[string]any{"logVerbosity": "4"},
+			kind:   "Deployment",
+			want:   []string{"--v=4", "--daemon-log-verbosity=4"},
+		},
+		"logVerbosity of the plugin": {
+			values: map[string]any{"logVerbosity": 3},
+			kind:   "DaemonSet",
+			want:   []string{"--v=3"},
+		},
+		"daemon.logVerbosity zero wins": {
+			values: map[string]any{"logVerbosity": 3, "daemon": map[string]any{"logVerbosity": 0}},
+			kind:   "Deployment",
+			want:   []string{"--v=3", "--daemon-log-verbosity=0"},
+		},
+		"daemon priority class": {
+			values: map[string]any{"daemon": map[string]any{"priorityClassName": "system-node-critical"}},
+			kind:   "Deployment",
+			want:   []string{"--daemon-priority-class=system-node-critical"},
+		},
+		"no daemon priority class by default": {
+			kind:    "Deployment",
+			notWant: []string{"--daemon-priority-class=system-node-critical", "--daemon-priority-class="},
+		},
+		"nvidiaDriverRoot": {
+			values: map[string]any{"nvidiaDriverRoot": "/run/nvidia/driver"},
+			kind:   "DaemonSet",
+			want:   []string{"--nvidia-driver-root=/run/nvidia/driver"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := args(t, renderPlane(t, "plane-a", tc.values), tc.kind)
+			for _, w := range tc.want {
+				if !slices.Contains(got, w) {
+					t.Errorf("%s args lack %s: %q", tc.kind, w, got)
+				}
+			}
+			for _, n := range tc.notWant {
+				if slices.ContainsFunc(got, func(a string) bool { return a == n || strings.HasSuffix(n, "=") && strings.HasPrefix(a, n) }) {
+					t.Errorf("%s args hold %s: %q", tc.kind, n, got)
+				}
+			}
+		})
+	}
+}
+
+// TestNVIDIAValuePodSpecs: pod-level values NVIDIA's chart also has land where they land there.
+func TestNVIDIAValuePodSpecs(t *testing.T) {
+	def := renderPlane(t, "plane-a", nil)
+	for _, kind := range []string{"Deployment", "DaemonSet"} {
+		if pc, ok := podSpec(t, def, kind)["priorityClassName"]; ok {
+			t.Errorf("%s: priority class %v by default, want none", kind, pc)
+		}
+	}
+	if sc := container(t, def, "DaemonSet")["securityContext"]; !cmp.Equal(sc, map[string]any{"privileged": true}) {
+		t.Errorf("plugin container security context %v by default, want privileged", sc)
+	}
+	if s, _, _ := unstructured.NestedMap(object(t, def, "DaemonSet"), "spec", "updateStrategy"); !cmp.Equal(s,
+		map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxUnavailable": "100%"}}) {
+		t.Errorf("plugin update strategy %v by default, want RollingUpdate with maxUnavailable 100%%", s)
+	}
+	if ports, _, _ := unstructured.NestedSlice(container(t, def, "Deployment"), "ports"); !slices.ContainsFunc(ports, func(p any) bool {
+		return p.(map[string]any)["name"] == "metrics" && p.(map[string]any)["containerPort"] == float64(8080)
+	}) {
+		t.Errorf("controller ports %v by default, want metrics on 8080", ports)
+	}
+
+	ms := renderPlane(t, "plane-a", map[string]any{
+		"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
+		"controller": map[string]any{
+			"priorityClassName":  "system-node-critical",
+			"podAnnotations":     map[string]any{"a": "b"},
+			"podSecurityContext": map[string]any{"fsGroup": 2000},
+			"securityContext":    map[string]any{"runAsUser": 1000},
+			"metrics":            map[string]any{"httpEndpoint": ":9090"},
+		},
+		"kubeletPlugin": map[string]any{
+			"priorityClassName":  "system-node-critical",
+			"podAnnotations":     map[string]any{"c": "d"},
+			"podSecurityContext": map[string]any{"seLinuxOptions": map[string]any{"type": "spc_t"}},
+			"securityContext":    nil,
+			"updateStrategy":     map[string]any{"rollingUpdate": map[string]any{"maxUnavailable": 1}},
+		},
+	})
+	for kind, want := range map[string]map[string]any{
+		"Deployment": {"priorityClassName": "system-node-critical", "securityContext": map[string]any{"fsGroup": float64(2000)}},
+		"DaemonSet":  {"priorityClassName": "system-node-critical", "securityContext": map[string]any{"seLinuxOptions": map[string]any{"type": "spc_t"}}},
+	} {
+		spec := podSpec(t, ms, kind)
+		for k, v := range want {
+			if diff := cmp.Diff(v, spec[k]); diff != "" {
+				t.Errorf("%s pod spec %s (-want +got):\n%s", kind, k, diff)
+			}
+		}
+		if diff := cmp.Diff([]any{map[string]any{"name": "regcred"}}, spec["imagePullSecrets"]); diff != "" {
+			t.Errorf("%s imagePullSecrets (-want +got):\n%s", kind, diff)
+		}
+	}
+	for kind, want := range map[string]map[string]any{"Deployment": {"a": "b"}, "DaemonSet": {"c": "d"}} {
+		got, _, _ := unstructured.NestedMap(object(t, ms, kind), "spec", "template", "metadata", "annotations")
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s pod annotations (-want +got):\n%s", kind, diff)
+		}
+	}
+	// Helm merges the controller's security context over the default's.
+	if sc := container(t, ms, "Deployment")["securityContext"].(map[string]any); sc["runAsUser"] != float64(1000) || sc["readOnlyRootFilesystem"] != true {
+		t.Errorf("controller container security context %v, want runAsUser 1000 over the defaults", sc)
+	}
+	// A security context without privileged (here null) still gives a privileged plugin.
+	if sc := container(t, ms, "DaemonSet")["securityContext"]; !cmp.Equal(sc, map[string]any{"privileged": true}) {
+		t.Errorf("plugin container security context %v, want privileged", sc)
+	}
+	if s, _, _ := unstructured.NestedMap(object(t, ms, "DaemonSet"), "spec", "updateStrategy"); !cmp.Equal(s,
+		map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxUnavailable": float64(1)}}) {
+		t.Errorf("plugin update strategy %v, want RollingUpdate with maxUnavailable 1", s)
+	}
+	if ports, _, _ := unstructured.NestedSlice(container(t, ms, "Deployment"), "ports"); !slices.ContainsFunc(ports, func(p any) bool {
+		return p.(map[string]any)["name"] == "metrics" && p.(map[string]any)["containerPort"] == float64(9090)
+	}) {
+		t.Errorf("controller ports %v, want metrics on 9090", ports)
+	}
+	off := renderPlane(t, "plane-a", map[string]any{"controller": map[string]any{"metrics": map[string]any{"enabled": false}}})
+	if ports, _, _ := unstructured.NestedSlice(container(t, off, "Deployment"), "ports"); slices.ContainsFunc(ports, func(p any) bool {
+		return p.(map[string]any)["name"] == "metrics"
+	}) {
+		t.Errorf("controller ports %v with metrics off, want no metrics port", ports)
+	}
+}
+
+// TestServiceAccountValues: serviceAccount.annotations reach all three accounts; with
+// create=false none is rendered and the pods still run as the plane's accounts.
+func TestServiceAccountValues(t *testing.T) {
+	ms := renderPlane(t, "plane-a", map[string]any{"serviceAccount": map[string]any{"annotations": map[string]any{"iam.example/role": "r"}}})
+	var names []string
+	for _, m := range ms {
+		if m.Object.GetKind() == "ServiceAccount" {
+			names = append(names, m.Object.GetName())
+			if diff := cmp.Diff(map[string]string{"iam.example/role": "r"}, m.Object.GetAnnotations()); diff != "" {
+				t.Errorf("ServiceAccount %s annotations (-want +got):\n%s", m.Object.GetName(), diff)
+			}
+		}
+	}
+	if want := []string{"plane-a-cdplane-controller", "plane-a-cdplane-daemon", "plane-a-cdplane-kubelet-plugin"}; !cmp.Equal(names, want) {
+		t.Errorf("ServiceAccounts %v, want %v", names, want)
+	}
+
+	none := renderPlane(t, "plane-a", map[string]any{"serviceAccount": map[string]any{"create": false}})
+	for _, m := range none {
+		if m.Object.GetKind() == "ServiceAccount" {
+			t.Errorf("create=false renders ServiceAccount %s", m.Object.GetName())
+		}
+	}
+	for kind, want := range map[string]string{"Deployment": "plane-a-cdplane-controller", "DaemonSet": "plane-a-cdplane-kubelet-plugin"} {
+		if got := podSpec(t, none, kind)["serviceAccountName"]; got != want {
+			t.Errorf("create=false: %s runs as %v, want %s", kind, got, want)
+		}
+	}
+	if !slices.Contains(args(t, none, "Deployment"), "--daemon-service-account=plane-a-cdplane-daemon") {
+		t.Error("create=false: the daemons no longer run as the plane's daemon account")
+	}
+}
+
+// TestNVIDIAValueRefusals: a value the chart would otherwise ignore while it changes what the
+// cluster gets is refused, naming cdplane's value where there is one.
+func TestNVIDIAValueRefusals(t *testing.T) {
+	for name, tc := range map[string]struct {
+		values map[string]any
+		want   string
+	}{
+		"leader election off with two replicas": {
+			map[string]any{"controller": map[string]any{"replicas": 2, "leaderElection": map[string]any{"enabled": false}}},
+			"use one replica",
+		},
+		"metrics on the health probes' port": {
+			map[string]any{"controller": map[string]any{"metrics": map[string]any{"httpEndpoint": ":8081"}}},
+			"port 8081 is the controller's health probes'",
+		},
+		"metrics endpoint without a port": {map[string]any{"controller": map[string]any{"metrics": map[string]any{"httpEndpoint": "0.0.0.0"}}}, "httpEndpoint"},
+		"another metrics path":            {map[string]any{"controller": map[string]any{"metrics": map[string]any{"metricsPath": "/m"}}}, "metricsPath"},
+		"profiles":                        {map[string]any{"controller": map[string]any{"metrics": map[string]any{"profilePath": "/debug/pprof"}}}, "profilePath"},
+		"verbosity not a number":          {map[string]any{"logVerbosity": "high"}, "logVerbosity"},
+		"unknown gate":                    {map[string]any{"featureGates": map[string]any{"MPSSupport": true}}, "featureGates.MPSSupport: cdplane has no such gate"},
+		"unprivileged plugin":             {map[string]any{"kubeletPlugin": map[string]any{"securityContext": map[string]any{"privileged": false}}}, "privileged"},
+		"service account name":            {map[string]any{"serviceAccount": map[string]any{"name": "sa"}}, "serviceAccount.name (NVIDIA's chart) is not supported"},
+		"nameOverride":                    {map[string]any{"nameOverride": "x"}, "nameOverride (NVIDIA's chart) is not supported"},
+		"namespaceOverride":               {map[string]any{"namespaceOverride": "x"}, "namespaceOverride (NVIDIA's chart) is not supported"},
+		"compute domains off": {
+			map[string]any{"resources": map[string]any{"computeDomains": map[string]any{"enabled": false}}},
+			"this chart runs ComputeDomains only",
+		},
+		"NVIDIA's IMEX mode": {
+			map[string]any{"resources": map[string]any{"computeDomains": map[string]any{"imex": map[string]any{"mode": "hostManaged"}}}},
+			"set imex.mode",
+		},
+		"NVIDIA's host socket": {
+			map[string]any{"resources": map[string]any{"computeDomains": map[string]any{"imex": map[string]any{"hostSocketPath": "/run/imex.sock"}}}},
+			"set imex.hostSocketPath",
+		},
+		"channel isolation": {
+			map[string]any{"resources": map[string]any{"computeDomains": map[string]any{"imex": map[string]any{"isolation": "channel"}}}},
+			"only domain isolation",
+		},
+		"NVIDIA's controller resources": {
+			map[string]any{"controller": map[string]any{"containers": map[string]any{"computeDomain": map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "1Gi"}}}}}},
+			"set controller.resources",
+		},
+		"NVIDIA's controller security context": {
+			map[string]any{"controller": map[string]any{"containers": map[string]any{"computeDomain": map[string]any{"securityContext": map[string]any{"runAsUser": 1}}}}},
+			"set controller.securityContext",
+		},
+		"NVIDIA's controller environment": {
+			map[string]any{"controller": map[string]any{"containers": map[string]any{"computeDomain": map[string]any{"env": []any{map[string]any{"name": "ADDITIONAL_NAMESPACES", "value": "a"}}}}}},
+			"not from its environment",
+		},
+		"NVIDIA's plugin resources": {
+			map[string]any{"kubeletPlugin": map[string]any{"containers": map[string]any{"computeDomains": map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "1Gi"}}}}}},
+			"set kubeletPlugin.resources",
+		},
+		"NVIDIA's plugin security context": {
+			map[string]any{"kubeletPlugin": map[string]any{"containers": map[string]any{"computeDomains": map[string]any{"securityContext": map[string]any{"privileged": true, "runAsUser": 0}}}}},
+			"set kubeletPlugin.securityContext",
+		},
+		"NVIDIA's clique label": {
+			map[string]any{"kubeletPlugin": map[string]any{"containers": map[string]any{"computeDomains": map[string]any{"gpuCliqueLabelEnabled": true}}}},
+			"set kubeletPlugin.nodeCliqueLabel",
+		},
+		"NVIDIA's plugins directory": {
+			map[string]any{"kubeletPlugin": map[string]any{"kubeletPluginsDirectoryPath": "/var/lib/k0s/kubelet/plugins"}},
+			"set kubeletPlugin.kubeletDir",
+		},
+		"NVIDIA's registrar directory": {
+			map[string]any{"kubeletPlugin": map[string]any{"kubeletRegistrarDirectoryPath": "/var/lib/k0s/kubelet/plugins_registry"}},
+			"set kubeletPlugin.kubeletDir",
+		},
+		"network policy": {
+			map[string]any{"controller": map[string]any{"networkPolicy": map[string]any{"enabled": true}}},
+			"controller.networkPolicy.enabled (NVIDIA's chart): this chart ships no NetworkPolicy",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			vals := map[string]any{"controlPlaneID": "plane-a"}
+			maps.Copy(vals, tc.values)
+			_, err := Render(Plane, "plane-a-cdplane", "plane-a-cdplane", vals)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("render: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	// What agrees with cdplane's own values passes.
+	for name, vals := range map[string]map[string]any{
+		"NVIDIA's host-managed mode with cdplane's": {
+			"featureGates": map[string]any{"HostManagedIMEXDaemon": true},
+			"imex":         map[string]any{"mode": "hostManaged"},
+			"resources":    map[string]any{"computeDomains": map[string]any{"imex": map[string]any{"mode": "hostManaged"}}},
+		},
+		"NVIDIA's clique label with cdplane's": {
+			"kubeletPlugin": map[string]any{"nodeCliqueLabel": true, "containers": map[string]any{"computeDomains": map[string]any{"gpuCliqueLabelEnabled": true}}},
+		},
+		"NVIDIA's directories under kubeletDir": {
+			"kubeletPlugin": map[string]any{"kubeletDir": "/var/lib/k0s/kubelet", "kubeletPluginsDirectoryPath": "/var/lib/k0s/kubelet/plugins/",
+				"kubeletRegistrarDirectoryPath": "/var/lib/k0s/kubelet/plugins_registry"},
+		},
+		"leader election off with one replica": {"controller": map[string]any{"leaderElection": map[string]any{"enabled": false}}},
+	} {
+		t.Run(name, func(t *testing.T) { renderPlane(t, "plane-a", vals) })
+	}
+}
+
+// TestNVIDIAChartDefaults: NVIDIA's chart's default values, as a team brings them, are accepted
+// and mean what they meant there.
+func TestNVIDIAChartDefaults(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "nvidia-chart-defaults.values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]any{}
+	if err := yaml.Unmarshal(data, &vals); err != nil {
+		t.Fatal(err)
+	}
+	ms := renderPlane(t, "plane-a", vals)
+	got := args(t, ms, "Deployment")
+	for _, want := range []string{"--v=4", "--daemon-log-verbosity=4", "--leader-elect=false", "--metrics-bind-address=:8080"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("controller args lack %s: %q", want, got)
+		}
+	}
+	for _, kind := range []string{"Deployment", "DaemonSet"} {
+		if pc := podSpec(t, ms, kind)["priorityClassName"]; pc != "system-node-critical" {
+			t.Errorf("%s priority class %v, want system-node-critical", kind, pc)
+		}
+	}
+	if got := podSpec(t, ms, "Deployment")["tolerations"]; len(got.([]any)) != 3 {
+		t.Errorf("controller tolerations %v, want NVIDIA's three", got)
+	}
+}
+
+// TestFeatureGateNames: the chart accepts exactly the gates the components register.
+func TestFeatureGateNames(t *testing.T) {
+	ch, err := Load(Plane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart []string
+	for _, f := range ch.Templates {
+		if f.Name != "templates/_helpers.tpl" {
+			continue
+		}
+		m := regexp.MustCompile(`(?s)define "cdplane.featureGateNames" -}}\s*(\S+)\s*{{- end`).FindSubmatch(f.Data)
+		if m == nil {
+			t.Fatal("no cdplane.featureGateNames in _helpers.tpl")
+		}
+		chart = strings.Split(string(m[1]), ",")
+	}
+	var gates []string
+	for g := range features.NewGates().GetAll() {
+		gates = append(gates, string(g))
+	}
+	slices.Sort(gates)
+	if diff := cmp.Diff(gates, chart); diff != "" {
+		t.Errorf("cdplane.featureGateNames differs from the components' gates (-components +chart):\n%s", diff)
+	}
+	all := map[string]any{}
+	for _, g := range gates {
+		all[g] = false
+	}
+	renderPlane(t, "plane-a", map[string]any{"featureGates": all})
+}
+
+// TestNVIDIAValuesGolden: the chart with the values it shares with NVIDIA's chart set away from
+// their defaults.
+func TestNVIDIAValuesGolden(t *testing.T) {
+	ms := renderPlane(t, "plane-a", map[string]any{
+		"nvidiaDriverRoot": "/run/nvidia/driver",
+		"logVerbosity":     "4",
+		"featureGates":     map[string]any{"ComputeDomainCliques": true},
+		"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
+		"image":            map[string]any{"repository": "registry.example/cdplane", "tag": "0.1.0", "pullPolicy": "Always"},
+		"serviceAccount":   map[string]any{"annotations": map[string]any{"iam.example/role": "cdplane"}},
+		"controller": map[string]any{
+			"leaderElection":     map[string]any{"enabled": true, "leaseDuration": "30s", "renewDeadline": "20s", "retryPeriod": "4s"},
+			"metrics":            map[string]any{"enabled": true, "httpEndpoint": ":9090", "metricsPath": "/metrics", "profilePath": ""},
+			"priorityClassName":  "system-node-critical",
+			"podAnnotations":     map[string]any{"prometheus.io/scrape": "true"},
+			"podSecurityContext": map[string]any{"runAsGroup": 65532},
+			"securityContext":    map[string]any{"seccompProfile": map[string]any{"type": "RuntimeDefault"}},
+			"affinity": map[string]any{"nodeAffinity": map[string]any{"preferredDuringSchedulingIgnoredDuringExecution": []any{
+				map[string]any{"weight": 100, "preference": map[string]any{"matchExpressions": []any{
+					map[string]any{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}}}}}}},
+		},
+		"daemon": map[string]any{"priorityClassName": "system-node-critical"},
+		"kubeletPlugin": map[string]any{
+			"priorityClassName":  "system-node-critical",
+			"podAnnotations":     map[string]any{"example/owner": "gpu-team"},
+			"podSecurityContext": map[string]any{"seLinuxOptions": map[string]any{"type": "spc_t"}},
+			"securityContext":    map[string]any{"seccompProfile": map[string]any{"type": "Unconfined"}},
+			"updateStrategy":     map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxUnavailable": "10%"}},
+		},
+	})
+	checkGolden(t, "cdplane-nvidia-values.yaml", toYAML(t, ms))
 }

@@ -41,6 +41,122 @@ the full name. The same rule as plane.Name in internal/plane (a Go test compares
 {{- if ne .Release.Namespace $driverNS -}}
 {{- fail (printf "the release namespace must be the plane's driver namespace %q, not %q: the admission policies identify a plane's service accounts by it" $driverNS .Release.Namespace) -}}
 {{- end -}}
+{{- $known := splitList "," (include "cdplane.featureGateNames" .) -}}
+{{- range $gate := keys .Values.featureGates | sortAlpha -}}
+{{- if not (has $gate $known) -}}
+{{- fail (printf "featureGates.%s: cdplane has no such gate (its gates: %s); NVIDIA's GPU-plugin gates belong to NVIDIA's chart" $gate (join ", " $known)) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq (toString .Values.controller.leaderElection.enabled) "false") (gt (int .Values.controller.replicas) 1) -}}
+{{- fail (printf "controller.leaderElection.enabled=false with controller.replicas=%v: without leader election every replica reconciles; use one replica" .Values.controller.replicas) -}}
+{{- end -}}
+{{- if and .Values.controller.metrics.enabled (eq (include "cdplane.metricsPort" .) "8081") -}}
+{{- fail (printf "controller.metrics.httpEndpoint %q: port 8081 is the controller's health probes'" .Values.controller.metrics.httpEndpoint) -}}
+{{- end -}}
+{{- include "cdplane.validateNVIDIAValues" . -}}
+{{- end -}}
+
+{{/*
+cdplane.featureGateNames: every gate the components accept, comma-separated: cdplane's
+(internal/features) and component-base's logging gates. A Go test compares it with
+features.NewGates().
+*/}}
+{{- define "cdplane.featureGateNames" -}}
+AllAlpha,AllBeta,ComputeDomainCliques,ContextualLogging,CrashOnNVLinkFabricErrors,HostManagedIMEXDaemon,IMEXDaemonsWithDNSNames,LoggingAlphaOptions,LoggingBetaOptions
+{{- end -}}
+
+{{/*
+cdplane.validateNVIDIAValues fails the render on a value of NVIDIA's chart that cdplane has
+under another name, or cannot honour, where ignoring it would change what the cluster gets (a
+resource limit, the IMEX mode, a host path). NVIDIA's defaults pass. The mapping of every value
+is in docs/installing.md ("From NVIDIA's chart values").
+*/}}
+{{- define "cdplane.validateNVIDIAValues" -}}
+{{- $v := .Values -}}
+{{- range $k := list "nameOverride" "fullnameOverride" "namespaceOverride" -}}
+{{- if index $v $k -}}
+{{- fail (printf "%s (NVIDIA's chart) is not supported: a plane's names and namespace derive from controlPlaneID" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- if $v.serviceAccount.name -}}
+{{- fail "serviceAccount.name (NVIDIA's chart) is not supported: the plane's three service accounts have names derived from controlPlaneID, which its RBAC bindings, FlowSchema and admission policies name" -}}
+{{- end -}}
+{{- $cd := dig "resources" "computeDomains" dict $v.AsMap -}}
+{{- if eq (toString (dig "enabled" true $cd)) "false" -}}
+{{- fail "resources.computeDomains.enabled=false (NVIDIA's chart): this chart runs ComputeDomains only; do not install it" -}}
+{{- end -}}
+{{- $imex := dig "imex" dict $cd -}}
+{{- with dig "mode" "" $imex -}}
+{{- if ne (toString .) ($v.imex.mode | default "driverManaged") -}}
+{{- fail (printf "resources.computeDomains.imex.mode=%v (NVIDIA's chart) differs from imex.mode=%v: set imex.mode" . ($v.imex.mode | default "driverManaged")) -}}
+{{- end -}}
+{{- end -}}
+{{- with dig "hostSocketPath" "" $imex -}}
+{{- if ne (toString .) $v.imex.hostSocketPath -}}
+{{- fail (printf "resources.computeDomains.imex.hostSocketPath=%v (NVIDIA's chart) differs from imex.hostSocketPath=%v: set imex.hostSocketPath" . $v.imex.hostSocketPath) -}}
+{{- end -}}
+{{- end -}}
+{{- with dig "isolation" "" $imex -}}
+{{- if ne (toString .) "domain" -}}
+{{- fail (printf "resources.computeDomains.imex.isolation=%v (NVIDIA's chart): cdplane, like NVIDIA's driver, has only domain isolation (one channel per ComputeDomain)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- $ctl := dig "containers" "computeDomain" dict $v.controller -}}
+{{- range $k := list "resources" "securityContext" -}}
+{{- if index $ctl $k -}}
+{{- fail (printf "controller.containers.computeDomain.%s (NVIDIA's chart): set controller.%s (the controller's pod has one container)" $k $k) -}}
+{{- end -}}
+{{- end -}}
+{{- if dig "env" list $ctl -}}
+{{- fail "controller.containers.computeDomain.env (NVIDIA's chart): cdplane's controller takes its settings from this chart's values, not from its environment" -}}
+{{- end -}}
+{{- $plug := dig "containers" "computeDomains" dict $v.kubeletPlugin -}}
+{{- if dig "resources" dict $plug -}}
+{{- fail "kubeletPlugin.containers.computeDomains.resources (NVIDIA's chart): set kubeletPlugin.resources (the plugin's pod has one container)" -}}
+{{- end -}}
+{{- with dig "securityContext" dict $plug -}}
+{{- if ne (toJson .) (toJson (dict "privileged" true)) -}}
+{{- fail "kubeletPlugin.containers.computeDomains.securityContext (NVIDIA's chart): set kubeletPlugin.securityContext (the plugin's pod has one container)" -}}
+{{- end -}}
+{{- end -}}
+{{- if dig "env" list $plug -}}
+{{- fail "kubeletPlugin.containers.computeDomains.env (NVIDIA's chart): cdplane's kubelet plugin takes its settings from this chart's values, not from its environment" -}}
+{{- end -}}
+{{- if and (dig "gpuCliqueLabelEnabled" false $plug) (not $v.kubeletPlugin.nodeCliqueLabel) -}}
+{{- fail "kubeletPlugin.containers.computeDomains.gpuCliqueLabelEnabled (NVIDIA's chart): set kubeletPlugin.nodeCliqueLabel" -}}
+{{- end -}}
+{{- range $k, $dir := dict "kubeletRegistrarDirectoryPath" "plugins_registry" "kubeletPluginsDirectoryPath" "plugins" -}}
+{{- with index $v.kubeletPlugin $k -}}
+{{- $want := printf "%s/%s" (trimSuffix "/" $v.kubeletPlugin.kubeletDir) $dir -}}
+{{- if ne (trimSuffix "/" (toString .)) $want -}}
+{{- fail (printf "kubeletPlugin.%s=%v (NVIDIA's chart) differs from %s: set kubeletPlugin.kubeletDir, the kubelet directory holding plugins_registry and plugins" $k . $want) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $c := list "controller" "kubeletPlugin" -}}
+{{- if dig "networkPolicy" "enabled" false (index $v $c) -}}
+{{- fail (printf "%s.networkPolicy.enabled (NVIDIA's chart): this chart ships no NetworkPolicy" $c) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* cdplane.metricsPort: the port of controller.metrics.httpEndpoint. */}}
+{{- define "cdplane.metricsPort" -}}
+{{- regexFind "[0-9]+$" .Values.controller.metrics.httpEndpoint -}}
+{{- end -}}
+
+{{/* cdplane.daemonLogVerbosity: daemon.logVerbosity, or logVerbosity when it is unset. */}}
+{{- define "cdplane.daemonLogVerbosity" -}}
+{{- $d := .Values.daemon.logVerbosity -}}
+{{- if kindIs "invalid" $d -}}{{ .Values.logVerbosity }}{{- else -}}{{ $d }}{{- end -}}
+{{- end -}}
+
+{{/* cdplane.imagePullSecrets: the pod spec's imagePullSecrets, when there are any. */}}
+{{- define "cdplane.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets -}}
+imagePullSecrets:
+{{ toYaml . | indent 2 }}
+{{- end -}}
 {{- end -}}
 
 {{/* cdplane.labels: labels on every object, from (list $ "<component>"). */}}

@@ -83,20 +83,21 @@ func (c Config) NodesConfigPath() string { return filepath.Join(c.ConfigDir, "no
 // does not cure), for its readiness check, a separate process, to report.
 func (c Config) BlockedPath() string { return filepath.Join(c.ConfigDir, "imex-blocked") }
 
-// useDNSNames decides the IMEX naming mode: names (the IMEXDaemonsWithDNSNames gate) unless the
-// node's driver is known to predate IMEX's support for names in its node list; then addresses,
-// with the reason to log.
-func useDNSNames(gate bool, driverVersion string) (bool, string) {
+// useDNSNames decides the IMEX naming mode: names when the IMEXDaemonsWithDNSNames gate is on.
+// With the gate on, a node whose driver is known to predate IMEX's support for names in its
+// node list is refused, as NVIDIA's driver refuses it: its IMEX would refuse the node list. A
+// driver version that cannot be parsed is not refused; the note says so.
+func useDNSNames(gate bool, driverVersion string) (bool, string, error) {
 	if !gate || driverVersion == "" {
-		return gate, ""
+		return gate, "", nil
 	}
 	ok, err := imex.DriverSupportsHostnames(driverVersion)
 	switch {
 	case err != nil:
-		return true, fmt.Sprintf("cannot tell from driver version %q whether IMEX takes names (%v); using names", driverVersion, err)
+		return true, fmt.Sprintf("cannot tell from driver version %q whether IMEX takes names (%v); using names", driverVersion, err), nil
 	case !ok:
-		return false, fmt.Sprintf("driver %s predates %s, whose IMEX first takes names in its node list; using addresses (nodes.cfg changes, and IMEX restarts, with membership)",
-			driverVersion, imex.HostnamesMinDriverVersion)
+		return false, "", fmt.Errorf("feature gate IMEXDaemonsWithDNSNames needs NVIDIA driver %s or later (IMEX takes host names in its node list from that version), but this node runs %s: upgrade the driver, or turn IMEXDaemonsWithDNSNames off (with ComputeDomainCliques off too)",
+			imex.HostnamesMinDriverVersion, driverVersion)
 	}
-	return true, ""
+	return true, "", nil
 }

@@ -706,19 +706,23 @@ func TestUseDNSNames(t *testing.T) {
 		version  string
 		want     bool
 		wantNote string
+		wantErr  string
 	}{
 		"gate off":                      {gate: false, version: "580.82.07", want: false},
 		"version not known":             {gate: true, want: true},
 		"current driver":                {gate: true, version: "580.82.07", want: true},
 		"the first driver with names":   {gate: true, version: "570.158.01", want: true},
-		"older driver: addresses":       {gate: true, version: "570.148.08", want: false, wantNote: "predates 570.158.01"},
+		"older driver: refused":         {gate: true, version: "570.148.08", wantErr: "needs NVIDIA driver 570.158.01 or later (IMEX takes host names in its node list from that version), but this node runs 570.148.08"},
 		"unparsable version: names":     {gate: true, version: "r580", want: true, wantNote: "cannot tell"},
 		"gate off wins over old driver": {gate: false, version: "550.1.1", want: false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, note := useDNSNames(tc.gate, tc.version)
-			if got != tc.want || (tc.wantNote == "") != (note == "") || !strings.Contains(note, tc.wantNote) {
+			got, note, err := useDNSNames(tc.gate, tc.version)
+			if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("useDNSNames(%v, %q) error %v, want %q", tc.gate, tc.version, err, tc.wantErr)
+			}
+			if err == nil && (got != tc.want || (tc.wantNote == "") != (note == "") || !strings.Contains(note, tc.wantNote)) {
 				t.Errorf("useDNSNames(%v, %q) = %v, %q; want %v and a note with %q", tc.gate, tc.version, got, note, tc.want, tc.wantNote)
 			}
 		})

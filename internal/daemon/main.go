@@ -144,7 +144,10 @@ func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) 
 		return err
 	}
 	var namesNote string
-	cfg.DNSNames, namesNote = useDNSNames(o.Gates.Enabled(features.IMEXDaemonsWithDNSNames), cfg.DriverVersion)
+	cfg.DNSNames, namesNote, err = useDNSNames(o.Gates.Enabled(features.IMEXDaemonsWithDNSNames), cfg.DriverVersion)
+	if err != nil && o.Command == CommandRun {
+		return err
+	}
 	if inv.OwnsProcess {
 		var klogFlags goflag.FlagSet
 		klog.InitFlags(&klogFlags)

@@ -432,6 +432,11 @@ func (d *Driver) checkDriverRoot(ctx context.Context) {
 		}
 		return
 	}
+	if err := d.checkIMEXNames(); err != nil {
+		klog.FromContext(ctx).Error(err, "Daemon claims on this node will be refused")
+		d.events.post(ctx, corev1.EventTypeWarning, ReasonDriverTooOld, "CheckDriverVersion",
+			"daemon claims on node %s will be refused: %v", d.opts.NodeName, err)
+	}
 	f, err := d.driverRoot().locate()
 	reason := ReasonDriverRootIncomplete
 	if err == nil {

@@ -30,6 +30,9 @@ const (
 	ReasonDriverRootIncomplete = "DriverRootIncomplete"
 	// ReasonDriverRootMismatch: the driver root holds another driver than the loaded one.
 	ReasonDriverRootMismatch = "DriverRootMismatch"
+	// ReasonDriverTooOld: IMEXDaemonsWithDNSNames is on and the loaded driver predates the IMEX
+	// that takes host names; every daemon claim on the node is refused.
+	ReasonDriverTooOld = "DriverTooOld"
 	// ReasonHostIMEXNotReady: host-managed mode, and at start the host IMEX is missing or not
 	// READY (its socket, nvidia-imex-ctl, or its answer); channel claims wait for it.
 	ReasonHostIMEXNotReady = "HostIMEXNotReady"

@@ -2,6 +2,7 @@ package kubeletplugin
 
 import (
 	"cdplane/internal/features"
+	"cdplane/internal/imex"
 	"context"
 	"errors"
 	"fmt"
@@ -79,6 +80,11 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 			return nil, err
 		}
 	}
+	if plan.Kind == KindDaemon {
+		if err := d.checkIMEXNames(); err != nil {
+			return nil, err
+		}
+	}
 	if old, ok := d.cp.get(claim.UID); ok && old.CDISpec != "" && old.CDISpec != CDISpecName(claim.UID) {
 		// NVIDIA's plugin began this prepare: its spec would define the same CDI devices.
 		if err := d.cdi.remove(old.CDISpec); err != nil {
@@ -127,4 +133,28 @@ func toDRADevices(devices []PreparedDevice) []draplugin.Device {
 		out = append(out, draplugin.Device{Requests: p.Requests, PoolName: p.Pool, DeviceName: p.Device, CDIDeviceIDs: p.CDIDeviceIDs})
 	}
 	return out
+}
+
+// checkIMEXNames refuses, as NVIDIA's driver does, to run daemons with IMEXDaemonsWithDNSNames on
+// a node whose loaded driver predates IMEX's support for names in its node list: its IMEX would
+// refuse the node list the daemon writes. The error names both versions and the way out. A node
+// whose driver version cannot be read is not refused.
+func (d *Driver) checkIMEXNames() error {
+	if !d.opts.Gates.Enabled(features.IMEXDaemonsWithDNSNames) {
+		return nil
+	}
+	data, err := d.opts.ReadHostFile(DriverVersionFile)
+	if err != nil {
+		return nil
+	}
+	version, ok := KernelDriverVersion(data)
+	if !ok {
+		return nil
+	}
+	if names, err := imex.DriverSupportsHostnames(version); err != nil || names {
+		return nil
+	}
+	return permanentf("feature gate %s needs NVIDIA driver %s or later (IMEX takes host names in its node list from that version), but node %s runs %s: upgrade the driver, or turn %s off (with %s off too: featureGates.%s=false,%s=false)",
+		features.IMEXDaemonsWithDNSNames, imex.HostnamesMinDriverVersion, d.opts.NodeName, version,
+		features.IMEXDaemonsWithDNSNames, features.ComputeDomainCliques, features.ComputeDomainCliques, features.IMEXDaemonsWithDNSNames)
 }

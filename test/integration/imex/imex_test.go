@@ -233,8 +233,9 @@ func TestIMEXFindsItsOwnAddress(t *testing.T) {
 	}
 }
 
-// TestOldDriversTakeAddresses: IMEX of drivers before 570.158.01 refuses names in its node list.
-// The daemon writes addresses there (imex.DriverSupportsHostnames decides); names would fail.
+// TestOldDriversTakeAddresses: IMEX of drivers before 570.158.01 refuses names in its node list,
+// which is why cdplane refuses IMEXDaemonsWithDNSNames on such a node (imex.DriverSupportsHostnames
+// decides, in the kubelet plugin and the daemon); with the gate off, addresses, IMEX runs.
 func TestOldDriversTakeAddresses(t *testing.T) {
 	t.Parallel()
 	nodeDir := t.TempDir()

@@ -43,10 +43,10 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 		e := newEnv(t)
 		n := e.addNode(11)
 		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
-		// The loaded driver's version reaches the daemon: IMEX before 570.158.01 takes no names.
+		// The loaded driver's version reaches the daemon.
 		versionFile := n.path("proc", "driver", "nvidia", "version")
 		must(t, os.MkdirAll(filepath.Dir(versionFile), 0o755))
-		must(t, os.WriteFile(versionFile, []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.148.08  Fri May 30 2025\n"), 0o644))
+		must(t, os.WriteFile(versionFile, []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.172.08  Fri May 30 2025\n"), 0o644))
 		n.startWith(4, testr.NewWithOptions(t, testr.Options{Verbosity: 1}), func(o *kubeletplugin.Options) {
 			o.NvidiaDriverRoot, o.ContainerDriverRoot = hostRoot, root
 		})
@@ -71,7 +71,7 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 			"CLIQUE_ID=" + n.clique, "COMPUTE_DOMAIN_UUID=" + string(cd.UID), "COMPUTE_DOMAIN_NAME=" + cd.Name,
 			"COMPUTE_DOMAIN_NAMESPACE=" + cd.Namespace, "IMEX_CONFIG_DIR=/etc/nvidia-imex", "NVIDIA_VISIBLE_DEVICES=void",
 			"IMEX_BINARY=/usr/local/nvidia/bin/nvidia-imex", "IMEX_CTL_BINARY=/usr/local/nvidia/bin/nvidia-imex-ctl",
-			"NVML_LIBRARY=/usr/local/nvidia/lib/libnvidia-ml.so.1", "NVIDIA_KERNEL_DRIVER_VERSION=570.148.08",
+			"NVML_LIBRARY=/usr/local/nvidia/lib/libnvidia-ml.so.1", "NVIDIA_KERNEL_DRIVER_VERSION=570.172.08",
 		}
 		if diff := cmp.Diff(wantEnv, edits.Env); diff != "" {
 			t.Errorf("daemon env (-want +got):\n%s", diff)
@@ -104,6 +104,31 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 		}
 		if _, err := os.Stat(n.path("state", "domains", string(cd.UID))); !os.IsNotExist(err) {
 			t.Errorf("domain config directory: %v, want none", err)
+		}
+	})
+	t.Run("a driver too old for IMEX names", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		n := e.addNode(14)
+		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+		versionFile := n.path("proc", "driver", "nvidia", "version")
+		must(t, os.MkdirAll(filepath.Dir(versionFile), 0o755))
+		must(t, os.WriteFile(versionFile, []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.148.08  Fri May 30 2025\n"), 0o644))
+		n.startWith(4, testr.NewWithOptions(t, testr.Options{Verbosity: 1}), func(o *kubeletplugin.Options) {
+			o.NvidiaDriverRoot, o.ContainerDriverRoot = hostRoot, root
+			o.PodName = "plugin-" + n.name
+		})
+		// Said at start, and every daemon claim refused naming both versions, as NVIDIA's
+		// driver refuses the IMEXDaemonsWithDNSNames gate on such a node.
+		waitNodeEvent(e, n, kubeletplugin.ReasonDriverTooOld, "node "+n.name+" runs 570.148.08")
+		cd := e.createCD(e.ns, "daemon")
+		claim := e.allocatedClaim(e.driverNS, "daemon", n, kubeletplugin.DaemonDeviceName, rawJSON(t, cdv1beta1.NewDaemonConfig(string(cd.UID))), nil)
+		got, _ := n.prepare(claim)
+		if want := "needs NVIDIA driver 570.158.01 or later (IMEX takes host names in its node list from that version), but node " + n.name + " runs 570.148.08"; !strings.Contains(got.Error, want) {
+			t.Errorf("prepare error %q lacks %q", got.Error, want)
+		}
+		if _, ok := n.cdiSpec(claim.UID); ok {
+			t.Error("a CDI spec was written")
 		}
 	})
 	t.Run("another driver than the loaded one", func(t *testing.T) {

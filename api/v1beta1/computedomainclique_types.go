@@ -12,10 +12,23 @@ import (
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Namespaced,shortName=cdclique
 // +kubebuilder:metadata:annotations="helm.sh/resource-policy=keep"
+// +kubebuilder:printcolumn:name="Domain",type=string,JSONPath=`.metadata.labels.resource\.nvidia\.com/computeDomain`,description="UID of the ComputeDomain"
+// +kubebuilder:printcolumn:name="Clique",type=string,JSONPath=`.metadata.labels.resource\.nvidia\.com/computeDomain\.cliqueID`,description="NVLink clique id"
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.readyDaemons`,description="Daemons whose IMEX is Ready"
+// +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.totalDaemons`,description="Daemons in the clique"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ComputeDomainClique struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// ReadyDaemons counts the entries of Daemons whose status is Ready (for kubectl's columns).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ReadyDaemons int32 `json:"readyDaemons,omitempty"`
+	// TotalDaemons counts the entries of Daemons.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TotalDaemons int32 `json:"totalDaemons,omitempty"`
 
 	// Daemons lists the daemons of the clique, keyed by node.
 	// +optional

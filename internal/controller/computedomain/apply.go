@@ -49,6 +49,7 @@ func cliqueApply(c *cdv1beta1.ComputeDomainClique) *cdapply.ComputeDomainCliqueA
 		}
 		ac.WithOwnerReferences(ref)
 	}
+	ac.WithReadyDaemons(c.ReadyDaemons).WithTotalDaemons(c.TotalDaemons)
 	for _, d := range c.Daemons {
 		daemon := cdapply.ComputeDomainDaemonInfo().WithNodeName(d.NodeName).WithIPAddress(d.IPAddress).WithCliqueID(d.CliqueID).WithIndex(d.Index)
 		if d.Status != "" {

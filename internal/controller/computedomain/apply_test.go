@@ -79,6 +79,12 @@ func TestCliqueApply(t *testing.T) {
 	withLabels := func(w *testutil.CliqueWrapper) *cdv1beta1.ComputeDomainClique {
 		c := w.Obj()
 		c.Labels = labels
+		c.TotalDaemons = int32(len(c.Daemons))
+		for _, d := range c.Daemons {
+			if d.Status == cdv1beta1.StatusReady {
+				c.ReadyDaemons++
+			}
+		}
 		return c
 	}
 	want := func() *cdapply.ComputeDomainCliqueApplyConfiguration {
@@ -92,7 +98,7 @@ func TestCliqueApply(t *testing.T) {
 			clique: withLabels(clique().OwnedBy(dsRef).
 				Daemon("n1", "127.0.0.1", "uuid.1", 0, cdv1beta1.StatusReady).
 				Daemon("n2", "127.0.0.2", "uuid.1", 1, cdv1beta1.StatusNotReady)),
-			want: want().
+			want: want().WithReadyDaemons(1).WithTotalDaemons(2).
 				WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion("apps/v1").WithKind("DaemonSet").
 					WithName("computedomain-daemon-"+testUID).WithUID(types.UID("ds-uid")).WithController(true).WithBlockOwnerDeletion(true)).
 				WithDaemons(
@@ -102,7 +108,7 @@ func TestCliqueApply(t *testing.T) {
 		},
 		"unset owner flags and an empty daemon status are left out": {
 			clique: withLabels(clique().OwnedBy(plainRef).Daemon("n1", "127.0.0.1", "uuid.1", 0, "")),
-			want: want().
+			want: want().WithReadyDaemons(0).WithTotalDaemons(1).
 				WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion("v1").WithKind("ConfigMap").WithName("x").WithUID(types.UID("x-uid"))).
 				WithDaemons(cdapply.ComputeDomainDaemonInfo().WithNodeName("n1").WithIPAddress("127.0.0.1").WithCliqueID("uuid.1").WithIndex(0)),
 		},

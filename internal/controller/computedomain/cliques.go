@@ -85,8 +85,21 @@ func (r *Reconciler) clique(cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, c
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 			}},
 		},
-		Daemons: entries,
+		Daemons:      entries,
+		ReadyDaemons: int32(countReady(entries)),
+		TotalDaemons: int32(len(entries)),
 	}
+}
+
+// countReady counts the Ready entries.
+func countReady(entries []membership.Entry) int {
+	n := 0
+	for _, e := range entries {
+		if e.Status == cdv1beta1.StatusReady {
+			n++
+		}
+	}
+	return n
 }
 
 func cliqueUpToDate(cur, desired *cdv1beta1.ComputeDomainClique) bool {
@@ -96,7 +109,8 @@ func cliqueUpToDate(cur, desired *cdv1beta1.ComputeDomainClique) bool {
 		}
 	}
 	return equality.Semantic.DeepEqual(cur.OwnerReferences, desired.OwnerReferences) &&
-		equality.Semantic.DeepEqual(cur.Daemons, desired.Daemons)
+		equality.Semantic.DeepEqual(cur.Daemons, desired.Daemons) &&
+		cur.ReadyDaemons == desired.ReadyDaemons && cur.TotalDaemons == desired.TotalDaemons
 }
 
 func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomainClique) error {

@@ -11,6 +11,12 @@ import (
 	"cdplane/internal/testutil"
 )
 
+// counted sets the clique's counts of its one Ready daemon.
+func counted(c *cdv1beta1.ComputeDomainClique) *cdv1beta1.ComputeDomainClique {
+	c.ReadyDaemons, c.TotalDaemons = 1, 1
+	return c
+}
+
 func TestClique(t *testing.T) {
 	ds := testutil.MakeDaemonSet(cdv1beta1.DaemonSetName(testUID), testDriverNS).UID("ds-uid").Selector(cdv1beta1.ComputeDomainLabel, testUID).Obj()
 	entries := []membership.Entry{{NodeName: "n1", IPAddress: "127.0.0.1", CliqueID: "uuid.1", Index: 0, Status: cdv1beta1.StatusReady}}
@@ -24,8 +30,8 @@ func TestClique(t *testing.T) {
 		planeID string
 		want    *cdv1beta1.ComputeDomainClique
 	}{
-		"legacy plane": {want: want().Obj()},
-		"plane":        {planeID: "alpha", want: want().Label(cdv1beta1.ControlPlaneLabel, "alpha").Obj()},
+		"legacy plane": {want: counted(want().Obj())},
+		"plane":        {planeID: "alpha", want: counted(want().Label(cdv1beta1.ControlPlaneLabel, "alpha").Obj())},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -71,6 +71,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: metadata
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+    - name: readyDaemons
+      type:
+        scalar: numeric
+    - name: totalDaemons
+      type:
+        scalar: numeric
 - name: cdplane.api.v1beta1.ComputeDomainCliqueSummary
   map:
     fields:

@@ -21,6 +21,10 @@ import (
 type ComputeDomainCliqueApplyConfiguration struct {
 	v1.TypeMetaApplyConfiguration    `json:""`
 	*v1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`
+	// ReadyDaemons counts the entries of Daemons whose status is Ready (for kubectl's columns).
+	ReadyDaemons *int32 `json:"readyDaemons,omitempty"`
+	// TotalDaemons counts the entries of Daemons.
+	TotalDaemons *int32 `json:"totalDaemons,omitempty"`
 	// Daemons lists the daemons of the clique, keyed by node.
 	Daemons []ComputeDomainDaemonInfoApplyConfiguration `json:"daemons,omitempty"`
 }
@@ -229,6 +233,22 @@ func (b *ComputeDomainCliqueApplyConfiguration) ensureObjectMetaApplyConfigurati
 	if b.ObjectMetaApplyConfiguration == nil {
 		b.ObjectMetaApplyConfiguration = &v1.ObjectMetaApplyConfiguration{}
 	}
+}
+
+// WithReadyDaemons sets the ReadyDaemons field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ReadyDaemons field is set to the value of the last call.
+func (b *ComputeDomainCliqueApplyConfiguration) WithReadyDaemons(value int32) *ComputeDomainCliqueApplyConfiguration {
+	b.ReadyDaemons = &value
+	return b
+}
+
+// WithTotalDaemons sets the TotalDaemons field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the TotalDaemons field is set to the value of the last call.
+func (b *ComputeDomainCliqueApplyConfiguration) WithTotalDaemons(value int32) *ComputeDomainCliqueApplyConfiguration {
+	b.TotalDaemons = &value
+	return b
 }
 
 // WithDaemons adds the given value to the Daemons field in the declarative configuration

@@ -370,8 +370,15 @@ func checkRBAC(t *testing.T, nsA, nsB string) {
 	t.Cleanup(func() { _ = testCluster.Client.Delete(context.Background(), domainEditorRole(nsA)) })
 	must(t, testCluster.Client.Create(ctx, rolebindingTo(nsB, "tenant-domains", "ClusterRole", domainEditorRole(nsA).GetName(), "tenant")))
 	forged := testutil.MakeComputeDomain("forged-tenant").Namespace(nsB).Label(cdv1beta1.ControlPlaneLabel, "plane-a").Obj()
-	if err := tenant.Create(ctx, forged); err != nil {
-		t.Errorf("tenant creating a ComputeDomain in its namespace: %v", err)
+	// The binding reaches the authorizer's cache a moment after it was created: a Forbidden
+	// meanwhile is retried, anything else is an answer.
+	var createErr error
+	testutil.Eventually(t, 30*time.Second, "the tenant's new role in effect", func() (bool, error) {
+		createErr = tenant.Create(ctx, forged.DeepCopy())
+		return !apierrors.IsForbidden(createErr) || !strings.Contains(createErr.Error(), "cannot create resource"), nil
+	})
+	if createErr != nil {
+		t.Errorf("tenant creating a ComputeDomain in its namespace: %v", createErr)
 	} else {
 		if got := planeLabel(t, forged); got != "plane-b" {
 			t.Errorf("tenant's ComputeDomain created with label plane-a in plane-b's namespace: a fresh GET reads %q, want plane-b", got)

@@ -137,6 +137,9 @@ type peerSource interface {
 	update() bool
 	// peers returns the clique's members with an index, and this node's entry if it has one.
 	peers(node string) (peers []imex.Peer, self *imex.Peer)
+	// domainSize reports how many nodes the domain lists and wants (numNodes); ok is false
+	// when that is not known (the clique holds the membership).
+	domainSize() (joined, numNodes int, ok bool)
 }
 
 // supervisor runs IMEX as membership says.
@@ -174,6 +177,23 @@ type supervisor struct {
 	blocked string
 	// report tells the cluster that IMEX is blocked (see reportBlocked); nil: nothing reports.
 	report func(ctx context.Context, reason, message string)
+	// started is true once IMEX was started by this daemon.
+	started bool
+}
+
+// waitForDomain says whether the first start of IMEX waits for the domain's nodes: with
+// addresses in nodes.cfg (IMEXDaemonsWithDNSNames off) every node that joins later changes
+// nodes.cfg and restarts IMEX, so the daemon first waits until the domain lists numNodes nodes,
+// as NVIDIA's daemon does in that mode. Names need no wait: a join is a hosts-file reload.
+func (s *supervisor) waitForDomain() (wait bool, joined, numNodes int) {
+	if s.cfg.DNSNames || s.started {
+		return false, 0, 0
+	}
+	joined, numNodes, ok := s.view.domainSize()
+	if !ok {
+		return false, 0, 0
+	}
+	return joined < numNodes, joined, numNodes
 }
 
 func (s *supervisor) settings() imex.Settings {
@@ -241,6 +261,11 @@ func (s *supervisor) sync(ctx context.Context) error {
 		if s.restart != nil || s.blocked != "" {
 			return nil // a restart is scheduled, or IMEX cannot run here
 		}
+		if wait, joined, want := s.waitForDomain(); wait {
+			s.log.V(1).Info("Waiting for the domain's nodes before IMEX first starts (addresses in nodes.cfg: each later join restarts it)",
+				"joined", joined, "numNodes", want)
+			return nil
+		}
 		exited, err := s.deps.IMEX.Start(ctx)
 		if err != nil {
 			if s.block(ctx, err) {
@@ -249,7 +274,7 @@ func (s *supervisor) sync(ctx context.Context) error {
 			s.restart = s.timer(s.nextBackoff())
 			return fmt.Errorf("starting IMEX: %w", err)
 		}
-		s.running, s.exited, s.runIndex = true, exited, self.Index
+		s.running, s.exited, s.runIndex, s.started = true, exited, self.Index, true
 		s.readySeen, s.reloadPending = false, false
 		s.log.Info("Started IMEX", "index", self.Index, "peers", len(peers))
 		return nil

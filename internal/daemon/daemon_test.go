@@ -122,6 +122,15 @@ type fakeView struct {
 	mu       sync.Mutex
 	unsynced int // how many update calls report an incomplete view before it is complete
 	members  []imex.Peer
+	// numNodes, when set, is the domain's numNodes, and the domain lists its members: the view
+	// watches the domain (IP mode); zero: the clique holds the membership.
+	numNodes int
+}
+
+func (v *fakeView) domainSize() (int, int, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.members), v.numNodes, v.numNodes > 0
 }
 
 func (v *fakeView) update() bool {
@@ -725,6 +734,29 @@ func TestUseDNSNames(t *testing.T) {
 			if err == nil && (got != tc.want || (tc.wantNote == "") != (note == "") || !strings.Contains(note, tc.wantNote)) {
 				t.Errorf("useDNSNames(%v, %q) = %v, %q; want %v and a note with %q", tc.gate, tc.version, got, note, tc.want, tc.wantNote)
 			}
+		})
+	}
+}
+
+// With addresses in nodes.cfg (IMEXDaemonsWithDNSNames off) every later join restarts IMEX, so
+// the first start waits until the domain lists numNodes nodes, as NVIDIA's daemon does; with
+// names it starts at once.
+func TestSupervisorWaitsForTheDomainWithAddresses(t *testing.T) {
+	for name, dnsNames := range map[string]bool{"addresses": false, "names": true} {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, setup{dnsNames: dnsNames}, peer(1), peer(2))
+			h.view.mu.Lock()
+			h.view.numNodes = 3
+			h.view.mu.Unlock()
+			h.expectTimer(50 * time.Millisecond).fire()
+			if dnsNames {
+				h.expectCalls("Start")
+				return
+			}
+			h.expectNoCalls()
+			h.view.set(peer(1), peer(2), peer(3))
+			h.poke()
+			h.expectCalls("Start")
 		})
 	}
 }

@@ -104,6 +104,20 @@ func (m *membershipView) close() {
 	}
 }
 
+// domainSize reports how many nodes the domain lists in its status and how many it wants
+// (spec.numNodes); ok is false while the domain is not watched (its clique holds the
+// membership) or not seen yet.
+func (m *membershipView) domainSize() (joined, numNodes int, ok bool) {
+	if m.domain == nil {
+		return 0, 0, false
+	}
+	cd, isCD := m.domain.get().(*cdv1beta1.ComputeDomain)
+	if !isCD || cd == nil {
+		return 0, 0, false
+	}
+	return len(cd.Status.Nodes), cd.Spec.NumNodes, true
+}
+
 // peers returns the clique's members with an index, and this node's entry if it has one.
 func (m *membershipView) peers(node string) (peers []imex.Peer, self *imex.Peer) {
 	var entries []cdv1beta1.ComputeDomainDaemonInfo

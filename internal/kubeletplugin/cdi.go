@@ -2,6 +2,7 @@ package kubeletplugin
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -109,14 +110,24 @@ func daemonSpec(claimUID types.UID, device string, env daemonenv.Claim, configDi
 }
 
 // cdiWriter writes and removes claim specs in one CDI directory.
-type cdiWriter struct{ cache *cdiapi.Cache }
+type cdiWriter struct {
+	cache *cdiapi.Cache
+	dir   string
+}
 
 func newCDIWriter(dir string) (*cdiWriter, error) {
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
 	if err != nil {
 		return nil, fmt.Errorf("CDI directory %s: %w", dir, err)
 	}
-	return &cdiWriter{cache: cache}, nil
+	return &cdiWriter{cache: cache, dir: dir}, nil
+}
+
+// exists reports whether the spec file name is in the CDI directory. The directory is a tmpfs
+// on GPU nodes (/var/run/cdi): a reboot empties it while the checkpoint stays.
+func (w *cdiWriter) exists(name string) bool {
+	_, err := os.Stat(filepath.Join(w.dir, filepath.Base(name)))
+	return err == nil
 }
 
 // write validates spec, sets the lowest CDI version that can express it, and writes it

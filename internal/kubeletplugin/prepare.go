@@ -53,12 +53,18 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourcev1.ResourceCl
 }
 
 // prepareClaim prepares one claim, idempotently: a claim already PrepareCompleted gets the
-// devices recorded for it. Otherwise the claim's allocation is read and checked (bad configs are
-// permanent errors, before anything changes), PrepareStarted is checkpointed, the channel or
-// daemon steps run, and PrepareCompleted is checkpointed with the devices.
+// devices recorded for it, as long as its CDI spec is still there (after a reboot the CDI
+// directory, a tmpfs, is empty: the claim is prepared again). Otherwise the claim's allocation
+// is read and checked (bad configs are permanent errors, before anything changes),
+// PrepareStarted is checkpointed, the channel or daemon steps run, and PrepareCompleted is
+// checkpointed with the devices.
 func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceClaim, deadline time.Time) ([]PreparedDevice, error) {
 	if e, ok := d.cp.get(claim.UID); ok && e.State == PrepareCompleted {
-		return e.Devices, nil
+		if e.CDISpec == "" || d.cdi.exists(e.CDISpec) {
+			return e.Devices, nil
+		}
+		klog.FromContext(ctx).Info("Prepared claim's CDI spec is gone (the node rebooted, or it was removed): preparing the claim again",
+			"claim", klog.KObj(claim), "cdiSpec", e.CDISpec)
 	}
 	plan, err := planClaim(claim)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -125,6 +126,17 @@ func TestStatusFollowsWorkloadAndDaemonsShutDown(t *testing.T) {
 					return false, err
 				}
 				return len(daemonPods(t, tc.id, cd)) == 0 && len(nodes.Items) == 0, nil
+			})
+			// Read as NVIDIA's test suite reads it: a domain whose daemons have all left has no
+			// nodes key in its status at all.
+			eventually(t, time.Minute, "no nodes key in the status", func() (bool, error) {
+				u := &unstructured.Unstructured{}
+				u.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
+				if err := c.Get(ctx(), client.ObjectKeyFromObject(cd), u); err != nil {
+					return false, err
+				}
+				_, found, err := unstructured.NestedFieldNoCopy(u.Object, "status", "nodes")
+				return !found, err
 			})
 			for _, spec := range specs {
 				waitCDISpecGone(t, spec)

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin"
@@ -238,5 +239,40 @@ func TestUnknownOpaqueFieldIsPermanent(t *testing.T) {
 	}
 	if l := n.label(); l != "" {
 		t.Errorf("node labelled %q for refused claims", l)
+	}
+}
+
+// TestPrepareAfterRebootWritesTheCDISpecAgain: the CDI directory is a tmpfs on GPU nodes, the
+// checkpoint is not; after a reboot the kubelet prepares its claims again. A claim the
+// checkpoint holds as prepared whose CDI spec is gone is prepared again (before, the plugin
+// answered from the checkpoint and the container runtime found no such CDI device).
+func TestPrepareAfterRebootWritesTheCDISpecAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := e.addNode(7)
+	n.start(16)
+	cd := e.createCD(e.ns, "reboot")
+	e.setClique(cd, n, cdv1beta1.StatusReady)
+	claim := e.channelClaim(e.ns, "single", n, cd, cdv1beta1.AllocationModeSingle)
+	before := n.mustPrepare(claim)
+	if _, ok := n.cdiSpec(claim.UID); !ok {
+		t.Fatal("no CDI spec after the first prepare")
+	}
+	if err := os.Remove(n.path("cdi", kubeletplugin.CDISpecName(claim.UID))); err != nil {
+		t.Fatal(err)
+	}
+	after := n.mustPrepare(claim)
+	if _, ok := n.cdiSpec(claim.UID); !ok {
+		t.Fatal("the CDI spec is still gone after preparing the claim again")
+	}
+	ids := func(r interface{ GetDevices() []*drapbv1.Device }) []string {
+		var out []string
+		for _, d := range r.GetDevices() {
+			out = append(out, d.PoolName+"/"+d.DeviceName+"="+strings.Join(d.CdiDeviceIds, ","))
+		}
+		return out
+	}
+	if diff := cmp.Diff(ids(before), ids(after)); diff != "" {
+		t.Errorf("devices of the second prepare (-first +second):\n%s", diff)
 	}
 }

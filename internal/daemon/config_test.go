@@ -110,7 +110,10 @@ func TestDiscoverClique(t *testing.T) {
 	if _, err := DiscoverClique(context.Background(), unavailable, true, time.Millisecond, logr.Discard()); !errors.Is(err, nvml.ErrNVMLUnavailable) {
 		t.Errorf("NVML unavailable: err=%v, want ErrNVMLUnavailable", err)
 	}
-	for name, d := range map[string]nvml.Discoverer{"failed fabric, gate off": failed, "registration in progress": notReady} {
+	if id, err := DiscoverClique(context.Background(), failed, false, time.Millisecond, logr.Discard()); err != nil || id != "" {
+		t.Errorf("failed fabric, gate off: id=%q err=%v, want a node without fabric (empty clique)", id, err)
+	}
+	for name, d := range map[string]nvml.Discoverer{"registration in progress": notReady} {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		_, err := DiscoverClique(ctx, d, false, time.Millisecond, logr.Discard())
 		cancel()

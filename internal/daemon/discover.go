@@ -24,7 +24,9 @@ func DiscoverClique(ctx context.Context, d nvml.Discoverer, crashOnFabricErrors 
 		case errors.Is(err, nvml.ErrFabricNotReady):
 			log.Info("NVLink fabric registration not finished; waiting", "error", err.Error())
 		case errors.Is(err, nvml.ErrFabricFailed) && !crashOnFabricErrors:
-			log.Error(err, "NVLink fabric failed; retrying (CrashOnNVLinkFabricErrors is off)")
+			// As NVIDIA's daemon: the node runs as one without a fabric, and says so.
+			log.Error(err, "NVLink fabric registration failed; running as a node without NVLink fabric (CrashOnNVLinkFabricErrors is off)")
+			return "", nil
 		default:
 			return "", fmt.Errorf("discovering the node's clique: %w", err)
 		}

@@ -27,8 +27,9 @@ type cliqueTracker struct {
 	id    string
 	err   error
 	known bool
-	// block is the reason of the last discovery (blockReason).
-	block string
+	// block is the reason of the last discovery (blockReason), blockErr its error.
+	block    string
+	blockErr error
 }
 
 // Why a node cannot serve ComputeDomains: the classes of a failed discovery.
@@ -63,21 +64,27 @@ func (t *cliqueTracker) nvmlAvailable() bool {
 	return t.block != blockNVML
 }
 
-// blocked returns why the node cannot serve ("" when it can) and the discovery's error.
+// blocked returns why the node cannot serve fully ("" when it can; blockFabricFailed: it serves
+// as a node without a fabric) and the discovery's error.
 func (t *cliqueTracker) blocked() (string, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return t.block, t.err
+	return t.block, t.blockErr
 }
 
 // refresh discovers the clique once. It returns an error only when it is fatal: a fabric
 // failure with crash set. Other failures are kept and reported by current.
 func (t *cliqueTracker) refresh(ctx context.Context) (changed bool, fatal error) {
 	res, err := t.disc.Discover(ctx)
-	block := blockReason(err)
+	block, reported := blockReason(err), err
+	if block == blockFabricFailed && !t.crash {
+		// As NVIDIA's driver with CrashOnNVLinkFabricErrors off: the node serves as one without
+		// a fabric (empty clique); the reason stays, so that the node says so.
+		res, err = nvml.Result{}, nil
+	}
 	t.mu.Lock()
 	flipped, onBlock := block != t.block, t.onBlock
-	t.block = block
+	t.block, t.blockErr = block, reported
 	if err != nil {
 		t.err = err
 	} else {
@@ -87,9 +94,9 @@ func (t *cliqueTracker) refresh(ctx context.Context) (changed bool, fatal error)
 	t.mu.Unlock()
 	// Outside the lock: the callback publishes, which reads the tracker.
 	if flipped && onBlock != nil {
-		onBlock(block, err)
+		onBlock(block, reported)
 	}
-	if t.crash && errors.Is(err, nvml.ErrFabricFailed) {
+	if t.crash && block == blockFabricFailed {
 		return false, fmt.Errorf("NVLink fabric error (CrashOnNVLinkFabricErrors is on): %w", err)
 	}
 	return changed, nil

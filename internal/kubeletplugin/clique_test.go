@@ -42,9 +42,12 @@ func TestCliqueTracker(t *testing.T) {
 			{id: "c.1", current: "c.1"},
 		}},
 		"no fabric is known": {steps: []step{{id: "", changed: true, current: ""}}},
-		"fabric failure kept when not crashing": {steps: []step{
+		// As NVIDIA's driver: the node serves as one without a fabric (empty clique), and
+		// gets its clique back once the registration succeeds again.
+		"fabric failure: a node without fabric when not crashing": {steps: []step{
 			{id: "c.1", changed: true, current: "c.1"},
-			{err: failed, curErr: true},
+			{err: failed, changed: true, current: ""},
+			{id: "c.1", changed: true, current: "c.1"},
 		}},
 		"fabric failure is fatal when crashing": {crash: true, steps: []step{{err: failed, fatal: true, curErr: true}}},
 		"not ready is never fatal":              {crash: true, steps: []step{{err: notReady, curErr: true}}},

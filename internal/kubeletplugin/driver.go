@@ -361,9 +361,18 @@ func (d *Driver) publish(ctx context.Context, block string, discoveryErr error) 
 	res := NodeResources(d.opts.NodeName, d.opts.NumChannels, d.opts.ControlPlaneID, d.opts.IMEXMode == features.IMEXDriverManaged)
 	logger := klog.FromContext(ctx)
 	changed := d.blockSeen == nil || *d.blockSeen != block
-	wasBlocked := d.blockSeen != nil && *d.blockSeen != blockNone
+	wasBlocked := d.blockSeen != nil && *d.blockSeen != blockNone && *d.blockSeen != blockFabricFailed
 	d.blockSeen = &block
-	if block != blockNone {
+	if block == blockFabricFailed {
+		// CrashOnNVLinkFabricErrors off: the node serves as one without a fabric; it says so.
+		logger.Error(discoveryErr, "NVLink fabric registration failed: the node serves ComputeDomains as a node without NVLink fabric (CrashOnNVLinkFabricErrors is off)",
+			"node", d.opts.NodeName)
+		if changed {
+			d.events.post(ctx, corev1.EventTypeWarning, block, "PublishDevices",
+				"node %s serves ComputeDomains as a node without NVLink fabric (no IMEX, no channel device injected): its NVLink fabric registration failed: %v",
+				d.opts.NodeName, discoveryErr)
+		}
+	} else if block != blockNone {
 		res = resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 		why := blockMessages[block]
 		logger.Info("Publishing no devices, so no ComputeDomain workload is scheduled here: "+why,

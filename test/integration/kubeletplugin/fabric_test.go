@@ -146,8 +146,8 @@ const failedRegistration = "NVLink fabric registration failed: state COMPLETED, 
 // TestFabricRegistrationAtRunTime changes a running plugin's NVLink fabric through the node's
 // simulated NVML (CrashOnNVLinkFabricErrors off). Registration in progress: prepare answers a
 // retryable error (the node is not ready) and the plugin keeps serving; completed again:
-// prepare succeeds. Registration failed: the error is in prepare's answer and in the plugin's
-// log, and the plugin keeps serving.
+// prepare succeeds. Registration failed: the node serves as one without a fabric, says so in its
+// log and an event, and the plugin keeps serving.
 func TestFabricRegistrationAtRunTime(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -187,21 +187,16 @@ func TestFabricRegistrationAtRunTime(t *testing.T) {
 	n.waitDevices(5) // 4 channels and the daemon device
 	waitNodeEvent(e, n, kubeletplugin.ReasonDevicesPublished, "offers its ComputeDomain devices again")
 
-	// Failed: visible in prepare's answer and in the log; the plugin keeps serving.
+	// Failed (CrashOnNVLinkFabricErrors off): as NVIDIA's driver, the node serves as one
+	// without a fabric — its devices stay published, its clique is empty — and says so in its
+	// log and an event; the plugin keeps serving.
 	n.setFabric(nvml.FabricStateCompleted, 999)
-	got, broken := n.refusedOnce("a prepare refused once registration failed", cd)
-	if !strings.Contains(got, failedRegistration) {
-		t.Errorf("prepare after registration failed: %q, want it to contain %q", got, failedRegistration)
-	}
-	waitLogged(failedRegistration)
-	if _, ok := n.cdiSpec(broken.UID); ok {
-		t.Error("CDI spec written with a failed fabric")
-	}
+	waitLogged("as a node without NVLink fabric")
+	waitNodeEvent(e, n, kubeletplugin.ReasonFabricFailed, "serves ComputeDomains as a node without NVLink fabric")
 	if !n.serving() {
 		t.Fatalf("the plugin stopped on a fabric failure with CrashOnNVLinkFabricErrors off: %v", n.drv.Err())
 	}
-	n.waitDevices(0)
-	waitNodeEvent(e, n, kubeletplugin.ReasonFabricFailed, failedRegistration)
+	n.waitDevices(5)
 }
 
 // waitDevices waits until the node's pool holds want devices.

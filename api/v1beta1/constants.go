@@ -24,6 +24,9 @@ const (
 	// IMEXBlockedHostIMEXInUse: the node's IMEX session is held by another nvidia-imex (a host
 	// nvidia-imex.service); the kernel allows one per node and IMEX fails with NV_ERR_IN_USE.
 	IMEXBlockedHostIMEXInUse = "HostIMEXInUse"
+	// IMEXBlockedFabricError: the node's NVLink fabric registration failed; with
+	// CrashOnNVLinkFabricErrors off it serves as a node without fabric (no IMEX).
+	IMEXBlockedFabricError = "FabricError"
 	// ControlPlaneLabel marks namespaces, nodes and objects owned by a control plane.
 	ControlPlaneLabel = "resource.nvidia.com/control-plane-id"
 	// GPUCliqueNodeLabel optionally advertises a node's clique.
@@ -90,7 +93,9 @@ const (
 	ReasonNodesListed     = "NodesListed"
 	ReasonTooManyNodes    = "TooManyNodesForStatus"
 	ReasonDeleting        = "Deleting"
-	ReasonFabricError     = "FabricError"
+	// ReasonFabricError: the nodes named in NodesBlocked serve without NVLink fabric because
+	// their fabric registration failed.
+	ReasonFabricError = IMEXBlockedFabricError
 	// ReasonInvalidCliqueLabel: a daemon pod's clique label is not a valid clique id.
 	ReasonInvalidCliqueLabel = "InvalidCliqueLabel"
 	// ReasonNoneWithheld: no node is withheld.

@@ -39,6 +39,9 @@ type Config struct {
 	// DriverVersion is the node's kernel driver version (from the kubelet plugin); empty when
 	// not known.
 	DriverVersion string
+	// FabricError is why the node serves without a fabric although it has one (its registration
+	// failed, from the kubelet plugin); empty otherwise.
+	FabricError string
 }
 
 // ConfigFromEnv reads the daemon's identity from lookup (os.LookupEnv in production) through the
@@ -54,7 +57,7 @@ func ConfigFromEnv(lookup func(string) (string, bool), cliqueFallback func() (st
 		NodeName: e.NodeName, PodIP: e.PodIP, PodName: e.PodName, PodNamespace: e.PodNamespace, PodUID: e.PodUID,
 		CDUID: e.DomainUID, CDName: e.DomainName, CDNamespace: e.DomainNamespace, CliqueID: e.CliqueID,
 		MaxNodes: e.MaxNodesPerIMEXDomain, LogVerbosity: e.LogVerbosity,
-		ConfigDir: e.IMEXConfigDir, HostsPath: e.HostsFile, DNSNames: true, DriverVersion: e.DriverVersion,
+		ConfigDir: e.IMEXConfigDir, HostsPath: e.HostsFile, DNSNames: true, DriverVersion: e.DriverVersion, FabricError: e.FabricError,
 	}
 	switch {
 	case e.CliqueIDSet:

@@ -47,6 +47,13 @@ func Serve(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	log.Info("Labelled pod with its clique", "pod", cfg.PodNamespace+"/"+cfg.PodName, "cliqueID", cfg.CliqueID)
+	if cfg.CliqueID == "" && cfg.FabricError != "" {
+		// The node has a fabric whose registration failed: it serves as one without, which
+		// the domain's NodesBlocked condition says (CrashOnNVLinkFabricErrors off).
+		msg := "the node's NVLink fabric registration failed, so it serves as a node without NVLink fabric (no IMEX): " + cfg.FabricError
+		log.Info("NVLink fabric registration failed: serving as a node without fabric", "fabricError", cfg.FabricError)
+		reportBlocked(ctx, deps.Client, cfg, cdv1beta1.IMEXBlockedFabricError, msg, log)
+	}
 	if cfg.CliqueID == "" {
 		log.Info("No NVLink fabric on this node: nothing to run; idling")
 		<-ctx.Done()

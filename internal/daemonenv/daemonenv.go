@@ -33,6 +33,9 @@ const (
 	// DriverVersion is the node's loaded NVIDIA kernel driver version, as the kubelet plugin
 	// read it: IMEX of drivers before imex.HostnamesMinDriverVersion takes addresses only.
 	DriverVersion = "NVIDIA_KERNEL_DRIVER_VERSION"
+	// FabricError says why a node serves without a fabric although it has GPUs with one: its
+	// NVLink fabric registration failed (CrashOnNVLinkFabricErrors off); empty otherwise.
+	FabricError = "NVLINK_FABRIC_ERROR"
 	// IMEXBinary, IMEXCtlBinary and NVMLLibrary are where the host driver's files were mounted
 	// into the daemon container (the daemon's --imex-binary, --imex-ctl-binary and
 	// --nvml-library defaults).
@@ -99,6 +102,8 @@ type Claim struct {
 	NoGPUs bool
 	// DriverVersion is the node's kernel driver version; left out when empty (not known).
 	DriverVersion string
+	// FabricError is the failed fabric registration's error, left out when empty.
+	FabricError string
 }
 
 // Environ returns the entries as NAME=value, as CDI container edits carry them.
@@ -113,7 +118,7 @@ func (c Claim) Environ() []string {
 	if c.NoGPUs {
 		env = append(env, NvidiaVisibleDevices+"="+VisibleDevicesNone)
 	}
-	for _, v := range []struct{ name, value string }{{IMEXBinary, c.IMEXBinary}, {IMEXCtlBinary, c.IMEXCtlBinary}, {NVMLLibrary, c.NVMLLibrary}, {DriverVersion, c.DriverVersion}} {
+	for _, v := range []struct{ name, value string }{{IMEXBinary, c.IMEXBinary}, {IMEXCtlBinary, c.IMEXCtlBinary}, {NVMLLibrary, c.NVMLLibrary}, {DriverVersion, c.DriverVersion}, {FabricError, c.FabricError}} {
 		if v.value != "" {
 			env = append(env, v.name+"="+v.value)
 		}
@@ -137,6 +142,8 @@ type Env struct {
 	IMEXConfigDir, HostsFile string
 	// DriverVersion is the node's kernel driver version; empty when not known.
 	DriverVersion string
+	// FabricError is why the node serves without a fabric; empty when it does not.
+	FabricError string
 }
 
 // required are the variables a daemon cannot run without, each with what it carries.
@@ -166,6 +173,7 @@ func Read(lookup func(string) (string, bool)) (Env, error) {
 		MaxNodesPerIMEXDomain: cdv1beta1.DefaultMaxNodesPerIMEXDomain,
 		FeatureGates:          get(FeatureGates),
 		DriverVersion:         get(DriverVersion),
+		FabricError:           get(FabricError),
 		IMEXConfigDir:         cdv1beta1.DaemonIMEXConfigDir,
 		HostsFile:             cdv1beta1.DaemonHostsFile,
 	}

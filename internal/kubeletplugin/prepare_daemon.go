@@ -87,6 +87,10 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	if data, err := d.opts.ReadHostFile(DriverVersionFile); err == nil {
 		env.DriverVersion, _ = KernelDriverVersion(data)
 	}
+	// A node serving without a fabric because its registration failed: the daemon reports it.
+	if block, blockErr := d.clique.blocked(); block == blockFabricFailed && blockErr != nil {
+		env.FabricError = truncateRunes(blockErr.Error(), 256)
+	}
 	driverMounts := d.driverRoot().edits(drv, &env)
 	var mgmtDev *cdispec.DeviceNode
 	if cliqueID != "" {
@@ -103,4 +107,13 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	withCDI := map[string]bool{device: true}
 	klog.FromContext(ctx).V(1).Info("Prepared daemon claim", "computeDomain", klog.KObj(cd), "cliqueID", cliqueID)
 	return preparedDevices(claim.UID, plan, withCDI), name, nil
+}
+
+// truncateRunes keeps at most n runes of s.
+func truncateRunes(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n])
 }

@@ -86,8 +86,9 @@ func blockedCondition(blocked []Blocked, generation int64) metav1.Condition {
 		return c
 	}
 	reason := cdv1beta1.ReasonIMEXBlocked
-	if !slices.ContainsFunc(blocked, func(b Blocked) bool { return b.Reason != cdv1beta1.IMEXBlockedHostIMEXInUse }) {
-		reason = cdv1beta1.ReasonHostIMEXInUse
+	if first := blocked[0].Reason; (first == cdv1beta1.IMEXBlockedHostIMEXInUse || first == cdv1beta1.IMEXBlockedFabricError) &&
+		!slices.ContainsFunc(blocked, func(b Blocked) bool { return b.Reason != first }) {
+		reason = first
 	}
 	items := make([]string, len(blocked))
 	for i, b := range blocked {
@@ -95,6 +96,10 @@ func blockedCondition(blocked []Blocked, generation int64) metav1.Condition {
 	}
 	c.Status, c.Reason = metav1.ConditionTrue, reason
 	c.Message = fmt.Sprintf("IMEX cannot run on %d nodes; their daemons do not retry: %s", len(blocked), names(items))
+	if reason == cdv1beta1.ReasonFabricError {
+		c.Message += "; their NVLink fabric registration failed, so they serve as nodes without NVLink fabric (CrashOnNVLinkFabricErrors is off): " +
+			"see the FabricFailed events of their kubelet plugins"
+	}
 	if reason == cdv1beta1.ReasonHostIMEXInUse {
 		c.Message += "; a host nvidia-imex service holds each node's IMEX session (NV_ERR_IN_USE): stop and disable it " +
 			"(systemctl disable --now nvidia-imex), then delete the node's daemon pod, or run the plane with imex.mode=hostManaged"

@@ -474,6 +474,11 @@ func TestBlockedCondition(t *testing.T) {
 		!strings.Contains(c.Message, "n3 (SomethingNew)") {
 		t.Errorf("with an unknown reason: %+v", c)
 	}
+	st = Aggregate(Result{Blocked: []Blocked{{Node: "n4", Reason: cdv1beta1.IMEXBlockedFabricError}}}, 0, 3, st.Conditions)
+	if c := findCondition(st.Conditions, cdv1beta1.ConditionNodesBlocked); c.Status != metav1.ConditionTrue || c.Reason != cdv1beta1.ReasonFabricError ||
+		!strings.Contains(c.Message, "n4 (FabricError)") || !strings.Contains(c.Message, "serve as nodes without NVLink fabric") {
+		t.Errorf("a failed fabric: %+v", c)
+	}
 	st = Aggregate(Result{}, 0, 3, st.Conditions)
 	if c := findCondition(st.Conditions, cdv1beta1.ConditionNodesBlocked); c.Status != metav1.ConditionFalse || c.Reason != cdv1beta1.ReasonNoneBlocked {
 		t.Errorf("once none is blocked: %+v", c)

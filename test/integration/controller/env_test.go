@@ -171,9 +171,11 @@ type node struct {
 	pod    *corev1.Pod
 	ip     string
 	dir    string
-	imex   imex.Interface
-	cancel context.CancelFunc
-	done   chan error
+	// fabricError is what the kubelet plugin would tell the daemon of a failed fabric.
+	fabricError string
+	imex        imex.Interface
+	cancel      context.CancelFunc
+	done        chan error
 	// writes records every request the daemon's own client sends that is not a read.
 	writes *writeLog
 	// starts holds back IMEX's (re)starts while set.
@@ -318,12 +320,20 @@ func (e *env) startDaemon(cd *cdv1beta1.ComputeDomain, nodeName, clique string) 
 // tryStartDaemon is startDaemon for other goroutines than the test's: it returns its error
 // instead of failing the test (t.Fatal must not be called from another goroutine).
 func (e *env) tryStartDaemon(cd *cdv1beta1.ComputeDomain, nodeName, clique string) (*node, error) {
+	return e.tryStartDaemonWith(cd, nodeName, clique, nil)
+}
+
+// tryStartDaemonWith is tryStartDaemon with edit applied to the node before its daemon starts.
+func (e *env) tryStartDaemonWith(cd *cdv1beta1.ComputeDomain, nodeName, clique string, edit func(*node)) (*node, error) {
 	dir, err := os.MkdirTemp("", "daemon")
 	if err != nil {
 		return nil, err
 	}
 	e.t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	n := &node{e: e, name: nodeName, cd: cd, clique: clique, ip: loopbackIP(), dir: dir}
+	if edit != nil {
+		edit(n)
+	}
 	if err := n.createPod(); err != nil {
 		return nil, fmt.Errorf("daemon pod on %s: %w", nodeName, err)
 	}
@@ -362,11 +372,13 @@ func (n *node) createPod() error {
 }
 
 func (n *node) config() daemon.Config {
-	return daemon.Config{
+	c := daemon.Config{
 		NodeName: n.name, PodIP: n.ip, PodName: n.pod.Name, PodNamespace: n.pod.Namespace, PodUID: string(n.pod.UID),
 		CliqueID: n.clique, CDUID: string(n.cd.UID), CDName: n.cd.Name, CDNamespace: n.cd.Namespace,
 		MaxNodes: 18, DNSNames: true, ConfigDir: n.dir, HostsPath: filepath.Join(n.dir, "hosts"),
+		FabricError: n.fabricError,
 	}
+	return c
 }
 
 // start runs the daemon with a client of its own, whose writes are recorded (n.writes) and

@@ -105,6 +105,36 @@ func TestHostIMEXHoldsTheNodesSession(t *testing.T) {
 	}
 }
 
+// TestFailedFabricIsReported: a node whose NVLink fabric registration failed (the kubelet plugin
+// serves it as one without a fabric and tells its daemon why) joins the domain as a fabric-less
+// node, Ready, and the domain's NodesBlocked condition names it with reason FabricError.
+func TestFailedFabricIsReported(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	cd := e.createCD("fabricerror", 2)
+	broken, fine := e.addNode(cd, "fe1"), e.addNode(cd, "fe2")
+	n, err := e.tryStartDaemonWith(cd, broken, "", func(n *node) {
+		n.fabricError = "NVLink fabric registration failed: state COMPLETED, status ERROR_UNKNOWN"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.startDaemon(cd, fine, testClique)
+	e.waitStatus(cd, cdv1beta1.StatusReady, 30*time.Second)
+	e.eventually(30*time.Second, "NodesBlocked names the node with the failed fabric", func() (bool, error) {
+		c := meta.FindStatusCondition(e.getCD(cd).Status.Conditions, cdv1beta1.ConditionNodesBlocked)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == cdv1beta1.ReasonFabricError &&
+			strings.Contains(c.Message, broken) && !strings.Contains(c.Message, fine), nil
+	})
+	pod := &corev1.Pod{}
+	if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(n.pod), pod); err != nil {
+		t.Fatal(err)
+	}
+	if got := pod.Labels[cdv1beta1.IMEXBlockedLabel]; got != cdv1beta1.IMEXBlockedFabricError {
+		t.Errorf("pod label %s=%q, want %q", cdv1beta1.IMEXBlockedLabel, got, cdv1beta1.IMEXBlockedFabricError)
+	}
+}
+
 // TestNoIMEXNameReachesDNS: a domain of three nodes in a clique of 18 slots, each daemon's
 // simulated IMEX resolving through a cluster pod's resolv.conf. Every name of the node list
 // resolves from the hosts file (members to their addresses, the 15 empty slots to their

@@ -20,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -301,6 +302,10 @@ func scan(t *testing.T, opts metav1.ListOptions, keep func(gvr schema.GroupVersi
 			}
 			gvr := gv.WithResource(r.Name)
 			items, err := meta.Resource(gvr).List(context.Background(), opts)
+			if apierrors.IsNotFound(err) {
+				// Discovery still listed a resource whose CRD was just deleted: none left.
+				continue
+			}
 			if err != nil {
 				t.Fatalf("listing %s: %v", gvr, err)
 			}

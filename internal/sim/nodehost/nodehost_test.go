@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -423,23 +424,55 @@ func TestHostIMEXRestartsAfterFailing(t *testing.T) {
 		}
 	}
 	must(os.WriteFile(nodes, []byte(holderAddr+"\n"), 0o644))
-	must(os.WriteFile(cfg, []byte("DAEMONIZE=0\nBIND_INTERFACE_IP="+holderAddr+"\nSERVER_PORT=50000\nIMEX_NODE_CONFIG_FILE="+nodes+"\nIMEX_CMD_ENABLED=0\n"), 0o644))
+	must(os.WriteFile(cfg, []byte("DAEMONIZE=0\nBIND_INTERFACE_IP="+holderAddr+"\nSERVER_PORT=50000\nIMEX_NODE_CONFIG_FILE="+nodes+
+		"\nIMEX_CMD_ENABLED=1\nIMEX_CMD_BIND_INTERFACE_IP="+holderAddr+"\nIMEX_CMD_PORT=50005\n"), 0o644))
 	holder := imexsim.New(imex.Options{ConfigPath: cfg, HostsPath: filepath.Join(holderDir, "hosts"),
 		Env: []string{imexsim.NodeDirEnv + "=" + nodeDir}, Log: testLogger(t).WithName("holder")})
 	holderEnded, err := holder.Start(context.Background())
 	must(err)
-	// The holder takes the session at the end of its start-up phase.
-	time.Sleep(2 * imexsim.DefaultStartupPhase)
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting: %s", what)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// The holder takes the session at the end of its start-up phase, then answers READY.
+	poll("the holder READY, holding the session", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return imexsim.Ready(ctx, cfg) == nil
+	})
 
-	startHostIMEX(t, nodeDir, netip.MustParseAddr("127.0.0.62"))
+	var mu sync.Mutex
+	failures := 0
+	logger := funcr.New(func(prefix, args string) {
+		t.Log(prefix, args)
+		if strings.Contains(args, "Host IMEX failed; the service starts it again") {
+			mu.Lock()
+			failures++
+			mu.Unlock()
+		}
+	}, funcr.Options{Verbosity: 1})
+	stop, err := StartHostIMEX(nodeDir, netip.MustParseAddr("127.0.0.62"), nil, logger)
+	must(err)
+	t.Cleanup(func() { _ = stop(context.Background()) })
 	socket := filepath.Join(nodeDir, HostIMEXSocketPath)
 	ready := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		return imexsim.ReadyUnix(ctx, socket)
 	}
-	// Not READY while the holder runs: its runs fail and are started again.
-	time.Sleep(HostIMEXRestartDelay + 2*imexsim.DefaultStartupPhase)
+	// Not READY while the holder runs: its runs fail (twice, seen in its log) and are started
+	// again.
+	poll("two failed runs of the host IMEX", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return failures >= 2
+	})
 	if err := ready(); err == nil {
 		t.Fatal("the host IMEX is READY while another IMEX holds the node's session")
 	}
@@ -447,11 +480,5 @@ func TestHostIMEXRestartsAfterFailing(t *testing.T) {
 	if err := <-holderEnded; err != nil {
 		t.Fatalf("the holder ended with %v, want a clean stop", err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for ready() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the host IMEX did not become READY after the other IMEX stopped")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll("the host IMEX READY after the other IMEX stopped", func() bool { return ready() == nil })
 }

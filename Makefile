@@ -61,10 +61,20 @@ test: verify lint ## Generated code and lint, then unit, integration and end-to-
 	echo ">> control-plane binaries: $$dir"; \
 	CDPLANE_K8S_BINS="$$dir" $(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v /test/e2e)
 	$(MAKE) --no-print-directory test-e2e
+	$(MAKE) --no-print-directory test-e2e-oldest
 
 .PHONY: test-e2e
 test-e2e: ## End-to-end scenarios on one simulated cluster (cdplane sim), no race detector
 	CDPLANE_E2E=1 $(GO) test -count=1 -timeout 40m -v ./test/e2e/...
+
+# The oldest supported Kubernetes release (hack/tools/k8s-v1.34), where no MutatingAdmissionPolicy
+# v1 is served: channel injection, leader failover and two planes side by side.
+E2E_OLDEST_KUBERNETES ?= v1.34
+E2E_OLDEST_SCENARIOS ?= ^(TestChannelInjection|TestFailoverDuringTwoRackJob|TestTwoPlanesSideBySide)$$
+
+.PHONY: test-e2e-oldest
+test-e2e-oldest: ## The main end-to-end scenarios on the oldest supported Kubernetes (builds its control plane on first run)
+	CDPLANE_E2E=1 CDPLANE_E2E_KUBERNETES_VERSION=$(E2E_OLDEST_KUBERNETES) $(GO) test -count=1 -timeout 40m -v -run '$(E2E_OLDEST_SCENARIOS)' ./test/e2e/...
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane)

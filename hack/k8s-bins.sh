@@ -3,16 +3,48 @@
 # from their Go modules into a cache directory outside the repository, keyed by version.
 # Does nothing when the binaries are already there. The last line printed is the directory.
 #
+# Usage: hack/k8s-bins.sh [KUBERNETES_VERSION]
+#   KUBERNETES_VERSION  the Kubernetes release to build, as v1.MINOR or v1.MINOR.PATCH (default:
+#                       the newest supported, hack/tools/k8s). Each supported minor has its own
+#                       tool module (hack/tools/k8s-v1.MINOR) that pins the patch release and the
+#                       etcd version that release pins; a patch release other than the pinned one
+#                       is refused, naming the one that is built.
+#
 # Environment:
+#   CDPLANE_K8S_VERSION  used when no argument is given
 #   CDPLANE_CACHE_DIR  root of the cache (default: ${XDG_CACHE_HOME:-$HOME/.cache}/cdplane)
 #   K8S_BINS_JOBS      parallel compile jobs (default: number of CPUs)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+want="${1:-${CDPLANE_K8S_VERSION:-}}"
 tools="${here}/tools/k8s"
+if [[ -n "${want}" ]]; then
+  if [[ ! "${want}" =~ ^v?1\.([0-9]+)(\.[0-9]+)?$ ]]; then
+    echo "k8s-bins: Kubernetes version \"${want}\" is not of the form v1.MINOR or v1.MINOR.PATCH" >&2
+    exit 2
+  fi
+  want="v${want#v}"
+  minor_dir="${here}/tools/k8s-v1.${BASH_REMATCH[1]}"
+  default_version="$(cd "${tools}" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+  if [[ -d "${minor_dir}" ]]; then
+    tools="${minor_dir}"
+  elif [[ "${default_version}" != "v1.${BASH_REMATCH[1]}."* ]]; then
+    supported="${default_version}"
+    for d in "${here}"/tools/k8s-v1.*; do
+      [[ -d "${d}" ]] && supported+=", $(cd "${d}" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+    done
+    echo "k8s-bins: Kubernetes ${want} is outside the supported range; supported: ${supported}" >&2
+    exit 2
+  fi
+fi
 
 k8s_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' <(cd "${tools}" && go list -m -f '{{.Path}} {{.Version}}' k8s.io/kubernetes))"
 etcd_version="$(cd "${tools}" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)"
+if [[ -n "${want}" && "${want}" =~ ^v1\.[0-9]+\.[0-9]+$ && "${want}" != "${k8s_version}" ]]; then
+  echo "k8s-bins: Kubernetes ${want} is not the pinned patch release of its minor; use ${k8s_version}" >&2
+  exit 2
+fi
 go_version="$(go env GOVERSION)"
 # The key covers the versions and the exact dependency set, so a change to the tools module
 # never reuses stale binaries.

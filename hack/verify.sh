@@ -25,7 +25,7 @@ if [[ -n "${unformatted}" ]]; then
   failed=1
 fi
 
-for mod in . hack/tools/k8s hack/tools/lint hack/tools/kubectl; do
+for mod in . hack/tools/k8s hack/tools/k8s-v1.34 hack/tools/lint hack/tools/kubectl; do
   (cd "${scratch}/${mod}" && go mod tidy >/dev/null 2>&1)
   if ! diff -u "${root}/${mod}/go.mod" "${scratch}/${mod}/go.mod" || ! diff -q "${root}/${mod}/go.sum" "${scratch}/${mod}/go.sum" >/dev/null; then
     echo "verify: ${mod}/go.mod or go.sum is not tidy; run 'go mod tidy' there" >&2

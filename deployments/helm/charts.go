@@ -19,6 +19,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/loader/archive"
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"helm.sh/helm/v4/pkg/engine"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -66,15 +67,36 @@ type Manifest struct {
 	Object   *unstructured.Unstructured
 }
 
-// Render renders chart name for a release as `helm template` does, values checked against the
-// chart's schema: the objects in template order (templates by path, documents in order).
+// NewestKubernetes is the Kubernetes version Render assumes: the newest supported, which serves
+// every API the charts use. `cdplane install` and `apply` render against the cluster's own
+// version and APIs (Helm's discovery), so what older versions lack is left out there.
+const NewestKubernetes = "v1.37.2"
+
+// Render renders chart name for a release as `helm template` does against NewestKubernetes,
+// values checked against the chart's schema: the objects in template order (templates by path,
+// documents in order).
 func Render(name, release, namespace string, values map[string]any) ([]Manifest, error) {
+	return RenderFor(NewestKubernetes, name, release, namespace, values)
+}
+
+// RenderFor is Render for a given Kubernetes version (vMAJOR.MINOR.PATCH), with Helm's default
+// API versions.
+func RenderFor(kubeVersion, name, release, namespace string, values map[string]any) ([]Manifest, error) {
 	ch, err := Load(name)
 	if err != nil {
 		return nil, err
 	}
+	kv, err := common.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes version %q: %w", kubeVersion, err)
+	}
+	if c := ch.Metadata.KubeVersion; c != "" && !chartutil.IsCompatibleRange(c, kv.String()) {
+		return nil, fmt.Errorf("chart %s supports Kubernetes %s, not %s", name, c, kv.String())
+	}
+	caps := common.DefaultCapabilities.Copy()
+	caps.KubeVersion = *kv
 	vals, err := util.ToRenderValuesWithSchemaValidation(ch, values,
-		common.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true, Revision: 1}, nil, false)
+		common.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true, Revision: 1}, caps, false)
 	if err != nil {
 		return nil, fmt.Errorf("values of chart %s: %w", name, err)
 	}

@@ -3,6 +3,7 @@ package charts
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,42 @@ func TestPackageIsReproducible(t *testing.T) {
 		}
 		if sums[0] != sums[1] {
 			t.Errorf("packaging %s twice gave different archives", name)
+		}
+	}
+}
+
+// Before Kubernetes 1.36 no MutatingAdmissionPolicy v1 is served: the prerequisites leave it
+// out (the plane's controller labels domains instead) and keep every validating policy, and
+// a version below the supported range is refused by name.
+func TestKubernetesVersionRange(t *testing.T) {
+	kinds := func(v string) map[string]int {
+		t.Helper()
+		ms, err := RenderFor(v, Prerequisites, Prerequisites, "kube-system", nil)
+		if err != nil {
+			t.Fatalf("rendering the prerequisites for %s: %v", v, err)
+		}
+		n := map[string]int{}
+		for _, m := range ms {
+			n[m.Object.GetKind()]++
+		}
+		return n
+	}
+	newest, oldest := kinds(NewestKubernetes), kinds("v1.34.4")
+	if newest["MutatingAdmissionPolicy"] != 1 || newest["MutatingAdmissionPolicyBinding"] != 1 {
+		t.Errorf("on %s the prerequisites render %d MutatingAdmissionPolicies and %d bindings, want 1 each", NewestKubernetes, newest["MutatingAdmissionPolicy"], newest["MutatingAdmissionPolicyBinding"])
+	}
+	if oldest["MutatingAdmissionPolicy"]+oldest["MutatingAdmissionPolicyBinding"] != 0 {
+		t.Errorf("on v1.34.4 the prerequisites render a MutatingAdmissionPolicy, which that version does not serve")
+	}
+	for _, k := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "CustomResourceDefinition"} {
+		if oldest[k] == 0 || oldest[k] != newest[k] {
+			t.Errorf("%s: %d on v1.34.4, %d on %s; want the same, non-zero", k, oldest[k], newest[k], NewestKubernetes)
+		}
+	}
+	for _, name := range []string{Prerequisites, Plane} {
+		_, err := RenderFor("v1.33.7", name, "x", "x", map[string]any{})
+		if err == nil || !strings.Contains(err.Error(), "v1.33.7") || !strings.Contains(err.Error(), ">=1.34") {
+			t.Errorf("rendering %s for v1.33.7: got %v, want a refusal naming the version and the supported range", name, err)
 		}
 	}
 }

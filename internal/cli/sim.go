@@ -54,6 +54,7 @@ stopped one is removed first.`,
 	up.Flags().StringVar(&o.Runner, "runner", sim.RunnerAuto, fmt.Sprintf("How the simulated kubelet runs cdplane's pods: %s, %s (one goroutine-based instance per pod, same code), or %s (in-process above %d nodes)", sim.RunnerProcess, sim.RunnerInProcess, sim.RunnerAuto, sim.InProcessAbove))
 	up.Flags().BoolVar(&o.Reuse, "reuse", false, "Use a sim already running from --state-dir instead of refusing")
 	up.Flags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "How long to wait for each step")
+	up.Flags().StringVar(&o.KubernetesVersion, "kubernetes-version", "", "Kubernetes release of the control plane, v1.MINOR or v1.MINOR.PATCH: v1.37 (the default) or v1.34 (the oldest supported); built from source on first use")
 	up.Flags().StringVar(&o.IMEXMode, "imex-mode", "driverManaged", "Who runs IMEX: driverManaged (a daemon per ComputeDomain) or hostManaged (each node with a fabric runs a simulated nvidia-imex host service for its rack; the planes are installed in host-managed mode)")
 
 	var downDir string

@@ -14,6 +14,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/component"
+	"cdplane/internal/controller/domainlabel"
 	"cdplane/internal/features"
 	"cdplane/internal/plane"
 	"cdplane/internal/version"
@@ -81,6 +82,7 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SecretMirror.SourceNamespace, "secret-mirror-source-namespace", o.SecretMirror.SourceNamespace, "Namespace holding the Secrets to mirror (default: the driver namespace)")
 	fs.DurationVar(&o.SecretMirror.ResyncInterval, "secret-mirror-resync-interval", o.SecretMirror.ResyncInterval, "How often every mirrored Secret is checked again, healing copies deleted or changed by others (default 10m)")
 	fs.StringVar(&o.SecretMirrorNamespaceSelector, "secret-mirror-namespace-selector", o.SecretMirrorNamespaceSelector, "Legacy plane only: label selector of the namespaces Secrets are mirrored into (empty: none)")
+	fs.StringVar((*string)(&o.LabelDomains), "label-domains", string(domainlabel.Auto), "Whether a plane with an id labels unlabelled ComputeDomains in its namespaces itself: auto (when the apiserver serves no MutatingAdmissionPolicy v1, before Kubernetes 1.36), true or false")
 	fs.DurationVar(&o.CleanupInterval, "cleanup-interval", o.CleanupInterval, "How often to look for objects of deleted ComputeDomains (default 10m)")
 	logsapi.AddFlags(o.Logging, fs)
 	o.FeatureGates.AddFlag(fs)
@@ -110,6 +112,9 @@ func (o *CommandOptions) Validate() error {
 			return fmt.Errorf("--secret-mirror-namespace-selector: %w", err)
 		}
 		o.SecretMirror.LegacyNamespaceSelector = sel
+	}
+	if _, err := domainlabel.ParseMode(string(o.LabelDomains)); err != nil {
+		return err
 	}
 	o.DaemonFeatureGates = features.DaemonGates(o.FeatureGates)
 	o.Defaults()

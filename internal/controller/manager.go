@@ -30,6 +30,7 @@ import (
 	"cdplane/internal/component"
 	"cdplane/internal/controller/cleanup"
 	"cdplane/internal/controller/computedomain"
+	"cdplane/internal/controller/domainlabel"
 	"cdplane/internal/controller/secretmirror"
 	"cdplane/internal/features"
 	"cdplane/internal/plane"
@@ -65,6 +66,9 @@ type Options struct {
 	SecretMirror secretmirror.Options
 	// DomainSelector restricts the ComputeDomains this manager caches and reconciles.
 	DomainSelector labels.Selector
+	// LabelDomains says when the plane labels unlabelled domains in its namespaces itself
+	// (domainlabel.Auto when empty: where the apiserver serves no MutatingAdmissionPolicy v1).
+	LabelDomains domainlabel.Mode
 }
 
 // Defaults fills unset options.
@@ -81,6 +85,9 @@ func (o *Options) Defaults() {
 	}
 	if o.ProbeAddr == "" {
 		o.ProbeAddr = "0"
+	}
+	if o.LabelDomains == "" {
+		o.LabelDomains = domainlabel.Auto
 	}
 }
 
@@ -177,6 +184,22 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if mirror != nil {
 		if err := mirror.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the Secret mirror: %w", err)
+		}
+	}
+	labelDomains, err := domainlabel.Enabled(cfg, o.LabelDomains, o.ControlPlaneID)
+	if err != nil {
+		return nil, fmt.Errorf("deciding whether to label ComputeDomains (--label-domains=auto): %w", err)
+	}
+	if labelDomains {
+		ctrl.LoggerFrom(ctx).Info("Labelling this plane's unlabelled ComputeDomains (no MutatingAdmissionPolicy v1 served, or --label-domains=true)",
+			"controlPlaneID", o.ControlPlaneID)
+		domains, err := domainlabel.NewCache(cfg, cache.Options{HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+		if err != nil {
+			return nil, fmt.Errorf("creating the unlabelled-domain cache: %w", err)
+		}
+		l := &domainlabel.Labeller{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Domains: domains, ControlPlaneID: o.ControlPlaneID}
+		if err := l.SetupWithManager(mgr, &o.SkipNameValidation); err != nil {
+			return nil, fmt.Errorf("setting up the ComputeDomain labeller: %w", err)
 		}
 	}
 	if err := mgr.Add(&cleanup.Cleaner{

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -320,7 +321,9 @@ func (m *Manager) current(ctx context.Context, obj *unstructured.Unstructured) (
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(obj.GroupVersionKind())
 	err := m.c.Get(ctx, client.ObjectKeyFromObject(obj), cur)
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		// Absent, or of a kind this apiserver does not serve (MutatingAdmissionPolicy v1 before
+		// Kubernetes 1.36, which the chart then does not render): nothing of it exists.
 		return nil, nil
 	}
 	if err != nil {

@@ -16,9 +16,17 @@ const (
 	ForeignRefusalsName            = "cdplane_foreign_object_refusals_total"
 	SecretMirrorForeignTargetsName = "cdplane_secretmirror_foreign_targets_total"
 	SecretMirrorWriteConflictsName = "cdplane_secretmirror_write_conflicts_total"
+	DomainsLabelledName            = "cdplane_computedomains_labelled_total"
 )
 
 var (
+	// DomainsLabelled counts ComputeDomains the controller gave its plane's label because no
+	// admission policy did (Kubernetes before 1.36); labels control_plane_id.
+	DomainsLabelled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: DomainsLabelledName,
+		Help: "ComputeDomains the controller labelled for its control plane because no MutatingAdmissionPolicy did.",
+	}, []string{LabelControlPlaneID})
+
 	// ForeignRefusals counts writes a plane refused because a fresh read showed the object is
 	// not its own; labels control_plane_id, kind.
 	ForeignRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -42,5 +50,5 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(ForeignRefusals, SecretMirrorForeignTargets, SecretMirrorWriteConflicts)
+	crmetrics.Registry.MustRegister(ForeignRefusals, SecretMirrorForeignTargets, SecretMirrorWriteConflicts, DomainsLabelled)
 }

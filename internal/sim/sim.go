@@ -91,6 +91,9 @@ type Options struct {
 	// node with a fabric runs a simulated nvidia-imex host service serving its rack, and the
 	// planes are installed in host-managed mode).
 	IMEXMode string
+	// KubernetesVersion is the control plane's release, v1.MINOR[.PATCH], passed to
+	// hack/k8s-bins.sh (empty: the newest supported).
+	KubernetesVersion string
 }
 
 // Runners of cdplane's pods on the simulated nodes.
@@ -250,9 +253,13 @@ func describePlanes(ids []string) string {
 // build runs the project's scripts for the control plane and kubectl (cached), and builds
 // cdplane's binaries into the state directory.
 func build(ctx context.Context, o *Options, st *State) error {
-	o.progress("Building (or finding in the cache) etcd and the Kubernetes control plane")
+	o.progress("Building (or finding in the cache) etcd and the Kubernetes control plane (%s)", cmpOr(o.KubernetesVersion, "the newest supported"))
 	var err error
-	if st.K8sBinDir, err = script(ctx, o, filepath.Join(o.Repo, "hack", "k8s-bins.sh")); err != nil {
+	var k8sArgs []string
+	if o.KubernetesVersion != "" {
+		k8sArgs = append(k8sArgs, o.KubernetesVersion)
+	}
+	if st.K8sBinDir, err = script(ctx, o, filepath.Join(o.Repo, "hack", "k8s-bins.sh"), k8sArgs...); err != nil {
 		return err
 	}
 	o.progress("Building (or finding in the cache) kubectl")
@@ -279,8 +286,8 @@ func build(ctx context.Context, o *Options, st *State) error {
 }
 
 // script runs a build script, its progress on Out, and returns the last line it prints.
-func script(ctx context.Context, o *Options, path string) (string, error) {
-	cmd := exec.CommandContext(ctx, path)
+func script(ctx context.Context, o *Options, path string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir, cmd.Stderr = o.Repo, o.Out
 	out, err := cmd.Output()
 	if err != nil {
@@ -567,4 +574,11 @@ func findRepo() (string, error) {
 
 func waitFor(ctx context.Context, o *Options, what string, cond func(context.Context) (bool, string, error)) error {
 	return progress.Wait(ctx, o.Out, o.Timeout, 500*time.Millisecond, what, cond)
+}
+
+func cmpOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
 }

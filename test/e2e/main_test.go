@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,10 @@ const (
 	numChannels = 16
 	// enableEnv turns the scenarios on.
 	enableEnv = "CDPLANE_E2E"
+	// kubernetesVersionEnv picks the simulated cluster's Kubernetes release (hack/k8s-bins.sh's
+	// argument; empty: the newest supported). `make test-e2e-oldest` runs the scenarios that
+	// matter most on the oldest supported release.
+	kubernetesVersionEnv = "CDPLANE_E2E_KUBERNETES_VERSION"
 )
 
 var (
@@ -79,6 +84,7 @@ func run(m *testing.M) int {
 	st, err := sim.Up(context.Background(), sim.Options{
 		Topology: sim.Topology{Nodes: 12, RackSize: 3, GPUsPerNode: 4, Planes: []string{planeA, planeB}},
 		StateDir: stateDir, NumChannels: numChannels, Out: os.Stderr, Timeout: 5 * time.Minute,
+		KubernetesVersion: os.Getenv(kubernetesVersionEnv),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: sim up:", err)
@@ -106,6 +112,16 @@ func run(m *testing.M) int {
 	}
 	if cs, err = kubernetes.NewForConfig(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	sv, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: reading the apiserver's version:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "e2e: kube-apiserver %s\n", sv.GitVersion)
+	if want := os.Getenv(kubernetesVersionEnv); want != "" && !strings.HasPrefix(sv.GitVersion+".", "v"+strings.TrimPrefix(want, "v")+".") {
+		fmt.Fprintf(os.Stderr, "e2e: %s=%s but the apiserver is %s\n", kubernetesVersionEnv, want, sv.GitVersion)
 		return 1
 	}
 	// The IMEX workload's image: pods of image cdplane run the sim's binaries by name, and this

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +24,28 @@ func (r *Reconciler) domainOwnedOnServer(ctx context.Context, cd *cdv1beta1.Comp
 	}
 	if fresh.UID != cd.UID || !plane.Owns(r.opts.ControlPlaneID, fresh.Labels) {
 		refuse(ctx, r.opts.ControlPlaneID, "ComputeDomain", klog.KObj(cd).String())
+		return false, nil
+	}
+	return true, nil
+}
+
+// legacyNamespace is the legacy plane's check before it takes a domain (adds its finalizer): the
+// domain's namespace, read fresh, must not be assigned to a named plane. Where no admission
+// policy stamps the label (Kubernetes before 1.36), a domain created in a named plane's
+// namespace is unlabelled until that plane's controller labels it (internal/controller/
+// domainlabel), and the legacy plane, which selects unlabelled domains, must leave it alone.
+// Named planes need no such check: their label is admitted only when it equals the namespace's.
+func (r *Reconciler) legacyNamespace(ctx context.Context, cd *cdv1beta1.ComputeDomain) (bool, error) {
+	if r.opts.ControlPlaneID != "" {
+		return true, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := r.reader.Get(ctx, client.ObjectKey{Name: cd.Namespace}, ns); err != nil {
+		return false, client.IgnoreNotFound(fmt.Errorf("reading namespace %s: %w", cd.Namespace, err))
+	}
+	if id, ok := ns.Labels[cdv1beta1.ControlPlaneLabel]; ok {
+		ctrl.LoggerFrom(ctx).V(1).Info("Leaving an unlabelled ComputeDomain to the control plane its namespace is assigned to",
+			"computeDomain", klog.KObj(cd), "controlPlaneID", id)
 		return false, nil
 	}
 	return true, nil

@@ -135,6 +135,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
 			return ctrl.Result{}, err
 		}
+		if ok, err := r.legacyNamespace(ctx, cd); !ok || err != nil {
+			return ctrl.Result{}, err
+		}
 		orig := cd.DeepCopy()
 		controllerutil.AddFinalizer(cd, cdv1beta1.Finalizer)
 		if err := r.client.Patch(ctx, cd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {

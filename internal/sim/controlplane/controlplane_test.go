@@ -81,10 +81,10 @@ func TestEtcdFlags(t *testing.T) {
 	args := etcdFlags(Options{Dir: "/d"}, s).args()
 	want := map[string][]string{
 		"listen-client-urls":          {"unix:///d/etcd-sockets/client.sock"},
-		"advertise-client-urls":       {"unix:///d/etcd-sockets/client.sock"},
-		"listen-peer-urls":            {"unix://peer.sock"},
-		"initial-advertise-peer-urls": {"unix://peer.sock"},
-		"initial-cluster":             {"default=unix://peer.sock"},
+		"advertise-client-urls":       {"unix://client.sock:0"},
+		"listen-peer-urls":            {"unix://peer.sock:0"},
+		"initial-advertise-peer-urls": {"unix://peer.sock:0"},
+		"initial-cluster":             {"default=unix://peer.sock:0"},
 		"listen-metrics-urls":         nil,
 		"data-dir":                    {"/d/etcd"},
 	}

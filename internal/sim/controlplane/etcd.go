@@ -50,8 +50,10 @@ func (s sockets) clientPath() string { return filepath.Join(s.dir, "client.sock"
 func (s sockets) clientURL() string { return "unix://" + s.clientPath() }
 
 // peerURL is etcd's peer URL. etcd takes a peer socket's path from the URL's host alone,
-// relative to its working directory, which is therefore s.dir.
-func (s sockets) peerURL() string { return "unix://peer.sock" }
+// relative to its working directory, which is therefore s.dir. etcd 3.6 (the one Kubernetes
+// 1.34 pins) checks that an advertised peer URL's host is host:port, so the socket's name
+// carries a port: the file is "peer.sock:0".
+func (s sockets) peerURL() string { return "unix://peer.sock:0" }
 
 // httpClient reaches etcd's HTTP endpoints (/health) through the client socket, whatever the
 // URL's host.
@@ -68,7 +70,10 @@ func etcdFlags(o Options, s sockets) flags {
 	f := flags{}
 	f.set("data-dir", filepath.Join(o.Dir, "etcd"))
 	f.set("listen-client-urls", s.clientURL())
-	f.set("advertise-client-urls", s.clientURL())
+	// The advertised client URL is only published in the member list (the apiserver dials
+	// --etcd-servers, the absolute listen URL). etcd 3.6 requires host:port in it, so it names
+	// the socket relative to etcd's working directory, s.dir, with a port, as the peer URL does.
+	f.set("advertise-client-urls", "unix://client.sock:0")
 	f.set("listen-peer-urls", s.peerURL())
 	f.set("initial-advertise-peer-urls", s.peerURL())
 	f.set("initial-cluster", "default="+s.peerURL())

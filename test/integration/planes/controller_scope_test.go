@@ -71,6 +71,10 @@ func TestControllerWritesOnlyItsOwnDomainsAndNamespaces(t *testing.T) {
 		"plane: its own domain":          {c: planeCtl, cd: ownCD, body: touch, ok: true},
 		"legacy: a named plane's domain": {c: legacyCtl, cd: ownCD, body: touch},
 		"legacy: its own domain":         {c: legacyCtl, cd: freeCD, body: touch, ok: true},
+		// The one label change a plane's controller may make (where no mutating policy runs) is
+		// absent -> its own id in a namespace assigned to it; never on another's domain.
+		"plane: labelling the legacy plane's domain for itself": {c: planeCtl, cd: freeCD, body: labelBody(id)},
+		"plane: relabelling another plane's domain for itself":  {c: planeCtl, cd: foreignCD, body: labelBody(id)},
 	} {
 		err := patch(tc.c, tc.cd, tc.body, client.DryRunAll)
 		switch {
@@ -127,4 +131,9 @@ func TestControllerWritesOnlyItsOwnDomainsAndNamespaces(t *testing.T) {
 	if err := testCluster.Client.Get(ctx, client.ObjectKeyFromObject(cd), &cdv1beta1.ComputeDomain{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the stranded domain after its finalizer went: %v, want NotFound", err)
 	}
+}
+
+// labelBody is a merge patch setting a ComputeDomain's plane label.
+func labelBody(id string) string {
+	return `{"metadata":{"labels":{"` + cdv1beta1.ControlPlaneLabel + `":"` + id + `"}}}`
 }

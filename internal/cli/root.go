@@ -36,6 +36,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(newAssignCommand(), newUnassignCommand())
 	root.AddCommand(newInstallCommand(), newApplyCommand(), newDestroyCommand())
 	root.AddCommand(newSimCommand())
+	root.AddCommand(newStatusCommand())
 	strictArgs(root)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -133,3 +133,21 @@ func Exit(name string, err error) {
 	}
 	os.Exit(0)
 }
+
+// FlagAdder is anything that registers flags: a component's options.
+type FlagAdder interface {
+	AddFlags(fs *pflag.FlagSet)
+}
+
+// EffectiveFlags returns every flag of o with the value it has now, name to value: o's flags
+// registered on a fresh flag set take o's current values as their defaults, so this reads the
+// configuration a component runs with, whether it came from arguments, the environment or a
+// default. Components log it at verbosity 0 when they start (docs/operations.md, "Logs").
+func EffectiveFlags(o FlagAdder) map[string]string {
+	fs := pflag.NewFlagSet("effective", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.AddFlags(fs)
+	out := map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) { out[f.Name] = f.Value.String() })
+	return out
+}

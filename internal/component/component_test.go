@@ -60,3 +60,31 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+type effOpts struct {
+	Name  string
+	Count int
+}
+
+func (o *effOpts) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Name, "name", o.Name, "a name")
+	fs.IntVar(&o.Count, "count", o.Count, "a count")
+}
+
+// EffectiveFlags reads the values options hold now (from arguments, environment or defaults)
+// and leaves them as they are.
+func TestEffectiveFlags(t *testing.T) {
+	o := &effOpts{Name: "default", Count: 1}
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--count=7"}); err != nil {
+		t.Fatal(err)
+	}
+	got := EffectiveFlags(o)
+	if len(got) != 2 || got["name"] != "default" || got["count"] != "7" {
+		t.Errorf("EffectiveFlags = %v, want name=default count=7", got)
+	}
+	if o.Name != "default" || o.Count != 7 {
+		t.Errorf("options changed by EffectiveFlags: %+v", *o)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/component-base/logs"
@@ -48,6 +49,7 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 	o.DaemonBinary = "cdplane-daemon"
 	o.DaemonServiceAccount = "cdplane-daemon"
 	o.DaemonLogVerbosity = 1
+	o.DaemonUpdateStrategy = appsv1.OnDeleteDaemonSetStrategyType
 	o.MaxNodesPerIMEXDomain = cdv1beta1.DefaultMaxNodesPerIMEXDomain
 	o.Workers = 8
 	o.MetricsAddr, o.ProbeAddr = ":8080", ":8081"
@@ -64,6 +66,7 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DaemonServiceAccount, "daemon-service-account", o.DaemonServiceAccount, "Service account of the daemon pods")
 	fs.StringVar(&o.DaemonPriorityClass, "daemon-priority-class", o.DaemonPriorityClass, "Priority class of the daemon pods")
 	fs.IntVar(&o.DaemonLogVerbosity, "daemon-log-verbosity", o.DaemonLogVerbosity, "Log verbosity of the daemons")
+	fs.StringVar((*string)(&o.DaemonUpdateStrategy), "daemon-update-strategy", string(o.DaemonUpdateStrategy), "How a changed daemon template (new image, arguments, feature gates) reaches the daemons of live ComputeDomains: OnDelete (a daemon is replaced only when its pod goes: its node's workload ends, a drain, a pod deletion) or RollingUpdate (the daemons of each domain are replaced one node at a time, restarting IMEX under running jobs)")
 	fs.StringVar((*string)(&o.IMEXMode), "imex-mode", string(o.IMEXMode), "Who runs IMEX on the plane's nodes: driverManaged (a daemon DaemonSet per ComputeDomain; the default) or hostManaged (the administrator's nvidia-imex host service; needs the HostManagedIMEXDaemon gate)")
 	fs.StringVar(&o.TakeOverFrom, "take-over-from", o.TakeOverFrom, "Driver namespace of NVIDIA's DRA driver, whose ComputeDomains this plane takes over: what its controller and daemons created for a domain is removed when the domain is first reconciled (see docs/migrating.md); empty: none")
 	fs.IntVar(&o.MaxNodesPerIMEXDomain, "max-nodes-per-imex-domain", o.MaxNodesPerIMEXDomain, "Most nodes in one clique: IMEX indexes are 0..N-1")
@@ -144,11 +147,12 @@ func Main(ctx context.Context, inv component.Invocation, o *CommandOptions) erro
 	if err != nil {
 		return err
 	}
+	// Version and the full effective configuration at verbosity 0, before anything can fail.
+	klog.Background().Info("Starting cdplane-controller", "version", version.Version, "controlPlaneID", o.ControlPlaneID,
+		"namespace", o.DriverNamespace, "flags", component.EffectiveFlags(o))
 	mgr, err := NewManager(ctx, cfg, o.Options)
 	if err != nil {
 		return err
 	}
-	klog.Background().Info("Starting cdplane-controller", "version", version.Version, "namespace", o.DriverNamespace,
-		"maxNodesPerIMEXDomain", o.MaxNodesPerIMEXDomain, "imexMode", o.IMEXMode, "takeOverFrom", o.TakeOverFrom)
 	return mgr.Start(ctx)
 }

@@ -161,7 +161,8 @@ func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) 
 	log = log.WithValues("node", cfg.NodeName, "computeDomain", cfg.CDNamespace+"/"+cfg.CDName)
 	if inv.OwnsProcess {
 		ctrl.SetLogger(log)
-		log.Info("Starting cdplane-daemon", "version", version.Version, "command", o.Command, "cliqueID", cfg.CliqueID)
+		log.Info("Starting cdplane-daemon", "version", version.Version, "command", o.Command, "cliqueID", cfg.CliqueID,
+			"flags", component.EffectiveFlags(o), "logVerbosity", cfg.LogVerbosity, "driverVersion", cfg.DriverVersion, "dnsNames", cfg.DNSNames)
 	}
 	if namesNote != "" && o.Command == CommandRun {
 		log.Info("IMEX naming: "+namesNote, "driverVersion", cfg.DriverVersion)

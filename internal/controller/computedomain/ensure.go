@@ -18,8 +18,9 @@ import (
 )
 
 // ensureResources creates the domain's workload and daemon ResourceClaimTemplates and its
-// DaemonSet when they are missing. It never changes an object it did not create: a clash is
-// reported in the returned ResourcesCreated condition. It returns the DaemonSet when it exists.
+// DaemonSet when they are missing, and brings those it created back to what this version
+// renders (drift.go). It never changes an object it did not create: a clash is reported in the
+// returned ResourcesCreated condition. It returns the DaemonSet when it exists.
 func (r *Reconciler) ensureResources(ctx context.Context, cd *cdv1beta1.ComputeDomain) (metav1.Condition, *appsv1.DaemonSet, error) {
 	cond := metav1.Condition{
 		Type: cdv1beta1.ConditionResourcesCreated, Status: metav1.ConditionTrue, Reason: cdv1beta1.ReasonCreated,
@@ -67,9 +68,12 @@ func (r *Reconciler) ensureResources(ctx context.Context, cd *cdv1beta1.ComputeD
 }
 
 // ensure creates desired when no object of its name exists, and otherwise reads the existing one
-// into current. It returns a message when the existing object was not created for this domain.
+// into current and, when it was created for this domain, brings it back to desired (converge:
+// after an upgrade of cdplane, or a hand edit). It returns a message when the existing object
+// was not created for this domain; such an object is never written.
 func (r *Reconciler) ensure(ctx context.Context, cd *cdv1beta1.ComputeDomain, desired, current client.Object) (string, error) {
 	kind := current.GetObjectKind().GroupVersionKind().Kind
+	stampDesiredHash(desired)
 	key := client.ObjectKeyFromObject(desired)
 	err := r.client.Get(ctx, key, current)
 	if apierrors.IsNotFound(err) {
@@ -90,7 +94,7 @@ func (r *Reconciler) ensure(ctx context.Context, cd *cdv1beta1.ComputeDomain, de
 	if !r.createdFor(current.GetLabels(), string(cd.UID)) {
 		return fmt.Sprintf("%s %s exists and was not created for this ComputeDomain; it is left untouched (delete or rename it)", kind, key), nil
 	}
-	return "", nil
+	return "", r.converge(ctx, cd, desired, current)
 }
 
 func copyInto(src, dst client.Object) {

@@ -62,6 +62,10 @@ type Options struct {
 	// removed when cdplane first reconciles the domain, so that cdplane's own take their place.
 	// Empty: nothing is taken over.
 	TakeOverFrom string
+	// DaemonUpdateStrategy is the update strategy of the daemon DaemonSets (OnDelete, the
+	// default, or RollingUpdate): how a changed daemon template (a new image, arguments, feature
+	// gates) reaches the daemons of live domains. See daemonUpdateStrategy.
+	DaemonUpdateStrategy appsv1.DaemonSetUpdateStrategyType
 }
 
 // Defaults fills unset options.
@@ -84,6 +88,9 @@ func (o *Options) Defaults() {
 	if o.IMEXMode == "" {
 		o.IMEXMode = features.IMEXDriverManaged
 	}
+	if o.DaemonUpdateStrategy == "" {
+		o.DaemonUpdateStrategy = appsv1.OnDeleteDaemonSetStrategyType
+	}
 }
 
 // Validate returns an error naming the first invalid option.
@@ -95,6 +102,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-nodes-per-imex-domain must be between 1 and %d, got %d", cdv1beta1.MaxDaemonsPerClique, o.MaxNodesPerIMEXDomain)
 	case o.TakeOverFrom != "" && o.TakeOverFrom == o.DriverNamespace:
 		return fmt.Errorf("--take-over-from %s is this plane's own driver namespace: name the namespace NVIDIA's driver ran in", o.TakeOverFrom)
+	case o.DaemonUpdateStrategy != appsv1.OnDeleteDaemonSetStrategyType && o.DaemonUpdateStrategy != appsv1.RollingUpdateDaemonSetStrategyType:
+		return fmt.Errorf("--daemon-update-strategy must be %s or %s, got %q", appsv1.OnDeleteDaemonSetStrategyType, appsv1.RollingUpdateDaemonSetStrategyType, o.DaemonUpdateStrategy)
 	}
 	_, err := features.ParseIMEXMode(string(o.IMEXMode), o.Gates)
 	return err

@@ -9,6 +9,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -119,7 +120,8 @@ func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 	return &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: cdv1beta1.DaemonSetName(uid), Namespace: r.opts.DriverNamespace, Labels: labels},
 		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			Selector:       &metav1.LabelSelector{MatchLabels: selector},
+			UpdateStrategy: r.daemonUpdateStrategy(),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
@@ -154,6 +156,30 @@ func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 			},
 		},
 	}
+}
+
+// daemonUpdateStrategy is how a changed daemon template reaches the running daemons of a live
+// domain. Replacing a daemon pod stops IMEX on its node, under whatever job runs there.
+//
+//   - OnDelete (the default): the template is updated, and a running daemon is replaced only when
+//     its pod goes — its node's workload ends (the node loses the domain label), a drain, a
+//     `kubectl delete pod`, the domain recreated. NVIDIA's controller never changes a live
+//     domain's DaemonSet, so no upgrade of it ever restarts a daemon under a job; OnDelete keeps
+//     that, while every new daemon pod gets the running version's template.
+//   - RollingUpdate: the DaemonSet controller replaces the domain's daemons one node at a time
+//     (maxUnavailable 1), each after the previous one is Ready again. maxSurge is 0: a second
+//     daemon cannot start on a node beside the first, as the node has one IMEX session.
+func (r *Reconciler) daemonUpdateStrategy() appsv1.DaemonSetUpdateStrategy {
+	if r.opts.DaemonUpdateStrategy == appsv1.RollingUpdateDaemonSetStrategyType {
+		return appsv1.DaemonSetUpdateStrategy{
+			Type: appsv1.RollingUpdateDaemonSetStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDaemonSet{
+				MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+				MaxSurge:       ptr.To(intstr.FromInt32(0)),
+			},
+		}
+	}
+	return appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
 }
 
 // CreatedByController reports whether an object carries the labels the controller puts on what

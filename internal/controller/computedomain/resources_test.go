@@ -10,6 +10,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/utils/ptr"
 
@@ -132,6 +133,8 @@ func TestDaemonClaimTemplate(t *testing.T) {
 // daemonWant is what varies in the daemon DaemonSet between the cases.
 type daemonWant struct {
 	planeID, image, binary, serviceAccount, priorityClass, maxNodes, verbosity, gates string
+	// strategy is the update strategy; empty: OnDelete.
+	strategy *appsv1.DaemonSetUpdateStrategy
 }
 
 func (w daemonWant) daemonSet() *appsv1.DaemonSet {
@@ -175,6 +178,10 @@ func (w daemonWant) daemonSet() *appsv1.DaemonSet {
 	}
 	out := ds.Obj()
 	out.Spec.Template.Spec.DNSConfig = &corev1.PodDNSConfig{Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("1")}}}
+	out.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
+	if w.strategy != nil {
+		out.Spec.UpdateStrategy = *w.strategy
+	}
 	return out
 }
 
@@ -200,6 +207,15 @@ func TestDaemonSet(t *testing.T) {
 			want: daemonWant{
 				image: "registry/cdplane:v2", binary: "/bin/cdplane-daemon", serviceAccount: "cdplane-daemon",
 				priorityClass: "system-node-critical", maxNodes: "4", verbosity: "4", gates: "IMEXDaemonsWithDNSNames=true",
+			},
+		},
+		"RollingUpdate: one node of the domain at a time, no surge (one IMEX per node)": {
+			opts: Options{DaemonImage: "cdplane:v1", DaemonUpdateStrategy: appsv1.RollingUpdateDaemonSetStrategyType},
+			want: daemonWant{
+				image: "cdplane:v1", binary: "cdplane-daemon", maxNodes: "18", verbosity: "0",
+				strategy: &appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType, RollingUpdate: &appsv1.RollingUpdateDaemonSet{
+					MaxUnavailable: ptr.To(intstr.FromInt32(1)), MaxSurge: ptr.To(intstr.FromInt32(0)),
+				}},
 			},
 		},
 	}

@@ -135,11 +135,11 @@ func (w *cdiWriter) exists(name string) bool {
 func (w *cdiWriter) write(spec *cdispec.Spec, name string) error {
 	version, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
-		return fmt.Errorf("CDI spec %s: %w", name, err)
+		return failed(FailureCDI, fmt.Errorf("CDI spec %s: %w", name, err))
 	}
 	spec.Version = version
 	if err := w.cache.WriteSpec(spec, name); err != nil {
-		return fmt.Errorf("writing CDI spec %s: %w", name, err)
+		return failed(FailureCDI, fmt.Errorf("writing CDI spec %s: %w", name, err))
 	}
 	return nil
 }
@@ -150,7 +150,7 @@ func (w *cdiWriter) remove(name string) error {
 		return nil
 	}
 	if err := w.cache.RemoveSpec(filepath.Base(name)); err != nil {
-		return fmt.Errorf("removing CDI spec %s: %w", name, err)
+		return failed(FailureCDI, fmt.Errorf("removing CDI spec %s: %w", name, err))
 	}
 	return nil
 }

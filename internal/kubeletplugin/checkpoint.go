@@ -168,7 +168,7 @@ func (s *checkpointStore) update(change func(map[types.UID]ClaimEntry)) error {
 	}
 	change(next.Claims)
 	if err := writeCheckpoint(s.path, next); err != nil {
-		return err
+		return failed(FailureCheckpoint, err)
 	}
 	s.cp = next
 	return nil

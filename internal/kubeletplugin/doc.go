@@ -21,6 +21,11 @@
 // file written atomically (checkpoint.go). On start, claims left PrepareStarted whose
 // ResourceClaim is gone are undone and marked PrepareAborted before the plugin serves.
 //
+// Options.HealthAddress serves the gRPC health service the kubelet's probes ask (health.go:
+// SERVING while the plugin's own registration and DRA sockets answer), Options.MetricsAddress the
+// Prometheus metrics (endpoints.go); each prepare and unprepare is timed and each failure counted
+// by its FailureReason (metrics.go).
+//
 // Opaque configs are decoded strictly ([DecodeConfig]): an unknown field, a wrong kind or
 // apiVersion is a permanent error naming the field. the prerequisites chart ships the same rules
 // as a ValidatingAdmissionPolicy.

@@ -25,6 +25,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/features"
+	"cdplane/internal/metrics"
 	"cdplane/internal/nvml"
 	"cdplane/internal/plane"
 	"cdplane/internal/scheme"
@@ -101,6 +102,13 @@ type Options struct {
 	// regarding (see nodeEvents); empty: no events.
 	PodName string
 	PodUID  types.UID
+	// HealthAddress is the TCP address (host:port; port 0: any free one) of the gRPC health
+	// service (grpc.health.v1) the kubelet's probes ask: SERVING while the registration and DRA
+	// sockets answer (healthChecker); empty: none.
+	HealthAddress string
+	// MetricsAddress is the TCP address of the Prometheus metrics endpoint (MetricsPath);
+	// empty: none.
+	MetricsAddress string
 }
 
 func (o *Options) defaults() error {
@@ -163,6 +171,9 @@ type Driver struct {
 	label  nodeLabeler
 	helper *draplugin.Helper
 	events *nodeEvents
+	// endpoints are the health and metrics endpoints; metrics records the claims' prepares.
+	endpoints *endpoints
+	metrics   *claimMetrics
 	// blockSeen is the block reason the last publish saw (nil before the first), so that an
 	// event is posted when it changes, not on every publish.
 	blockSeen *string
@@ -201,13 +212,20 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 			return nil, fmt.Errorf("creating %s: %w", dir, err)
 		}
 	}
-	d := &Driver{opts: opts, done: make(chan struct{})}
+	eps, err := listen(opts.HealthAddress, opts.MetricsAddress)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{opts: opts, done: make(chan struct{}), endpoints: eps, metrics: newClaimMetrics(metrics.KubeletPlugin, opts.ControlPlaneID)}
 	ctx, d.cancel = context.WithCancelCause(ctx)
 	defer func() {
 		if err != nil {
 			d.Stop()
 		}
 	}()
+	if err := eps.serve(ctx, opts.RegistrarDir, opts.PluginDataDir, d.stopping); err != nil {
+		return nil, err
+	}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -251,6 +269,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if err := d.recover(ctx); err != nil {
 		return nil, err
 	}
+	d.metrics.setPrepared(d.cp.snapshot())
 	d.opMu.Lock()
 	err = d.sweepDomainDirs(ctx)
 	d.opMu.Unlock()
@@ -418,11 +437,29 @@ func (d *Driver) Stop() {
 	if d == nil {
 		return
 	}
+	d.endpoints.stop()
 	d.helper.Stop()
 	d.cancel(errStopped)
 	d.wg.Wait()
 	d.events.shutdown()
+	d.metrics.forget()
 }
+
+// stopping reports whether the plugin is stopping or has stopped.
+func (d *Driver) stopping() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// HealthAddress is the address the health service listens on, "" when it is off.
+func (d *Driver) HealthAddress() string { return addr(d.endpoints.healthLis) }
+
+// MetricsAddress is the address the metrics endpoint listens on, "" when it is off.
+func (d *Driver) MetricsAddress() string { return addr(d.endpoints.metricsLis) }
 
 // checkDriverRoot looks, at start, for what daemon containers will need from the driver root
 // (host-managed: whether the host IMEX answers READY), so that a node where every claim would

@@ -3,7 +3,9 @@ package kubeletplugin
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -30,6 +32,18 @@ const (
 	ContainerDriverRootEnv = "CONTAINER_DRIVER_ROOT"
 )
 
+// PodIPEnv is the plugin pod's IP (the chart sets it from status.podIP): the health service
+// listens on it; without it, on every address.
+const PodIPEnv = "POD_IP"
+
+// Defaults of the endpoint flags: both off, as NVIDIA's plugin's --healthcheck-port is, so that
+// the binary run outside the chart (tests, several plugins on one machine) opens no port; the
+// chart turns both on.
+const (
+	DefaultHealthcheckPort    = -1
+	DefaultMetricsBindAddress = "0"
+)
+
 // CommandOptions are the plugin's command line: the driver's Options and how to reach the
 // apiserver, log, and load NVML.
 type CommandOptions struct {
@@ -39,6 +53,12 @@ type CommandOptions struct {
 	Kube         component.KubeClient
 	Logging      *logsapi.LoggingConfiguration
 	NVMLLibrary  string
+	// HealthcheckPort is the port of the gRPC health service on PodIP (negative: off; 0: any
+	// free port); MetricsBindAddress the metrics endpoint's host:port ("0": off). Validate
+	// turns them into Options.HealthAddress and MetricsAddress.
+	HealthcheckPort    int
+	MetricsBindAddress string
+	PodIP              string
 }
 
 // NewCommandOptions returns the defaults, node and namespace from the environment.
@@ -54,6 +74,8 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 		},
 		Kube:    component.KubeClient{QPS: 5, Burst: 10},
 		Logging: logsapi.NewLoggingConfiguration(),
+
+		HealthcheckPort: DefaultHealthcheckPort, MetricsBindAddress: DefaultMetricsBindAddress, PodIP: inv.Getenv(PodIPEnv),
 	}
 	o.NvidiaDriverRoot, o.ContainerDriverRoot = DefaultNvidiaDriverRoot, inv.Getenv(ContainerDriverRootEnv)
 	if v := inv.Getenv(NvidiaDriverRootEnv); v != "" {
@@ -87,6 +109,8 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar((*string)(&o.IMEXMode), "imex-mode", string(o.IMEXMode), "Who runs IMEX: driverManaged (a daemon per ComputeDomain; the default) or hostManaged (the administrator's nvidia-imex host service; needs the HostManagedIMEXDaemon gate) (env "+IMEXModeEnv+")")
 	fs.StringVar(&o.HostIMEXSocketPath, "imex-host-socket-path", o.HostIMEXSocketPath, "hostManaged: the host nvidia-imex command socket below the driver root (its IMEX_CMD_UNIX_DOMAIN_PATH) (env "+HostIMEXSocketPathEnv+")")
 	fs.DurationVar(&o.ReadyWaitTimeout, "prepare-wait-timeout", o.ReadyWaitTimeout, "How long one prepare call waits for the node's daemon to be Ready before returning a retryable error")
+	fs.IntVar(&o.HealthcheckPort, "healthcheck-port", o.HealthcheckPort, "Port of the gRPC health service (grpc.health.v1, services \"\" and \"liveness\"), on the pod's IP (env "+PodIPEnv+"; every address without it): SERVING while the plugin's registration and DRA sockets answer. Negative: off; 0: any free port")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Prometheus metrics endpoint address (host:port, e.g. "$(POD_IP):8080"; "0" disables)`)
 	logsapi.AddFlags(o.Logging, fs)
 	o.FeatureGates.AddFlag(fs)
 }
@@ -116,6 +140,32 @@ func (o *CommandOptions) Validate() error {
 	if _, err := features.ParseIMEXMode(string(o.IMEXMode), o.Gates); err != nil {
 		return err
 	}
+	return o.validateEndpoints()
+}
+
+// validateEndpoints checks the endpoint flags and sets Options.HealthAddress and MetricsAddress.
+func (o *CommandOptions) validateEndpoints() error {
+	o.HealthAddress, o.MetricsAddress = "", ""
+	switch {
+	case o.HealthcheckPort > 65535:
+		return fmt.Errorf("--healthcheck-port %d: want a port up to 65535 (negative: off)", o.HealthcheckPort)
+	case o.HealthcheckPort >= 0:
+		o.HealthAddress = net.JoinHostPort(o.PodIP, strconv.Itoa(o.HealthcheckPort))
+	}
+	if o.MetricsBindAddress == "0" || o.MetricsBindAddress == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(o.MetricsBindAddress)
+	if err != nil {
+		return fmt.Errorf("--metrics-bind-address %q: want host:port or 0: %w", o.MetricsBindAddress, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("--metrics-bind-address %q: port %q is not a port number", o.MetricsBindAddress, port)
+	}
+	if o.HealthAddress != "" && o.HealthcheckPort != 0 && port == strconv.Itoa(o.HealthcheckPort) {
+		return fmt.Errorf("--metrics-bind-address %q: port %s is --healthcheck-port's", o.MetricsBindAddress, port)
+	}
+	o.MetricsAddress = o.MetricsBindAddress
 	return nil
 }
 
@@ -153,7 +203,7 @@ func Main(ctx context.Context, inv component.Invocation, o *CommandOptions, host
 		ctrl.SetLogger(logger)
 		logger.Info("Starting cdplane-kubelet-plugin", "version", version.Version, "node", o.NodeName,
 			"nvidiaDriverRoot", o.NvidiaDriverRoot, "containerDriverRoot", o.ContainerDriverRoot,
-			"imexMode", o.IMEXMode, "hostIMEXSocketPath", o.HostIMEXSocketPath)
+			"imexMode", o.IMEXMode, "hostIMEXSocketPath", o.HostIMEXSocketPath, "flags", component.EffectiveFlags(o))
 	}
 	o.Discoverer, o.ReadHostFile = host.Discoverer, host.ReadHostFile
 	if o.Discoverer == nil {

@@ -20,11 +20,16 @@ import (
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1.ResourceClaim) (map[types.UID]draplugin.PrepareResult, error) {
 	deadline := time.Now().Add(d.opts.ReadyWaitTimeout)
 	out := make(map[types.UID]draplugin.PrepareResult, len(claims))
+	if len(claims) > 0 {
+		defer func() { d.metrics.setPrepared(d.cp.snapshot()) }()
+	}
 	for _, claim := range claims {
 		logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
+		start := time.Now()
 		devices, err := d.prepareLocked(klog.NewContext(ctx, logger), claim, deadline)
+		d.metrics.prepareDone(start, err)
 		if err != nil {
-			logger.Error(err, "Preparing claim failed", "permanent", IsPermanent(err))
+			logger.Error(err, "Preparing claim failed", "permanent", IsPermanent(err), "reason", ReasonOf(err))
 			out[claim.UID] = draplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 			continue
 		}
@@ -68,7 +73,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	}
 	plan, err := planClaim(claim)
 	if err != nil {
-		return nil, err
+		return nil, failed(FailureBadConfig, err)
 	}
 	// The host driver's files are looked up before anything is written, so that a driver root
 	// without them leaves nothing half-prepared.
@@ -79,16 +84,16 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	}
 	if plan.Kind == KindDaemon && d.opts.NvidiaDriverRoot != "" {
 		if drv, err = d.driverRoot().locate(); err != nil {
-			return nil, err
+			return nil, failed(FailureDriver, err)
 		}
 		kernel, _ := d.opts.ReadHostFile(DriverVersionFile) // no file: nothing to compare
 		if err := d.driverRoot().checkVersion(drv, kernel); err != nil {
-			return nil, err
+			return nil, failed(FailureDriver, err)
 		}
 	}
 	if plan.Kind == KindDaemon {
 		if err := d.checkIMEXNames(); err != nil {
-			return nil, err
+			return nil, failed(FailureDriver, err)
 		}
 	}
 	if old, ok := d.cp.get(claim.UID); ok && old.CDISpec != "" && old.CDISpec != CDISpecName(claim.UID) {

@@ -31,20 +31,20 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceC
 	logger := klog.FromContext(ctx)
 	cd, err := d.view.domain(ctx, plan.DomainID)
 	if err != nil {
-		return nil, "", err
+		return nil, "", failed(FailureDomainNotFound, err)
 	}
 	if err := checkDomainNamespace(claim.Namespace, claim.Name, cd.Namespace, cd.Name); err != nil {
-		return nil, "", err
+		return nil, "", failed(FailureWrongNamespace, err)
 	}
 	if err := d.label.addDomain(ctx, plan.DomainID); err != nil {
-		return nil, "", err
+		return nil, "", failed(FailureNodeLabel, err)
 	}
 	cliqueID, err := d.clique.current()
 	if err != nil {
-		return nil, "", err
+		return nil, "", failed(FailureCliqueUnknown, err)
 	}
 	if err := d.waitIMEXReady(ctx, plan.DomainID, cliqueID, deadline); err != nil {
-		return nil, "", err
+		return nil, "", failed(FailureIMEXNotReady, err)
 	}
 	if cliqueID == "" {
 		logger.V(1).Info("Node has no NVLink fabric: no channel injected", "computeDomain", klog.KObj(cd))
@@ -52,7 +52,7 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceC
 	}
 	nodes, err := d.nodes.channels(channelIDs(plan))
 	if err != nil {
-		return nil, "", retryablef("channel devices: %w", err)
+		return nil, "", failed(FailureDriver, retryablef("channel devices: %w", err))
 	}
 	spec := channelSpec(claim.UID, plan, nodes)
 	name := CDISpecName(claim.UID)

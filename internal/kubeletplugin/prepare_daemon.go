@@ -59,15 +59,15 @@ func (d *Driver) driverRoot() driverRoot {
 // the IMEX management device when the node has a clique.
 func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, drv driverFiles) ([]PreparedDevice, string, error) {
 	if err := checkDaemonNamespace(claim.Namespace, claim.Name, d.opts.DriverNamespace); err != nil {
-		return nil, "", err
+		return nil, "", failed(FailureWrongNamespace, err)
 	}
 	cd, err := d.view.domain(ctx, plan.DomainID)
 	if err != nil {
-		return nil, "", err
+		return nil, "", failed(FailureDomainNotFound, err)
 	}
 	cliqueID, err := d.clique.current()
 	if err != nil {
-		return nil, "", err
+		return nil, "", failed(FailureCliqueUnknown, err)
 	}
 	dir := d.domainConfigDir(plan.DomainID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -95,7 +95,7 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	var mgmtDev *cdispec.DeviceNode
 	if cliqueID != "" {
 		if mgmtDev, err = d.nodes.imexMgmt(); err != nil {
-			return nil, "", retryablef("IMEX management device: %w", err)
+			return nil, "", failed(FailureDriver, retryablef("IMEX management device: %w", err))
 		}
 	}
 	// A node publishes one daemon device, so a daemon claim holds exactly one.

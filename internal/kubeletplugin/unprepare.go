@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,15 +20,20 @@ import (
 // waiting for a prepare of the same claim in progress (see claimLocks).
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []draplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
+	if len(claims) > 0 {
+		defer func() { d.metrics.setPrepared(d.cp.snapshot()) }()
+	}
 	for _, c := range claims {
 		logger := klog.FromContext(ctx).WithValues("claim", c.NamespacedName, "claimUID", c.UID)
+		start := time.Now()
 		release := d.claims.unprepare(c.UID)
 		d.opMu.Lock()
 		err := d.unprepareClaim(klog.NewContext(ctx, logger), c.UID)
 		d.opMu.Unlock()
 		release()
+		d.metrics.unprepareDone(start, err)
 		if err != nil {
-			logger.Error(err, "Unpreparing claim failed")
+			logger.Error(err, "Unpreparing claim failed", "reason", ReasonOf(err))
 			err = fmt.Errorf("claim %s: %w", c.NamespacedName, err)
 		}
 		out[c.UID] = err
@@ -66,7 +72,7 @@ func (d *Driver) undo(ctx context.Context, uid types.UID, e ClaimEntry) error {
 	switch DeviceKind(e.Kind) {
 	case KindChannel:
 		if err := d.label.removeDomain(ctx, e.DomainID, uid, d.cp.snapshot()); err != nil {
-			return fmt.Errorf("removing the node's ComputeDomain label: %w", err)
+			return failed(FailureNodeLabel, fmt.Errorf("removing the node's ComputeDomain label: %w", err))
 		}
 	}
 	return nil

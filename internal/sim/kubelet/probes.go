@@ -10,8 +10,12 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 // prober runs the probes of one container instance.
@@ -24,7 +28,8 @@ type prober struct {
 }
 
 // probe runs a probe once: exec through the runner (command expanded and remapped; exit 0
-// passes), httpGet (status 200–399) or tcpSocket (connect) against the pod address.
+// passes), httpGet (status 200–399), tcpSocket (connect) or grpc (grpc.health.v1 Check answers
+// SERVING) against the pod address.
 func (p *prober) probe(ctx context.Context, pr *corev1.Probe) error {
 	timeout := time.Duration(max(pr.TimeoutSeconds, 1)) * time.Second
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -60,8 +65,27 @@ func (p *prober) probe(ctx context.Context, pr *corev1.Probe) error {
 			return err
 		}
 		return conn.Close()
+	case pr.GRPC != nil:
+		return p.grpc(ctx, pr.GRPC)
 	}
-	return fmt.Errorf("probe kind not simulated (exec, httpGet and tcpSocket are)")
+	return fmt.Errorf("probe kind not simulated (exec, httpGet, tcpSocket and grpc are)")
+}
+
+// grpc asks the pod's grpc.health.v1 service for the probe's service, as the kubelet does.
+func (p *prober) grpc(ctx context.Context, g *corev1.GRPCAction) error {
+	conn, err := grpc.NewClient(net.JoinHostPort(p.spec.PodIP, strconv.Itoa(int(g.Port))), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: ptr.Deref(g.Service, "")})
+	if err != nil {
+		return fmt.Errorf("gRPC health check: %w", err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("gRPC health check: status %s", resp.GetStatus())
+	}
+	return nil
 }
 
 func (p *prober) httpGet(ctx context.Context, g *corev1.HTTPGetAction) error {

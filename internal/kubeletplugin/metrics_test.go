@@ -1,0 +1,202 @@
+package kubeletplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/metrics"
+	"cdplane/internal/testutil"
+)
+
+func TestReasonOf(t *testing.T) {
+	base := errors.New("boom")
+	cases := map[string]struct {
+		err           error
+		want          FailureReason
+		wantPermanent bool
+	}{
+		"untagged":             {err: base, want: FailureOther},
+		"tagged":               {err: failed(FailureCDI, base), want: FailureCDI},
+		"wrapped after tagged": {err: fmt.Errorf("claim x: %w", failed(FailureCheckpoint, base)), want: FailureCheckpoint},
+		"first tag wins":       {err: failed(FailureOther, fmt.Errorf("step: %w", failed(FailureCDI, base))), want: FailureCDI},
+		"permanent kept":       {err: failed(FailureBadConfig, permanentf("bad")), want: FailureBadConfig, wantPermanent: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := ReasonOf(tc.err); got != tc.want {
+				t.Errorf("ReasonOf = %q, want %q", got, tc.want)
+			}
+			if got := IsPermanent(tc.err); got != tc.wantPermanent {
+				t.Errorf("IsPermanent = %v, want %v", got, tc.wantPermanent)
+			}
+		})
+	}
+	if failed(FailureCDI, nil) != nil {
+		t.Error("failed(reason, nil) is not nil")
+	}
+	if got, want := failed(FailureBadConfig, permanentf("bad")).Error(), "permanent error: bad"; got != want {
+		t.Errorf("message %q, want %q: a tag must not change what the kubelet sees", got, want)
+	}
+}
+
+// metricsDriver is a Driver with only what prepares answered from the checkpoint, prepares
+// failing at planning and daemon unprepares need: a checkpoint and a CDI directory.
+func metricsDriver(t *testing.T, m *metrics.KubeletPluginMetrics, plane string, claims map[types.UID]ClaimEntry) *Driver {
+	t.Helper()
+	dir := t.TempDir()
+	cp, err := openCheckpoint(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for uid, e := range claims {
+		if err := cp.put(uid, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cdi, err := newCDIWriter(filepath.Join(dir, "cdi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Driver{opts: Options{ReadyWaitTimeout: time.Second, StateDir: filepath.Join(dir, "state")}, cp: cp, cdi: cdi,
+		metrics: newClaimMetrics(m, plane)}
+	d.metrics.setPrepared(cp.snapshot())
+	return d
+}
+
+// TestClaimMetrics runs a known sequence of prepares and unprepares and reads every metric.
+func TestClaimMetrics(t *testing.T) {
+	const plane = "plane-a"
+	m := metrics.NewKubeletPluginMetrics()
+	completed := func(kind DeviceKind) ClaimEntry {
+		return ClaimEntry{State: PrepareCompleted, Namespace: "ns", Name: string(kind), Kind: string(kind), DomainID: testUID,
+			Devices: []PreparedDevice{{Requests: []string{"r"}, Pool: "n1", Device: "channel-0"}}}
+	}
+	d := metricsDriver(t, m, plane, map[types.UID]ClaimEntry{
+		"ch": completed(KindChannel), "d1": completed(KindDaemon), "d2": completed(KindDaemon),
+	})
+	prepared := func(kind DeviceKind) float64 {
+		return promtest.ToFloat64(m.PreparedClaims.WithLabelValues(plane, string(kind)))
+	}
+	if got := [2]float64{prepared(KindChannel), prepared(KindDaemon)}; got != [2]float64{1, 2} {
+		t.Fatalf("prepared claims (channel, daemon) at start = %v, want [1 2]", got)
+	}
+
+	// Two prepares answered from the checkpoint, one refused for its config.
+	bad := device(allocated(), "channel", "channel-0").
+		AllocatedConfig(resourcev1.AllocationConfigSourceClaim, cdv1beta1.DriverName, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomainChannelConfig"}`, "channel").
+		UID("bad").Obj()
+	res, err := d.PrepareResourceClaims(context.Background(), []*resourcev1.ResourceClaim{
+		testutil.MakeResourceClaim("channel", "ns").UID("ch").Obj(), testutil.MakeResourceClaim("daemon", "ns").UID("d1").Obj(), bad,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res["ch"].Err != nil || res["d1"].Err != nil || !IsPermanent(res["bad"].Err) {
+		t.Fatalf("prepare results %v, want two successes and a permanent error", res)
+	}
+
+	// One unprepare that succeeds, one whose checkpoint cannot be written (a directory holds
+	// its place).
+	if errs, _ := d.UnprepareResourceClaims(context.Background(), []draplugin.NamespacedObject{{UID: "d1"}}); errs["d1"] != nil {
+		t.Fatalf("unprepare d1: %v", errs["d1"])
+	}
+	cpFile := filepath.Join(d.opts.StateDir, CheckpointFile)
+	if err := os.Remove(cpFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(cpFile, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if errs, _ := d.UnprepareResourceClaims(context.Background(), []draplugin.NamespacedObject{{UID: "d2"}}); errs["d2"] == nil {
+		t.Fatal("unprepare d2 succeeded without a checkpoint to write")
+	}
+
+	counts := func(c *prometheus.CounterVec, reasons []FailureReason) map[FailureReason]float64 {
+		out := map[FailureReason]float64{}
+		for _, r := range reasons {
+			out[r] = promtest.ToFloat64(c.WithLabelValues(plane, string(r)))
+		}
+		return out
+	}
+	wantPrepare := map[FailureReason]float64{}
+	for _, r := range prepareFailures {
+		wantPrepare[r] = 0
+	}
+	wantPrepare[FailureBadConfig] = 1
+	if diff := cmp.Diff(wantPrepare, counts(m.PrepareErrors, prepareFailures)); diff != "" {
+		t.Errorf("prepare errors (-want +got):\n%s", diff)
+	}
+	wantUnprepare := map[FailureReason]float64{FailureNodeLabel: 0, FailureCDI: 0, FailureCheckpoint: 1, FailureOther: 0}
+	if diff := cmp.Diff(wantUnprepare, counts(m.UnprepareErrors, unprepareFailures)); diff != "" {
+		t.Errorf("unprepare errors (-want +got):\n%s", diff)
+	}
+	for name, tc := range map[string]struct {
+		vec  *prometheus.HistogramVec
+		want uint64
+	}{"prepare": {m.PrepareDuration, 3}, "unprepare": {m.UnprepareDuration, 2}} {
+		if got := histogramCount(t, tc.vec, plane); got != tc.want {
+			t.Errorf("%s duration count = %d, want %d", name, got, tc.want)
+		}
+	}
+	// d1 is gone; d2 stays prepared (its unprepare failed).
+	if got := [2]float64{prepared(KindChannel), prepared(KindDaemon)}; got != [2]float64{1, 1} {
+		t.Errorf("prepared claims (channel, daemon) = %v, want [1 1]", got)
+	}
+	d.metrics.forget()
+	if got := [2]float64{prepared(KindChannel), prepared(KindDaemon)}; got != [2]float64{0, 0} {
+		t.Errorf("prepared claims after the plugin stopped = %v, want [0 0]", got)
+	}
+}
+
+// TestClaimMetricsAddUp: two plugins of one plane in one process (the simulated cluster) add up
+// in the prepared-claims gauge, each taking out its own share when it stops.
+func TestClaimMetricsAddUp(t *testing.T) {
+	m := metrics.NewKubeletPluginMetrics()
+	a, b := newClaimMetrics(m, ""), newClaimMetrics(m, "")
+	entry := ClaimEntry{State: PrepareCompleted, Kind: string(KindChannel)}
+	a.setPrepared(map[types.UID]ClaimEntry{"1": entry, "2": entry, "3": {State: PrepareStarted, Kind: string(KindChannel)}})
+	b.setPrepared(map[types.UID]ClaimEntry{"4": entry})
+	gauge := m.PreparedClaims.WithLabelValues("", string(KindChannel))
+	if got := promtest.ToFloat64(gauge); got != 3 {
+		t.Fatalf("prepared channel claims = %v, want 3", got)
+	}
+	a.forget()
+	if got := promtest.ToFloat64(gauge); got != 1 {
+		t.Errorf("after one plugin stopped: %v, want 1", got)
+	}
+}
+
+// histogramCount returns how many observations the plane's histogram holds.
+func histogramCount(t *testing.T, vec *prometheus.HistogramVec, plane string) uint64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(vec)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == metrics.LabelControlPlaneID && l.GetValue() == plane {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	t.Fatalf("no histogram series for plane %q", plane)
+	return 0
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -735,4 +736,58 @@ func TestNVIDIAValuesGolden(t *testing.T) {
 		},
 	})
 	checkGolden(t, "cdplane-nvidia-values.yaml", toYAML(t, ms))
+}
+
+// TestControllerReplicas: two replicas with leader election by default, spread over nodes and
+// kept through voluntary disruptions; one without leader election; an explicit count as given,
+// more than one without leader election refused.
+func TestControllerReplicas(t *testing.T) {
+	replicas := func(ms []Manifest) (int64, bool, bool) {
+		t.Helper()
+		dep := object(t, ms, "Deployment")
+		v, _, _ := unstructured.NestedFieldNoCopy(dep, "spec", "replicas")
+		n, _ := strconv.ParseInt(fmt.Sprint(v), 10, 64)
+		_, spread, _ := unstructured.NestedMap(dep, "spec", "template", "spec", "affinity", "podAntiAffinity")
+		pdb := false
+		for _, m := range ms {
+			pdb = pdb || m.Object.GetKind() == "PodDisruptionBudget"
+		}
+		return n, spread, pdb
+	}
+	for name, tc := range map[string]struct {
+		vals        map[string]any
+		n           int64
+		spread, pdb bool
+	}{
+		"default":                  {vals: nil, n: 2, spread: true, pdb: true},
+		"leader election off":      {vals: map[string]any{"controller": map[string]any{"leaderElection": map[string]any{"enabled": false}}}, n: 1},
+		"explicit one":             {vals: map[string]any{"controller": map[string]any{"replicas": 1}}, n: 1},
+		"explicit three":           {vals: map[string]any{"controller": map[string]any{"replicas": 3}}, n: 3, spread: true, pdb: true},
+		"affinity given, not ours": {vals: map[string]any{"controller": map[string]any{"affinity": map[string]any{"nodeAffinity": map[string]any{}}}}, n: 2, pdb: true},
+	} {
+		n, spread, pdb := replicas(renderPlane(t, "plane-a", tc.vals))
+		if n != tc.n || spread != tc.spread || pdb != tc.pdb {
+			t.Errorf("%s: %d replicas, anti-affinity %v, PodDisruptionBudget %v; want %d, %v, %v", name, n, spread, pdb, tc.n, tc.spread, tc.pdb)
+		}
+	}
+	_, err := Render(Plane, "plane-a-cdplane", "plane-a-cdplane", map[string]any{"controlPlaneID": "plane-a",
+		"controller": map[string]any{"replicas": 2, "leaderElection": map[string]any{"enabled": false}}})
+	if err == nil || !strings.Contains(err.Error(), "leaderElection.enabled=false") {
+		t.Errorf("two replicas without leader election: %v, want refused", err)
+	}
+}
+
+func TestDaemonUpdateStrategy(t *testing.T) {
+	for strategy, want := range map[string]string{"": "--daemon-update-strategy=OnDelete", "RollingUpdate": "--daemon-update-strategy=RollingUpdate"} {
+		var vals map[string]any
+		if strategy != "" {
+			vals = map[string]any{"controller": map[string]any{"daemonUpdateStrategy": strategy}}
+		}
+		if got := args(t, renderPlane(t, "plane-a", vals), "Deployment"); !slices.Contains(got, want) {
+			t.Errorf("daemonUpdateStrategy %q: controller args %q lack %s", strategy, got, want)
+		}
+	}
+	if _, err := Render(Plane, "x", "plane-a-cdplane", map[string]any{"controlPlaneID": "plane-a", "controller": map[string]any{"daemonUpdateStrategy": "Recreate"}}); err == nil {
+		t.Error("daemonUpdateStrategy Recreate: rendered, want refused by the schema")
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -124,8 +125,12 @@ func waitPlanesIdle(t *testing.T, ids ...string) {
 					plugins[p.Spec.NodeName] = true
 				}
 			}
-			if controllers != 1 {
-				return false, fmt.Errorf("%d controller pods Ready", controllers)
+			dep := &appsv1.Deployment{}
+			if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: plane.Name(id, "cdplane-controller")}, dep); err != nil {
+				return false, err
+			}
+			if want := ptr.Deref(dep.Spec.Replicas, 1); int32(controllers) != want {
+				return false, fmt.Errorf("%d controller pods Ready, want %d", controllers, want)
 			}
 			for _, n := range simState.Nodes {
 				if n.Plane == id && !plugins[n.Name] {

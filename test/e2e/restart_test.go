@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -13,27 +14,38 @@ import (
 	"cdplane/internal/sim"
 )
 
-// Restarting a plane's controller with a live domain: the daemons carry on (same pods, no
+// Restarting a plane's leading controller with a live domain (of its two replicas, the one the
+// lease names): the daemons carry on (same pods, no
 // container restart, IMEX still connected), the new controller keeps membership following the
 // workload (a node added, then one removed: status and cliques follow, the other nodes keep
 // their indexes, every IMEX reconnects to exactly its clique), and it serves a new domain.
 func TestControllerRestartWithLiveDomain(t *testing.T) {
 	e2eOnly(t)
 	liveDomainAcrossRestart(t, planeB, func(t *testing.T) {
-		pods := &corev1.PodList{}
-		must(t, c.List(ctx(), pods, client.InNamespace(plane.Name(planeB, plane.DriverNamespaceLegacyName)),
-			client.MatchingLabels{"app.kubernetes.io/name": "cdplane-controller"}))
-		if len(pods.Items) != 1 {
-			t.Fatalf("%d controller pods, want 1", len(pods.Items))
-		}
-		old := pods.Items[0]
-		deleteAndWait(t, &old)
-		eventually(t, 2*time.Minute, "a new controller pod Ready", func() (bool, error) {
-			pods := &corev1.PodList{}
-			if err := c.List(ctx(), pods, client.InNamespace(old.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "cdplane-controller"}); err != nil {
+		driverNS := plane.Name(planeB, plane.DriverNamespaceLegacyName)
+		lease := &coordinationv1.Lease{}
+		must(t, c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: plane.Name(planeB, "cdplane-controller")}, lease))
+		old := &corev1.Pod{}
+		must(t, c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: ptrValue(lease.Spec.HolderIdentity)}, old))
+		// The leader, asked to stop, releases its lease: the standby takes over at once.
+		deleteAndWait(t, old)
+		eventually(t, 2*time.Minute, "the leader's replacement Ready and the lease held by a live replica", func() (bool, error) {
+			pods, err := controllerPods(driverNS)
+			if err != nil || len(pods) != 2 {
 				return false, err
 			}
-			return len(pods.Items) == 1 && pods.Items[0].UID != old.UID && podReady(&pods.Items[0]), nil
+			if err := c.Get(ctx(), client.ObjectKeyFromObject(lease), lease); err != nil {
+				return false, err
+			}
+			holder := ptrValue(lease.Spec.HolderIdentity)
+			held := false
+			for _, p := range pods {
+				if p.UID == old.UID || !podReady(&p) {
+					return false, nil
+				}
+				held = held || p.Name == holder
+			}
+			return held, nil
 		})
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -221,8 +222,8 @@ func waitPlaneSpec(t *testing.T, id, what string, check func(component string, s
 				plugins++
 			}
 		}
-		if controllers != 1 || plugins != len(planeNodes(id, -1)) {
-			return false, fmt.Errorf("%d controller and %d plugin pods Ready", controllers, plugins)
+		if want := ptr.Deref(dep.Spec.Replicas, 1); int32(controllers) != want || plugins != len(planeNodes(id, -1)) {
+			return false, fmt.Errorf("%d controller (want %d) and %d plugin pods Ready", controllers, want, plugins)
 		}
 		return true, nil
 	})

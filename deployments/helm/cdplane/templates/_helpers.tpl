@@ -47,7 +47,7 @@ the full name. The same rule as plane.Name in internal/plane (a Go test compares
 {{- fail (printf "featureGates.%s: cdplane has no such gate (its gates: %s); NVIDIA's GPU-plugin gates belong to NVIDIA's chart" $gate (join ", " $known)) -}}
 {{- end -}}
 {{- end -}}
-{{- if and (eq (toString .Values.controller.leaderElection.enabled) "false") (gt (int .Values.controller.replicas) 1) -}}
+{{- if and (eq (toString .Values.controller.leaderElection.enabled) "false") (gt (int (include "cdplane.controllerReplicas" .)) 1) -}}
 {{- fail (printf "controller.leaderElection.enabled=false with controller.replicas=%v: without leader election every replica reconciles; use one replica" .Values.controller.replicas) -}}
 {{- end -}}
 {{- if and .Values.controller.metrics.enabled (eq (include "cdplane.metricsPort" .) "8081") -}}
@@ -205,4 +205,14 @@ app.kubernetes.io/instance: {{ $.Release.Name }}
 {{- with include "cdplane.featureGates" . }}
 - --feature-gates={{ . }}
 {{- end }}
+{{- end -}}
+
+{{/* cdplane.controllerReplicas: controller.replicas, or when unset (null) 2 with leader election
+and 1 without. */}}
+{{- define "cdplane.controllerReplicas" -}}
+{{- if kindIs "invalid" .Values.controller.replicas -}}
+{{- if eq (toString .Values.controller.leaderElection.enabled) "false" }}1{{ else }}2{{ end -}}
+{{- else -}}
+{{- int .Values.controller.replicas -}}
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/plane"
+)
+
+// TestLeaderFailoverWhileDomainsJoin: a plane runs two controller replicas (the chart's
+// default). The lease names the leading pod. While a 2-rack domain's daemons are joining, the
+// leader is killed (its pod force-deleted: SIGKILL, no lease release, as in a crash); another
+// replica takes the lease once it expires, every node that had joined keeps its index, the
+// others join, the domain turns Ready and its job completes, and the apiserver answered no
+// write to ComputeDomains or cliques with a conflict (409) from the kill to the end.
+func TestLeaderFailoverWhileDomainsJoin(t *testing.T) {
+	e2eOnly(t)
+	const id = planeA
+	waitPlanesIdle(t, id)
+	driverNS := plane.Name(id, plane.DriverNamespaceLegacyName)
+	leaseName := plane.Name(id, "cdplane-controller")
+
+	var leader corev1.Pod
+	var others []string
+	eventually(t, 2*time.Minute, "two controller replicas Ready and the lease naming one of them", func() (bool, error) {
+		pods, err := controllerPods(driverNS)
+		if err != nil || len(pods) != 2 {
+			return false, err
+		}
+		lease := &coordinationv1.Lease{}
+		if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: leaseName}, lease); err != nil {
+			return false, err
+		}
+		holder := ptrValue(lease.Spec.HolderIdentity)
+		others = nil
+		found := false
+		for _, p := range pods {
+			if !podReady(&p) {
+				return false, fmt.Errorf("controller pod %s not Ready", p.Name)
+			}
+			if p.Name == holder {
+				leader, found = p, true
+			} else {
+				others = append(others, p.Name)
+			}
+		}
+		if !found {
+			return false, fmt.Errorf("lease holder %q is none of the controller pods", holder)
+		}
+		return true, nil
+	})
+	t.Logf("lease %s/%s held by pod %s; standby %v", driverNS, leaseName, leader.Name, others)
+
+	ns := namespace(t, id)
+	cd := computeDomain(t, ns, "cd", 4, "")
+	imexJob(t, ns, "worker", cd, 4, planeRacks(t, id)...)
+	// Kill the leader while daemons join: as soon as the controller lists a first node.
+	var joined map[string]member
+	eventually(t, 3*time.Minute, "a first node of the domain listed by the controller", func() (bool, error) {
+		m, _, err := domainMembers(id, cd)
+		joined = m
+		return err == nil && len(m) > 0, err
+	})
+	conflictsBefore := apiConflicts(t)
+	killed := time.Now()
+	must(t, c.Delete(ctx(), &leader, client.GracePeriodSeconds(0)))
+	t.Logf("killed leader %s with %d of 4 nodes listed: %v", leader.Name, len(joined), sortedMembers(joined))
+
+	var lease coordinationv1.Lease
+	eventually(t, 3*time.Minute, "another replica holding the lease", func() (bool, error) {
+		if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: leaseName}, &lease); err != nil {
+			return false, err
+		}
+		h := ptrValue(lease.Spec.HolderIdentity)
+		return h != "" && h != leader.Name, nil
+	})
+	holder := ptrValue(lease.Spec.HolderIdentity)
+	took := "unknown"
+	if lease.Spec.AcquireTime != nil {
+		took = lease.Spec.AcquireTime.Sub(killed).Round(100 * time.Millisecond).String()
+	}
+	kind := "the standby replica"
+	if !slices.Contains(others, holder) {
+		kind = "the killed pod's replacement"
+	}
+	t.Logf("lease taken by %s (%s) %s after the kill; lease duration %ds", holder, kind, took, ptrValue(lease.Spec.LeaseDurationSeconds))
+
+	waitRunning(t, ns, "worker", 4, 3*time.Minute)
+	workers := runningWorkers(t, ns)
+	after, _ := waitMembership(t, id, cd, podNodes(workers), 3*time.Minute)
+	checkIndexesKept(t, joined, after, keys(joined))
+	waitStatus(t, cd, cdv1beta1.StatusReady, 2*time.Minute)
+	checkIMEXConnected(t, id, cd)
+	releaseIMEXJob(t, id, ns, "worker", cd)
+	waitComplete(t, ns, "worker", 3*time.Minute)
+	checkIMEXJobLogs(t, ns, "worker")
+	if d := apiConflicts(t) - conflictsBefore; d != 0 {
+		t.Errorf("the apiserver answered %d writes to ComputeDomains or cliques with 409 Conflict after the leader was killed; want none", d)
+	}
+	// The plane is whole again for the scenarios that follow.
+	eventually(t, 2*time.Minute, "two controller replicas Ready again", func() (bool, error) {
+		pods, err := controllerPods(driverNS)
+		if err != nil || len(pods) != 2 {
+			return false, err
+		}
+		return podReady(&pods[0]) && podReady(&pods[1]), nil
+	})
+}
+
+// controllerPods lists a plane's controller pods that are not being deleted.
+func controllerPods(driverNS string) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx(), pods, client.InNamespace(driverNS), client.MatchingLabels{"app.kubernetes.io/name": "cdplane-controller"}); err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// apiConflicts is the apiserver's count of requests on ComputeDomains and their cliques (any
+// subresource) answered 409, from its /metrics.
+func apiConflicts(t *testing.T) int {
+	t.Helper()
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx())
+	must(t, err)
+	total := 0.0
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `code="409"`) ||
+			!strings.Contains(line, `group="resource.nvidia.com"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		must(t, err)
+		total += v
+	}
+	must(t, sc.Err())
+	return int(total)
+}
+
+func ptrValue[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

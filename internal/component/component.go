@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
@@ -111,6 +112,7 @@ func (inv Invocation) Parse(name string, o Options, args []string) error {
 	if printVersion {
 		return inv.PrintVersion(name)
 	}
+	RecordFlags(o, fs)
 	return o.Validate()
 }
 
@@ -134,20 +136,27 @@ func Exit(name string, err error) {
 	os.Exit(0)
 }
 
-// FlagAdder is anything that registers flags: a component's options.
-type FlagAdder interface {
-	AddFlags(fs *pflag.FlagSet)
+// effective holds, per options value, the flags Parse (or RecordFlags) saw, until
+// EffectiveFlags takes them.
+var effective sync.Map // Options (a pointer) -> map[string]string
+
+// RecordFlags remembers every flag of fs with its value, for EffectiveFlags(o): call it once fs
+// is parsed into o. Parse does.
+func RecordFlags(o any, fs *pflag.FlagSet) {
+	values := map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) { values[f.Name] = f.Value.String() })
+	effective.Store(o, values)
 }
 
-// EffectiveFlags returns every flag of o with the value it has now, name to value: o's flags
-// registered on a fresh flag set take o's current values as their defaults, so this reads the
-// configuration a component runs with, whether it came from arguments, the environment or a
-// default. Components log it at verbosity 0 when they start (docs/operations.md, "Logs").
-func EffectiveFlags(o FlagAdder) map[string]string {
-	fs := pflag.NewFlagSet("effective", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	o.AddFlags(fs)
-	out := map[string]string{}
-	fs.VisitAll(func(f *pflag.Flag) { out[f.Name] = f.Value.String() })
-	return out
+// EffectiveFlags returns (once) every flag of o with the value it had after parsing — from
+// arguments, environment or defaults — name to value, or nil when o was not parsed (built in
+// code). Components log it at verbosity 0 when they start (docs/operations.md, "Logs"). It
+// reads what Parse recorded rather than registering o's flags again: registering a flag sets
+// its variable to the flag's default, which would undo what was parsed.
+func EffectiveFlags(o any) map[string]string {
+	v, ok := effective.LoadAndDelete(o)
+	if !ok {
+		return nil
+	}
+	return v.(map[string]string)
 }

@@ -3,6 +3,7 @@ package component
 import (
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -66,25 +67,33 @@ type effOpts struct {
 	Count int
 }
 
+// AddFlags registers with constant defaults, as flags whose default comes from elsewhere do:
+// registering them again would reset what was parsed.
 func (o *effOpts) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Name, "name", o.Name, "a name")
-	fs.IntVar(&o.Count, "count", o.Count, "a count")
+	fs.StringVar(&o.Name, "name", "default", "a name")
+	fs.IntVar(&o.Count, "count", 1, "a count")
 }
 
-// EffectiveFlags reads the values options hold now (from arguments, environment or defaults)
-// and leaves them as they are.
+func (o *effOpts) Validate() error { return nil }
+
+// EffectiveFlags returns what Parse saw, once, and never changes the options.
 func TestEffectiveFlags(t *testing.T) {
-	o := &effOpts{Name: "default", Count: 1}
-	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	o.AddFlags(fs)
-	if err := fs.Parse([]string{"--count=7"}); err != nil {
+	o := &effOpts{}
+	inv := Invocation{Stderr: io.Discard, Stdout: io.Discard}
+	if err := inv.Parse("t", o, []string{"--count=7", "--name=x"}); err != nil {
 		t.Fatal(err)
 	}
 	got := EffectiveFlags(o)
-	if len(got) != 2 || got["name"] != "default" || got["count"] != "7" {
-		t.Errorf("EffectiveFlags = %v, want name=default count=7", got)
+	if got["name"] != "x" || got["count"] != "7" || got["version"] != "false" {
+		t.Errorf("EffectiveFlags = %v, want name=x count=7 version=false", got)
 	}
-	if o.Name != "default" || o.Count != 7 {
+	if o.Name != "x" || o.Count != 7 {
 		t.Errorf("options changed by EffectiveFlags: %+v", *o)
+	}
+	if again := EffectiveFlags(o); again != nil {
+		t.Errorf("EffectiveFlags a second time = %v, want nil (taken once)", again)
+	}
+	if none := EffectiveFlags(&effOpts{}); none != nil {
+		t.Errorf("EffectiveFlags of options never parsed = %v, want nil", none)
 	}
 }

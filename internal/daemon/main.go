@@ -115,6 +115,7 @@ func Run(ctx context.Context, inv component.Invocation, host Host) error {
 			return fmt.Errorf("%s: %w", daemonenv.FeatureGates, err)
 		}
 	}
+	component.RecordFlags(o, fs)
 	if err := o.Validate(); err != nil {
 		return err
 	}

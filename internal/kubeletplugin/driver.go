@@ -87,6 +87,10 @@ type Options struct {
 	CliqueNodeLabel bool
 	// CliqueRefreshPeriod is how often the clique is discovered again.
 	CliqueRefreshPeriod time.Duration
+	// StaleSweepInterval is how often claims whose ResourceClaim is gone and CDI specs of
+	// unknown claims are removed (sweep.go); DefaultStaleSweepInterval when zero, never when
+	// negative.
+	StaleSweepInterval time.Duration
 	// ReadyWaitTimeout bounds how long one prepare call waits for the node's daemon to be Ready
 	// before it returns a retryable error.
 	ReadyWaitTimeout time.Duration
@@ -155,6 +159,9 @@ func (o *Options) defaults() error {
 	}
 	if o.ReadyWaitTimeout <= 0 {
 		o.ReadyWaitTimeout = DefaultReadyWaitTimeout
+	}
+	if o.StaleSweepInterval == 0 {
+		o.StaleSweepInterval = DefaultStaleSweepInterval
 	}
 	return nil
 }
@@ -306,6 +313,13 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 		defer d.wg.Done()
 		d.clique.run(ctx, opts.CliqueRefreshPeriod, d.cliqueChanged(ctx), func(err error) { d.cancel(err) })
 	}()
+	if opts.StaleSweepInterval > 0 {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.runStaleSweeps(ctx, opts.StaleSweepInterval)
+		}()
+	}
 	logger.Info("Kubelet plugin started", "driver", cdv1beta1.DriverName, "channels", opts.NumChannels,
 		"controlPlane", opts.ControlPlaneID, "registrarDir", opts.RegistrarDir, "pluginDataDir", opts.PluginDataDir)
 	return d, nil

@@ -71,6 +71,7 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 			StateDir: DefaultPluginDataDir, ProcDevices: DefaultProcDevices,
 			IMEXMgmtCapability: DefaultIMEXMgmtCapability, NumChannels: MaxChannels,
 			CliqueRefreshPeriod: DefaultCliqueRefreshPeriod, ReadyWaitTimeout: DefaultReadyWaitTimeout,
+			StaleSweepInterval: DefaultStaleSweepInterval,
 		},
 		Kube:    component.KubeClient{QPS: 5, Burst: 10},
 		Logging: logsapi.NewLoggingConfiguration(),
@@ -106,6 +107,7 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "NVML library to load (default "+nvml.DefaultLibraryPath+")")
 	fs.BoolVar(&o.CliqueNodeLabel, "node-clique-label", o.CliqueNodeLabel, "Keep the node's nvidia.com/gpu.clique label equal to its clique")
 	fs.DurationVar(&o.CliqueRefreshPeriod, "clique-refresh-period", o.CliqueRefreshPeriod, "How often the node's clique is discovered again")
+	fs.DurationVar(&o.StaleSweepInterval, "stale-sweep-interval", o.StaleSweepInterval, "How often claims the node holds whose ResourceClaim is gone, and CDI specs of claims it does not hold, are removed (negative: never)")
 	fs.StringVar((*string)(&o.IMEXMode), "imex-mode", string(o.IMEXMode), "Who runs IMEX: driverManaged (a daemon per ComputeDomain; the default) or hostManaged (the administrator's nvidia-imex host service; needs the HostManagedIMEXDaemon gate) (env "+IMEXModeEnv+")")
 	fs.StringVar(&o.HostIMEXSocketPath, "imex-host-socket-path", o.HostIMEXSocketPath, "hostManaged: the host nvidia-imex command socket below the driver root (its IMEX_CMD_UNIX_DOMAIN_PATH) (env "+HostIMEXSocketPathEnv+")")
 	fs.DurationVar(&o.ReadyWaitTimeout, "prepare-wait-timeout", o.ReadyWaitTimeout, "How long one prepare call waits for the node's daemon to be Ready before returning a retryable error")

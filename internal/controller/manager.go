@@ -156,6 +156,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		LeaderElectionResourceLockInterface: lock,
 		Scheme:                              scheme.New(),
+		NewClient:                           countingClient(o.ControlPlaneID),
 		Metrics:                             metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:              o.ProbeAddr,
 		LeaderElection:                      o.LeaderElection,
@@ -177,9 +178,17 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
+	if o.Events == nil {
+		// events.k8s.io/v1, through the manager's broadcaster (started on the first event,
+		// flushed when the manager stops).
+		o.Events = computedomain.NewEvents(mgr.GetEventRecorder(computedomain.EventReportingController), computedomain.EventLimits{})
+	}
 	r := computedomain.New(mgr.GetClient(), mgr.GetAPIReader(), o.Options)
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.Workers, SkipNameValidation: &o.SkipNameValidation}); err != nil {
 		return nil, fmt.Errorf("setting up the ComputeDomain controller: %w", err)
+	}
+	if err := addMetrics(mgr, o.ControlPlaneID); err != nil {
+		return nil, fmt.Errorf("setting up the controller's metrics: %w", err)
 	}
 	if mirror != nil {
 		if err := mirror.SetupWithManager(mgr); err != nil {

@@ -4,6 +4,9 @@
 package metrics
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -23,6 +26,24 @@ const (
 	KubeletPluginPrepareErrorsName     = "cdplane_kubeletplugin_prepare_errors_total"
 	KubeletPluginUnprepareErrorsName   = "cdplane_kubeletplugin_unprepare_errors_total"
 	KubeletPluginPreparedClaimsName    = "cdplane_kubeletplugin_prepared_claims"
+
+	ComputeDomainsName               = "cdplane_computedomains"
+	ComputeDomainsOldestNotReadyName = "cdplane_computedomains_oldest_not_ready_timestamp_seconds"
+	NodeJoinToReadyName              = "cdplane_node_join_to_ready_seconds"
+	APIWritesName                    = "cdplane_api_writes_total"
+	ControllerLeaderName             = "cdplane_controller_leader"
+)
+
+// Labels of the controller's metrics, besides control_plane_id (and LabelKind: an object's kind
+// for cdplane_api_writes_total).
+const (
+	// LabelStatus is a ComputeDomain's status: Ready or NotReady.
+	LabelStatus = "status"
+	// LabelVerb is the client call of a write: create, update, patch, apply, delete,
+	// deletecollection.
+	LabelVerb = "verb"
+	// LabelSubresource is the subresource a write went to ("status"), empty for the object.
+	LabelSubresource = "subresource"
 )
 
 // Labels of the kubelet plugin's metrics, besides control_plane_id.
@@ -117,7 +138,129 @@ var (
 	}, []string{LabelControlPlaneID, "source_namespace"})
 )
 
+// NodeJoinToReadyBuckets are the buckets of the join-to-Ready time: from a daemon whose IMEX is
+// Ready at its first check (a second) to one waiting minutes for its node's driver or peers.
+var NodeJoinToReadyBuckets = []float64{0.5, 1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200}
+
+var (
+	// NodeJoinToReady observes, once per join, the time from a node's entry first appearing in a
+	// domain's membership to that entry being Ready, as the leading controller saw them (joins
+	// that began before it started are not observed); labels control_plane_id.
+	NodeJoinToReady = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    NodeJoinToReadyName,
+		Help:    "Time from a node's entry first appearing in a ComputeDomain's membership to that entry being Ready, once per join seen by this controller.",
+		Buckets: NodeJoinToReadyBuckets,
+	}, []string{LabelControlPlaneID})
+
+	// APIWrites counts the controller's write requests (CountWrites); labels control_plane_id,
+	// kind, verb, subresource.
+	APIWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: APIWritesName,
+		Help: "Write requests the controller sent to the apiserver (successful or not), by object kind, client verb (create, update, patch, apply, delete, deletecollection) and subresource.",
+	}, []string{LabelControlPlaneID, LabelKind, LabelVerb, LabelSubresource})
+
+	// ControllerLeader is 1 while this controller process leads its plane (reconciles), 0 while
+	// it waits for the lease; labels control_plane_id.
+	ControllerLeader = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: ControllerLeaderName,
+		Help: "1 while this controller replica leads its control plane (holds the lease, or runs without leader election), 0 while it waits for the lease.",
+	}, []string{LabelControlPlaneID})
+
+	// ComputeDomains exports cdplane_computedomains and
+	// cdplane_computedomains_oldest_not_ready_timestamp_seconds from the controllers' views of
+	// their planes' domains.
+	ComputeDomains = NewDomainsCollector()
+)
+
+// DomainCounts is one controller's view of its plane's ComputeDomains.
+type DomainCounts struct {
+	// Ready and NotReady count the domains by status.status; a domain without a status yet is
+	// NotReady.
+	Ready, NotReady int
+	// OldestNotReady is when the domain that has been NotReady the longest became so; zero when
+	// none is.
+	OldestNotReady time.Time
+}
+
+// DomainsCollector exports, at each scrape, the domain counts of every source added (one per
+// controller manager in the process; several sources of one plane add up, and the oldest
+// NotReady is their earliest).
+type DomainsCollector struct {
+	domains, oldest *prometheus.Desc
+
+	mu      sync.Mutex
+	sources map[*domainSource]struct{}
+}
+
+type domainSource struct {
+	planeID string
+	counts  func() DomainCounts
+}
+
+// NewDomainsCollector returns a collector without sources (tests use their own; the controller
+// uses ComputeDomains).
+func NewDomainsCollector() *DomainsCollector {
+	return &DomainsCollector{
+		domains: prometheus.NewDesc(ComputeDomainsName,
+			"ComputeDomains of the control plane by status.status (Ready, NotReady; a domain not reported on yet is NotReady), as this controller's cache holds them.",
+			[]string{LabelControlPlaneID, LabelStatus}, nil),
+		oldest: prometheus.NewDesc(ComputeDomainsOldestNotReadyName,
+			"Unix time since which the control plane's longest-NotReady ComputeDomain has been NotReady (its Ready condition's last transition, else its creation); absent when none is NotReady.",
+			[]string{LabelControlPlaneID}, nil),
+		sources: map[*domainSource]struct{}{},
+	}
+}
+
+// Add makes counts a source of plane planeID's series until remove is called.
+func (c *DomainsCollector) Add(planeID string, counts func() DomainCounts) (remove func()) {
+	s := &domainSource{planeID: planeID, counts: counts}
+	c.mu.Lock()
+	c.sources[s] = struct{}{}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.sources, s)
+		c.mu.Unlock()
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *DomainsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.domains
+	ch <- c.oldest
+}
+
+// Collect implements prometheus.Collector: per plane, Ready and NotReady (zero included) and,
+// while a domain is NotReady, the oldest NotReady time.
+func (c *DomainsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	sources := make([]*domainSource, 0, len(c.sources))
+	for s := range c.sources {
+		sources = append(sources, s)
+	}
+	c.mu.Unlock()
+	byPlane := map[string]DomainCounts{}
+	for _, s := range sources {
+		n := s.counts()
+		sum := byPlane[s.planeID]
+		sum.Ready += n.Ready
+		sum.NotReady += n.NotReady
+		if !n.OldestNotReady.IsZero() && (sum.OldestNotReady.IsZero() || n.OldestNotReady.Before(sum.OldestNotReady)) {
+			sum.OldestNotReady = n.OldestNotReady
+		}
+		byPlane[s.planeID] = sum
+	}
+	for id, n := range byPlane {
+		ch <- prometheus.MustNewConstMetric(c.domains, prometheus.GaugeValue, float64(n.Ready), id, "Ready")
+		ch <- prometheus.MustNewConstMetric(c.domains, prometheus.GaugeValue, float64(n.NotReady), id, "NotReady")
+		if !n.OldestNotReady.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, float64(n.OldestNotReady.UnixNano())/1e9, id)
+		}
+	}
+}
+
 func init() {
 	crmetrics.Registry.MustRegister(KubeletPlugin.Collectors()...)
 	crmetrics.Registry.MustRegister(ForeignRefusals, SecretMirrorForeignTargets, SecretMirrorWriteConflicts, DomainsLabelled)
+	crmetrics.Registry.MustRegister(NodeJoinToReady, APIWrites, ControllerLeader, ComputeDomains)
 }

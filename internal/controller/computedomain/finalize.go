@@ -26,6 +26,7 @@ import (
 // finalize runs the deletion sequence: claim templates and DaemonSet, cliques, node labels, and
 // last the finalizer. Each step only touches objects created for this domain.
 func (r *Reconciler) finalize(ctx context.Context, cd *cdv1beta1.ComputeDomain) (ctrl.Result, error) {
+	r.opts.Events.Forget(cd.UID)
 	if !controllerutil.ContainsFinalizer(cd, cdv1beta1.Finalizer) {
 		return ctrl.Result{}, nil
 	}

@@ -66,6 +66,9 @@ type Options struct {
 	// default, or RollingUpdate): how a changed daemon template (a new image, arguments, feature
 	// gates) reaches the daemons of live domains. See daemonUpdateStrategy.
 	DaemonUpdateStrategy appsv1.DaemonSetUpdateStrategyType
+	// Events posts the domains' events (nodes joined or left, Ready or NotReady, nodes blocked),
+	// aggregated and rate-limited (see events.go); nil posts none.
+	Events *Events
 }
 
 // Defaults fills unset options.
@@ -181,6 +184,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.writeStatus(ctx, cd, st); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.opts.Events.Observe(ctx, cd, res, st)
+	r.observeJoins(cd, res)
 	if !useCliques {
 		// Membership now lives in status.nodes: cliques left from the gate being on go, after
 		// the status holding their entries was written.

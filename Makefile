@@ -52,8 +52,8 @@ lint: ## Run golangci-lint (built from the module proxy on first use)
 	$(BIN_DIR)/golangci-lint run ./...
 
 .PHONY: k8s-bins
-k8s-bins: ## Build etcd and the Kubernetes control plane for tests into the cache (prints the directory)
-	hack/k8s-bins.sh
+k8s-bins: ## Build etcd and the Kubernetes control plane for tests into the cache (prints the directory; KUBERNETES_VERSION=v1.34 for the oldest supported)
+	hack/k8s-bins.sh $(KUBERNETES_VERSION)
 
 .PHONY: test
 test: verify lint ## Generated code and lint, then unit, integration and end-to-end tests (builds the control plane on first run)

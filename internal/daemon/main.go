@@ -115,7 +115,10 @@ func Run(ctx context.Context, inv component.Invocation, host Host) error {
 			return fmt.Errorf("%s: %w", daemonenv.FeatureGates, err)
 		}
 	}
-	component.RecordFlags(o, fs)
+	if o.Command == CommandRun {
+		// The start line's flags; not for check, the readiness probe, run every few seconds.
+		component.RecordFlags(o, fs)
+	}
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -125,6 +128,8 @@ func Run(ctx context.Context, inv component.Invocation, host Host) error {
 // Main runs the daemon's subcommand: run labels the pod with its clique and supervises IMEX
 // until ctx ends; check is the readiness probe.
 func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) error {
+	// Taken whether or not it is logged: an in-process instance's record would stay behind.
+	flags := component.EffectiveFlags(o)
 	// Until the verbosity is known (it comes with the identity), log at the default.
 	log := klog.Background()
 	if !inv.OwnsProcess {
@@ -163,7 +168,7 @@ func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) 
 	if inv.OwnsProcess {
 		ctrl.SetLogger(log)
 		log.Info("Starting cdplane-daemon", "version", version.Version, "command", o.Command, "cliqueID", cfg.CliqueID,
-			"flags", component.EffectiveFlags(o), "logVerbosity", cfg.LogVerbosity, "driverVersion", cfg.DriverVersion, "dnsNames", cfg.DNSNames)
+			"flags", flags, "logVerbosity", cfg.LogVerbosity, "driverVersion", cfg.DriverVersion, "dnsNames", cfg.DNSNames)
 	}
 	if namesNote != "" && o.Command == CommandRun {
 		log.Info("IMEX naming: "+namesNote, "driverVersion", cfg.DriverVersion)

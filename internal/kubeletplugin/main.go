@@ -196,6 +196,8 @@ func Run(ctx context.Context, inv component.Invocation, host Host) error {
 // Main serves the node's devices until ctx ends.
 func Main(ctx context.Context, inv component.Invocation, o *CommandOptions, host Host) error {
 	logger := inv.Logger(int(o.Logging.Verbosity))
+	// Taken whether or not it is logged: an in-process instance's record would stay behind.
+	flags := component.EffectiveFlags(o)
 	if inv.OwnsProcess {
 		if err := logsapi.ValidateAndApply(o.Logging, o.FeatureGates); err != nil {
 			return fmt.Errorf("logging flags: %w", err)
@@ -205,7 +207,7 @@ func Main(ctx context.Context, inv component.Invocation, o *CommandOptions, host
 		ctrl.SetLogger(logger)
 		logger.Info("Starting cdplane-kubelet-plugin", "version", version.Version, "node", o.NodeName,
 			"nvidiaDriverRoot", o.NvidiaDriverRoot, "containerDriverRoot", o.ContainerDriverRoot,
-			"imexMode", o.IMEXMode, "hostIMEXSocketPath", o.HostIMEXSocketPath, "flags", component.EffectiveFlags(o))
+			"imexMode", o.IMEXMode, "hostIMEXSocketPath", o.HostIMEXSocketPath, "flags", flags)
 	}
 	o.Discoverer, o.ReadHostFile = host.Discoverer, host.ReadHostFile
 	if o.Discoverer == nil {

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
@@ -24,7 +23,6 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller"
 	"cdplane/internal/controller/computedomain"
-	"cdplane/internal/features"
 	"cdplane/internal/testutil"
 )
 
@@ -33,26 +31,7 @@ import (
 func (e *env) startRecordingManager(log *writeLog) {
 	e.t.Helper()
 	e.stopMgr()
-	gates := features.NewGates()
-	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): true}); err != nil {
-		e.t.Fatal(err)
-	}
-	o := controller.Options{
-		Options: computedomain.Options{
-			DriverNamespace: e.driverNS, DaemonImage: "cdplane:test", Gates: gates,
-			DaemonFeatureGates: features.DaemonGates(gates),
-		},
-		SkipNameValidation: true,
-		DomainSelector:     labels.SelectorFromSet(labels.Set{"cdplane.test/env": e.selector}),
-	}
-	for _, opt := range e.opts {
-		opt(&o)
-	}
-	mgr, err := controller.NewManager(context.Background(), log.wrap(testCluster.Config, "drift-test"), o)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.stopMgr = testutil.RunManager(e.t, mgr)
+	e.startManagerWith(true, log.wrap(testCluster.Config, "drift-test"))
 }
 
 // domainObjects are the keys of what the controller creates for a domain.

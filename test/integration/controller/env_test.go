@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -93,6 +94,12 @@ func (e *env) ctx() context.Context {
 // startManager starts a controller manager with the ComputeDomainCliques gate set as given.
 func (e *env) startManager(cliques bool) {
 	e.t.Helper()
+	e.startManagerWith(cliques, testCluster.Config)
+}
+
+// startManagerWith is startManager with the manager reaching the apiserver through cfg.
+func (e *env) startManagerWith(cliques bool, cfg *rest.Config) {
+	e.t.Helper()
 	gates := features.NewGates()
 	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): cliques}); err != nil {
 		e.t.Fatal(err)
@@ -108,7 +115,7 @@ func (e *env) startManager(cliques bool) {
 	for _, opt := range e.opts {
 		opt(&o)
 	}
-	mgr, err := controller.NewManager(context.Background(), testCluster.Config, o)
+	mgr, err := controller.NewManager(context.Background(), cfg, o)
 	if err != nil {
 		e.t.Fatal(err)
 	}

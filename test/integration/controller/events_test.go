@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -195,31 +194,7 @@ func TestEventsOfABurstAreBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := make(chan int)
-	errs := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for i := range work {
-				if err := createReadyDaemon(c, e, cd, owner, i); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}
-		})
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		t.Fatal(err)
-	default:
-	}
+	createReadyDaemons(t, c, e, cd, owner, n)
 	created := time.Since(start)
 	e.waitStatus(cd, cdv1beta1.StatusReady, 5*time.Minute)
 	ready := time.Since(start)

@@ -37,33 +37,7 @@ func TestStatusSizeLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := make(chan int)
-	errs := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if err := createReadyDaemon(c, e, cd, owner, i); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}
-		}()
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		t.Fatal(err)
-	default:
-	}
+	createReadyDaemons(t, c, e, cd, owner, n)
 
 	got := e.waitStatus(cd, cdv1beta1.StatusReady, 3*time.Minute)
 	if got.Status.Nodes != nil {
@@ -86,6 +60,37 @@ func TestStatusSizeLimit(t *testing.T) {
 	}
 	if len(cliques.Items) != (n+17)/18 || total != n {
 		t.Errorf("%d cliques holding %d daemons, want %d and %d", len(cliques.Items), total, (n+17)/18, n)
+	}
+}
+
+// createReadyDaemons creates n Ready daemon pods of the domain (createReadyDaemon), 32 at a
+// time, and fails the test on the first error.
+func createReadyDaemons(t *testing.T, c client.Client, e *env, cd *cdv1beta1.ComputeDomain, owner metav1.OwnerReference, n int) {
+	t.Helper()
+	work := make(chan int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := range work {
+				if err := createReadyDaemon(c, e, cd, owner, i); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/plot"
 	"cdplane/internal/sim"
 )
 
@@ -48,7 +50,7 @@ stopped one is removed first.`,
 	up.Flags().IntVar(&o.FabricLess, "fabricless", 0, "Nodes (the last ones) without an NVLink fabric")
 	up.Flags().IntVar(&o.FailedFabric, "failed-fabric", 0, "Nodes (before the fabric-less ones) whose fabric registration failed")
 	up.Flags().StringVar(&planes, "planes", "", "Comma-separated control-plane ids sharing the nodes (default: the legacy plane)")
-	up.Flags().IntVar(&o.NumChannels, "num-channels", 128, "IMEX channel devices each node publishes")
+	up.Flags().IntVar(&o.NumChannels, "num-channels", kubeletplugin.DefaultNumChannels, "IMEX channel devices each node publishes (the chart's default: channel-0 only)")
 	up.Flags().StringVar(&o.StateDir, "state-dir", sim.DefaultStateDir(), "Directory of the sim's state, logs and node directories (keep it short: it holds Unix sockets)")
 	up.Flags().StringVar(&o.Repo, "repo", "", "cdplane checkout to build from (default: found from the working directory)")
 	up.Flags().StringVar(&o.Runner, "runner", sim.RunnerAuto, fmt.Sprintf("How the simulated kubelet runs cdplane's pods: %s, %s (one goroutine-based instance per pod, same code), or %s (in-process above %d nodes)", sim.RunnerProcess, sim.RunnerInProcess, sim.RunnerAuto, sim.InProcessAbove))
@@ -79,7 +81,7 @@ stopped one is removed first.`,
 	}
 	down.Flags().StringVar(&downDir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
 
-	var jobDir string
+	var jobDir, jobPlot string
 	var jo sim.JobOptions
 	job := &cobra.Command{
 		Use:   "job",
@@ -88,9 +90,16 @@ stopped one is removed first.`,
 node, each claiming the domain's channel, as in the README sample) on the running sim, waits with
 progress for the domain to be Ready and every pod Running, prints both times and the peak
 resident memory (VmHWM) of every process of the sim, then deletes the job unless --keep.
+With --plot FILE.svg it also draws the nodes Ready in the domain and the pods Running, sampled
+every second, over the seconds since the apply (on failure too: it shows where it stalled).
 This is the scale smoke: cdplane sim up --nodes 1152 && cdplane sim job.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if jobPlot != "" {
+				if err := plot.CheckPath(jobPlot); err != nil {
+					return fmt.Errorf("--plot: %w", err)
+				}
+			}
 			st, err := sim.Load(jobDir)
 			if err != nil {
 				return err
@@ -101,6 +110,12 @@ This is the scale smoke: cdplane sim up --nodes 1152 && cdplane sim job.`,
 			out := cmd.OutOrStdout()
 			jo.Out = out
 			res, jobErr := sim.RunJob(cmd.Context(), st, jo)
+			var plotErr error
+			if jobPlot != "" && res != nil {
+				if plotErr = plot.WriteFile(jobPlot, res.Chart()); plotErr == nil {
+					fmt.Fprintf(out, "Wrote the plot of nodes Ready and pods Running to %s\n", jobPlot)
+				}
+			}
 			if jobErr == nil {
 				runner := "processes"
 				if st.InProcess {
@@ -119,13 +134,13 @@ This is the scale smoke: cdplane sim up --nodes 1152 && cdplane sim job.`,
 			// The memory table comes on failure too: it is what one looks at first.
 			mem, err := sim.PeakMemory(st)
 			if err != nil {
-				return errors.Join(jobErr, err)
+				return errors.Join(jobErr, plotErr, err)
 			}
 			fmt.Fprintf(out, "\nPeak resident memory (VmHWM) of the sim's processes:\n  %-26s %6s %12s %12s\n", "PROCESS", "COUNT", "MAX", "SUM")
 			for _, m := range mem {
 				fmt.Fprintf(out, "  %-26s %6d %9.0f MiB %9.0f MiB\n", m.Name, m.Count, float64(m.MaxPeak)/(1<<20), float64(m.SumPeak)/(1<<20))
 			}
-			return jobErr
+			return errors.Join(jobErr, plotErr)
 		},
 	}
 	job.Flags().IntVar(&jo.Nodes, "nodes", 0, "Nodes the job spans, one pod each (default: every node of the sim's first plane)")
@@ -134,6 +149,7 @@ This is the scale smoke: cdplane sim up --nodes 1152 && cdplane sim job.`,
 	job.Flags().BoolVar(&jo.Keep, "keep", false, "Leave the job and the domain in place")
 	job.Flags().DurationVar(&jo.Timeout, "timeout", 30*time.Minute, "How long to wait")
 	job.Flags().StringVar(&jobDir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
+	job.Flags().StringVar(&jobPlot, "plot", "", "Write an SVG chart of the nodes Ready in the domain and the pods Running over time to this file (.svg)")
 
 	var kubeletDir string
 	var shard, shards int

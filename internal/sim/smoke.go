@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/plot"
 	"cdplane/internal/progress"
 	"cdplane/internal/sim/controlplane"
 )
@@ -40,15 +41,48 @@ type JobOptions struct {
 // JobResult is what RunJob measured.
 type JobResult struct {
 	Nodes int
+	// Name and Namespace of the ComputeDomain and the Job.
+	Name, Namespace string
 	// Ready is the time from the apply until the domain's status was Ready; Running until
 	// every pod of the job was Running.
 	Ready, Running time.Duration
+	// Samples are the counts RunJob saw while it waited, in time order: at the apply, about
+	// once a second after, and at the moment it saw the domain Ready.
+	Samples []JobSample
+}
+
+// JobSample is what RunJob saw at one moment.
+type JobSample struct {
+	// Seconds since the apply.
+	Seconds float64
+	// ReadyNodes is the domain's status.readyNodes: nodes of the domain whose daemon is Ready.
+	ReadyNodes int
+	// PodsRunning counts the job's pods Running.
+	PodsRunning int
+}
+
+// Chart is the samples as a chart: nodes Ready in the domain and pods Running over the seconds
+// since the apply.
+func (r *JobResult) Chart() plot.Chart {
+	nodes := plot.Series{Name: "nodes Ready in the domain", Points: make([]plot.Point, 0, len(r.Samples))}
+	pods := plot.Series{Name: "pods Running", Points: make([]plot.Point, 0, len(r.Samples))}
+	for _, s := range r.Samples {
+		nodes.Points = append(nodes.Points, plot.Point{X: s.Seconds, Y: float64(s.ReadyNodes)})
+		pods.Points = append(pods.Points, plot.Point{X: s.Seconds, Y: float64(s.PodsRunning)})
+	}
+	return plot.Chart{
+		Title:  fmt.Sprintf("A %d-node ComputeDomain job (%s/%s)", r.Nodes, r.Namespace, r.Name),
+		XLabel: "seconds since apply",
+		YLabel: "count",
+		Series: []plot.Series{nodes, pods},
+	}
 }
 
 // RunJob runs a ComputeDomain job spanning o.Nodes nodes on the sim, the way a user does: a
 // ComputeDomain with numNodes, and an Indexed Job, one pod per node, each claiming the
 // domain's channel. It waits for the domain to be Ready and every pod Running, with progress,
-// then deletes both unless Keep.
+// sampling the counts of nodes Ready and pods Running every second, then deletes both unless
+// Keep. When the wait fails, the result so far comes with the error.
 func RunJob(ctx context.Context, st *State, o JobOptions) (*JobResult, error) {
 	if o.Out == nil {
 		o.Out = io.Discard
@@ -94,33 +128,42 @@ func RunJob(ctx context.Context, st *State, o JobOptions) (*JobResult, error) {
 	if err := c.Create(ctx, job); err != nil {
 		return nil, err
 	}
-	res := &JobResult{Nodes: o.Nodes}
-	err = progress.Wait(ctx, o.Out, o.Timeout, 2*time.Second, "the ComputeDomain to be Ready and every pod Running", func(ctx context.Context) (bool, string, error) {
+	res := &JobResult{Nodes: o.Nodes, Name: o.Name, Namespace: o.Namespace}
+	// Nothing is Ready or Running at the apply; after, a sample per poll (every second).
+	res.Samples = append(res.Samples, JobSample{})
+	err = progress.Wait(ctx, o.Out, o.Timeout, time.Second, "the ComputeDomain to be Ready and every pod Running", func(ctx context.Context) (bool, string, error) {
 		// An overloaded apiserver times requests out: that is shown, not fatal.
 		cur := &cdv1beta1.ComputeDomain{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(cd), cur); err != nil {
 			return false, "reading the domain: " + err.Error(), nil
 		}
+		last := res.Samples[len(res.Samples)-1]
+		readyNodes := int(cur.Status.ReadyNodes)
 		if res.Ready == 0 && cur.Status.Status == "Ready" {
 			res.Ready = time.Since(start)
+			// The moment the domain was seen Ready, with the pods as last counted.
+			res.Samples = append(res.Samples, JobSample{Seconds: res.Ready.Seconds(), ReadyNodes: readyNodes, PodsRunning: last.PodsRunning})
 		}
 		pods := &corev1.PodList{}
 		if err := c.List(ctx, pods, client.InNamespace(o.Namespace), client.MatchingLabels{"job-name": o.Name}); err != nil {
 			return false, "listing the pods: " + err.Error(), nil
 		}
+		seen := time.Since(start)
 		phases := map[corev1.PodPhase]int{}
 		for _, p := range pods.Items {
 			phases[p.Status.Phase]++
 		}
 		if res.Running == 0 && phases[corev1.PodRunning] == o.Nodes {
-			res.Running = time.Since(start)
+			res.Running = seen
 		}
+		res.Samples = append(res.Samples, JobSample{Seconds: seen.Seconds(), ReadyNodes: readyNodes, PodsRunning: phases[corev1.PodRunning]})
 		status := fmt.Sprintf("domain %s, %d of %d daemons Ready; pods: %d Running, %d Pending", orNotReady(cur.Status.Status),
 			cur.Status.ReadyNodes, o.Nodes, phases[corev1.PodRunning], phases[corev1.PodPending])
 		return res.Ready > 0 && res.Running > 0, status, nil
 	})
 	if err != nil {
-		return nil, err
+		// What was seen until then is returned too: the samples show where it stalled.
+		return res, err
 	}
 	if !o.Keep {
 		fmt.Fprintf(o.Out, "Deleting the Job and the ComputeDomain\n")

@@ -69,7 +69,7 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 			PodName: inv.Getenv("POD_NAME"), PodUID: types.UID(inv.Getenv("POD_UID")),
 			RegistrarDir: DefaultRegistrarDir, PluginDataDir: DefaultPluginDataDir, CDIRoot: DefaultCDIRoot,
 			StateDir: DefaultPluginDataDir, ProcDevices: DefaultProcDevices,
-			IMEXMgmtCapability: DefaultIMEXMgmtCapability, NumChannels: MaxChannels,
+			IMEXMgmtCapability: DefaultIMEXMgmtCapability, NumChannels: DefaultNumChannels,
 			CliqueRefreshPeriod: DefaultCliqueRefreshPeriod, ReadyWaitTimeout: DefaultReadyWaitTimeout,
 			StaleSweepInterval: DefaultStaleSweepInterval,
 		},
@@ -103,7 +103,7 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NvidiaDriverRoot, "nvidia-driver-root", o.NvidiaDriverRoot, "Host path of the NVIDIA driver root whose nvidia-imex, nvidia-imex-ctl and libnvidia-ml.so.1 daemon containers get (env "+NvidiaDriverRootEnv+")")
 	fs.StringVar(&o.ContainerDriverRoot, "container-driver-root", o.ContainerDriverRoot, "Where this plugin reads the driver root, when it is mounted elsewhere than --nvidia-driver-root (env "+ContainerDriverRootEnv+"; default --nvidia-driver-root)")
 	plane.AddFlag(fs, &o.ControlPlaneID)
-	fs.IntVar(&o.NumChannels, "num-channels", o.NumChannels, "Number of channel devices to publish (fewer for large simulations)")
+	fs.IntVar(&o.NumChannels, "num-channels", o.NumChannels, "Channel devices to publish per node: channel-0 … channel-(N-1). The shipped channel DeviceClass allocates only channel-0; more are for DeviceClasses an administrator adds")
 	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "NVML library to load (default "+nvml.DefaultLibraryPath+")")
 	fs.BoolVar(&o.CliqueNodeLabel, "node-clique-label", o.CliqueNodeLabel, "Keep the node's nvidia.com/gpu.clique label equal to its clique")
 	fs.DurationVar(&o.CliqueRefreshPeriod, "clique-refresh-period", o.CliqueRefreshPeriod, "How often the node's clique is discovered again")

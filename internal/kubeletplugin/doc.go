@@ -5,8 +5,9 @@
 // It publishes the node's devices (channel-0 … channel-N-1 and daemon-0, see [Devices] and
 // [NodeResources]) and prepares claims for them through CDI:
 //
-//   - A channel claim (prepare_channel.go): the claim must be in its ComputeDomain's namespace
-//     (else a [*PermanentError]); the node is labelled for the domain (refused while it serves
+//   - A channel claim (prepare_channel.go): its ComputeDomain must be in the watch cache (else a
+//     [*RetryableError]), in the claim's namespace and not being deleted (else a
+//     [*PermanentError]); the node is labelled for the domain (refused while it serves
 //     another); the node's daemon must be Ready in its clique or in the domain's status.nodes
 //     ([DaemonReady]), waited for on a watch cache for at most Options.ReadyWaitTimeout (else a
 //     [*RetryableError]); then a CDI spec injects channel0 (Single) or all 2048 channels (All),
@@ -25,6 +26,13 @@
 // SERVING while the plugin's own registration and DRA sockets answer), Options.MetricsAddress the
 // Prometheus metrics (endpoints.go); each prepare and unprepare is timed and each failure counted
 // by its FailureReason (metrics.go).
+//
+// A prepare that fails for a reason the claim's author can fix (a [*UserError]: the domain is
+// missing, in another namespace or being deleted, the opaque config is missing, invalid or
+// conflicting, the node serves another domain) posts a Warning event on each pod the claim is
+// reserved for (podevents.go), rate-limited per pod and reason; events about the node go on the
+// plugin's own pod (events.go). All report controller compute-domain.nvidia.com from instance
+// <node name>, as the plane chart's admission policy on the plugin's events requires.
 //
 // Opaque configs are decoded strictly ([DecodeConfig]): an unknown field, a wrong kind or
 // apiVersion is a permanent error naming the field. the prerequisites chart ships the same rules

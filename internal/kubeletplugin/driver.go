@@ -20,6 +20,7 @@ import (
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -178,6 +179,9 @@ type Driver struct {
 	label  nodeLabeler
 	helper *draplugin.Helper
 	events *nodeEvents
+	// podEvents posts on the pods of claims that fail for a reason their author can fix.
+	podEvents  *podEvents
+	stopEvents func()
 	// endpoints are the health and metrics endpoints; metrics records the claims' prepares.
 	endpoints *endpoints
 	metrics   *claimMetrics
@@ -249,7 +253,10 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the API clientset: %w", err)
 	}
-	d.events = newNodeEvents(kube, scheme, opts.DriverNamespace, opts.PodName, opts.PodUID, opts.NodeName)
+	rec, stopEvents := startEvents(kube, scheme, opts.NodeName)
+	d.stopEvents = stopEvents
+	d.events = newNodeEvents(rec, opts.DriverNamespace, opts.PodName, opts.PodUID, opts.NodeName)
+	d.podEvents = newPodEvents(rec, clock.RealClock{}, opts.NodeName)
 	if d.cp, err = newCheckpointOpener().open(ctx, opts.StateDir); err != nil {
 		return nil, err
 	}
@@ -455,7 +462,9 @@ func (d *Driver) Stop() {
 	d.helper.Stop()
 	d.cancel(errStopped)
 	d.wg.Wait()
-	d.events.shutdown()
+	if d.stopEvents != nil {
+		d.stopEvents()
+	}
 	d.metrics.forget()
 }
 

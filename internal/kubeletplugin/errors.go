@@ -44,3 +44,44 @@ func IsRetryable(err error) bool {
 	var r *RetryableError
 	return errors.As(err, &r)
 }
+
+// UserError marks a prepare failure that the claim's author can fix (the claim's ComputeDomain
+// is missing, in another namespace or being deleted, its opaque config is missing, invalid or
+// conflicting, the node serves another domain), as opposed to the node's or the operator's (NVML,
+// the fabric, the driver root, a daemon not Ready yet). Its message is the wrapped error's; the
+// plugin posts an event with Reason on each pod the claim is reserved for (podEvents).
+type UserError struct {
+	// Reason is the events' reason: one of the Reason constants of pod events (podevents.go).
+	Reason string
+	// Domain names the claim's ComputeDomain, "<namespace>/<name>" or its UID; empty when the
+	// claim names none that could be read.
+	Domain string
+	Err    error
+}
+
+func (e *UserError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *UserError) Unwrap() error { return e.Err }
+
+// userFixable tags err as a UserError with reason, keeping its message and whether it is
+// permanent or retryable (the kubelet sees the same error); nil stays nil.
+func userFixable(err error, reason, domain string) error {
+	switch e := err.(type) {
+	case nil:
+		return nil
+	case *PermanentError:
+		return &PermanentError{Err: &UserError{Reason: reason, Domain: domain, Err: e.Err}}
+	case *RetryableError:
+		return &RetryableError{Err: &UserError{Reason: reason, Domain: domain, Err: e.Err}}
+	default:
+		return &UserError{Reason: reason, Domain: domain, Err: err}
+	}
+}
+
+// UserErrorOf returns the UserError err is or wraps; ok is false for a failure the claim's
+// author cannot fix.
+func UserErrorOf(err error) (ue *UserError, ok bool) {
+	ok = errors.As(err, &ue)
+	return ue, ok
+}

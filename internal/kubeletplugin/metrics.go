@@ -22,7 +22,8 @@ const (
 	// FailureWrongNamespace: a channel claim outside its ComputeDomain's namespace, a daemon
 	// claim outside the driver namespace (a permanent error).
 	FailureWrongNamespace FailureReason = "wrong_namespace"
-	// FailureDomainNotFound: the claim's ComputeDomain is not in the plugin's cache (yet).
+	// FailureDomainNotFound: the claim's ComputeDomain is not in the plugin's cache (yet), or
+	// it is being deleted.
 	FailureDomainNotFound FailureReason = "domain_not_found"
 	// FailureNodeLabel: the node serves another ComputeDomain, or its label could not be
 	// written or removed.

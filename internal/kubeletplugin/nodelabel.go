@@ -2,6 +2,7 @@ package kubeletplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,9 +23,27 @@ func addLabelDecision(node, current, want string) (bool, error) {
 	case want:
 		return false, nil
 	default:
-		return false, retryablef("node %s already serves ComputeDomain %s; a node serves one ComputeDomain at a time, refusing ComputeDomain %s",
-			node, current, want)
+		return false, &RetryableError{Err: &nodeServesOtherError{node: node, current: current, want: want}}
 	}
+}
+
+// labelRefusal tags addDomain's refusal of a claim of domain ("<namespace>/<name>") because the
+// node serves another as a UserError; other errors (reading or patching the node) pass as they
+// are.
+func labelRefusal(err error, domain string) error {
+	var busy *nodeServesOtherError
+	if errors.As(err, &busy) {
+		return userFixable(err, ReasonNodeServesOtherComputeDomain, domain)
+	}
+	return err
+}
+
+// nodeServesOtherError is addLabelDecision's refusal: node serves domain current, not want.
+type nodeServesOtherError struct{ node, current, want string }
+
+func (e *nodeServesOtherError) Error() string {
+	return fmt.Sprintf("node %s already serves ComputeDomain %s; a node serves one ComputeDomain at a time, refusing ComputeDomain %s",
+		e.node, e.current, e.want)
 }
 
 // removeLabelDecision says whether unpreparing claim self of domain may remove the node's

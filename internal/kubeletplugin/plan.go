@@ -35,7 +35,8 @@ type claimPlan struct {
 // for this driver that applies to its request (the last one listed wins, so a claim's config
 // overrides its class's). Every opaque config of this driver is decoded strictly, whether or not
 // it applies. A claim holds either channels or the daemon device, all of one domain; anything
-// else is a *PermanentError naming what is wrong.
+// else is a *PermanentError naming what is wrong; those the claim's author can fix (a config
+// missing, invalid or conflicting) are tagged as a UserError.
 func planClaim(claim *resourcev1.ResourceClaim) (claimPlan, error) {
 	if claim.Status.Allocation == nil {
 		return claimPlan{}, retryablef("claim is not allocated")
@@ -48,7 +49,8 @@ func planClaim(claim *resourcev1.ResourceClaim) (claimPlan, error) {
 		}
 		obj, err := DecodeConfig(c.Opaque.Parameters.Raw)
 		if err != nil {
-			return claimPlan{}, &PermanentError{Err: fmt.Errorf("status.allocation.devices.config[%d].opaque.parameters: %w", i, unwrapPermanent(err))}
+			return claimPlan{}, userFixable(&PermanentError{Err: fmt.Errorf("status.allocation.devices.config[%d].opaque.parameters: %w", i, unwrapPermanent(err))},
+				ReasonInvalidComputeDomainConfig, "")
 		}
 		decoded[i] = obj
 	}
@@ -63,7 +65,8 @@ func planClaim(claim *resourcev1.ResourceClaim) (claimPlan, error) {
 			return claimPlan{}, &PermanentError{Err: err}
 		}
 		if plan.Kind != "" && plan.Kind != kind {
-			return claimPlan{}, permanentf("claim holds both channel and daemon devices; a claim must hold one kind")
+			return claimPlan{}, userFixable(permanentf("claim holds both channel and daemon devices; a claim must hold one kind"),
+				ReasonConflictingComputeDomainConfig, "")
 		}
 		plan.Kind = kind
 		cfg := applyingConfig(alloc.Config, decoded, r.Request)
@@ -72,10 +75,12 @@ func planClaim(claim *resourcev1.ResourceClaim) (claimPlan, error) {
 			return claimPlan{}, err
 		}
 		if plan.DomainID != "" && plan.DomainID != domainID {
-			return claimPlan{}, permanentf("requests of one claim name different ComputeDomains (%s and %s)", plan.DomainID, domainID)
+			return claimPlan{}, userFixable(permanentf("requests of one claim name different ComputeDomains (%s and %s)", plan.DomainID, domainID),
+				ReasonConflictingComputeDomainConfig, "")
 		}
 		if plan.AllocationMode != "" && plan.AllocationMode != mode {
-			return claimPlan{}, permanentf("requests of one claim ask for different allocation modes (%s and %s)", plan.AllocationMode, mode)
+			return claimPlan{}, userFixable(permanentf("requests of one claim ask for different allocation modes (%s and %s)", plan.AllocationMode, mode),
+				ReasonConflictingComputeDomainConfig, domainID)
 		}
 		plan.DomainID, plan.AllocationMode = domainID, mode
 		plan.Devices = append(plan.Devices, allocatedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, Kind: kind, ID: id})
@@ -118,11 +123,11 @@ func configFor(kind DeviceKind, cfg runtime.Object, request string) (string, str
 			return c.DomainID, "", nil
 		}
 	case nil:
-		return "", "", permanentf("request %q: no opaque config of driver %s applies; a %s device needs a %s",
-			request, cdv1beta1.DriverName, kind, wantKind(kind))
+		return "", "", userFixable(permanentf("request %q: no opaque config of driver %s applies; a %s device needs a %s",
+			request, cdv1beta1.DriverName, kind, wantKind(kind)), ReasonComputeDomainConfigMissing, "")
 	}
-	return "", "", permanentf("request %q: a %s device needs a %s, got a %s",
-		request, kind, wantKind(kind), cfg.GetObjectKind().GroupVersionKind().Kind)
+	return "", "", userFixable(permanentf("request %q: a %s device needs a %s, got a %s",
+		request, kind, wantKind(kind), cfg.GetObjectKind().GroupVersionKind().Kind), ReasonInvalidComputeDomainConfig, "")
 }
 
 func wantKind(kind DeviceKind) string {

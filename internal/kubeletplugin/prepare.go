@@ -16,7 +16,8 @@ import (
 
 // PrepareResourceClaims prepares each claim (see prepareClaim). The readiness waits of all
 // claims of one call share one deadline, ReadyWaitTimeout from the start of the call, so that
-// the kubelet gets an answer in bounded time and retries.
+// the kubelet gets an answer in bounded time and retries. A claim that fails for a reason its
+// author can fix gets events on its pods (podEvents); the error the kubelet gets is the same.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1.ResourceClaim) (map[types.UID]draplugin.PrepareResult, error) {
 	deadline := time.Now().Add(d.opts.ReadyWaitTimeout)
 	out := make(map[types.UID]draplugin.PrepareResult, len(claims))
@@ -30,9 +31,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1
 		d.metrics.prepareDone(start, err)
 		if err != nil {
 			logger.Error(err, "Preparing claim failed", "permanent", IsPermanent(err), "reason", ReasonOf(err))
+			d.podEvents.prepareFailed(klog.NewContext(ctx, logger), claim, err)
 			out[claim.UID] = draplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 			continue
 		}
+		d.podEvents.prepared(claim.UID)
 		logger.V(1).Info("Prepared claim", "devices", len(devices))
 		out[claim.UID] = draplugin.PrepareResult{Devices: toDRADevices(devices)}
 	}

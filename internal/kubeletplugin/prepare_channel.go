@@ -2,10 +2,12 @@ package kubeletplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"cdplane/internal/features"
@@ -21,23 +23,47 @@ func checkDomainNamespace(claimNS, claimName, cdNS, cdName string) error {
 	return nil
 }
 
-// prepareChannel runs the channel steps in order: the claim's namespace must be its domain's
-// (else a permanent error); the node is labelled for the domain (refused when it serves
-// another); the node's IMEX must be ready (waitIMEXReady: the domain's daemon, waited for on
+// checkDomain runs the checks of the claim's ComputeDomain, found in the cache (err from the
+// lookup otherwise): it must exist, be in the claim's namespace and not be being deleted (its
+// daemons are going, and the node label this prepare would add is one the controller is
+// removing). Each refusal is tagged as a UserError; a failed lookup is not.
+func checkDomain(claimNS, claimName, uid string, cd *metav1.PartialObjectMetadata, err error) error {
+	var notFound *domainNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+		return userFixable(err, ReasonComputeDomainNotFound, "with UID "+uid)
+	case err != nil:
+		return err
+	}
+	domain := cd.Namespace + "/" + cd.Name
+	if err := checkDomainNamespace(claimNS, claimName, cd.Namespace, cd.Name); err != nil {
+		return userFixable(err, ReasonComputeDomainInOtherNamespace, domain)
+	}
+	if cd.DeletionTimestamp != nil {
+		return userFixable(permanentf("ComputeDomain %s (UID %s) is being deleted (since %s): its channels are no longer prepared",
+			domain, uid, cd.DeletionTimestamp.UTC().Format(time.RFC3339)), ReasonComputeDomainDeleting, domain)
+	}
+	return nil
+}
+
+// prepareChannel runs the channel steps in order: the claim's domain must exist, be in the
+// claim's namespace and not be being deleted (checkDomain); the node is labelled for the domain
+// (refused when it serves another); the node's IMEX must be ready (waitIMEXReady: the domain's daemon, waited for on
 // the watch cache until deadline, or the host service), else a retryable error; then the CDI
 // spec injects the allocated channel (Single) or every channel (All). A node without fabric
 // gets no CDI device at all.
 func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, deadline time.Time) ([]PreparedDevice, string, error) {
 	logger := klog.FromContext(ctx)
-	cd, err := d.view.domain(ctx, plan.DomainID)
-	if err != nil {
-		return nil, "", failed(FailureDomainNotFound, err)
-	}
-	if err := checkDomainNamespace(claim.Namespace, claim.Name, cd.Namespace, cd.Name); err != nil {
-		return nil, "", failed(FailureWrongNamespace, err)
+	cd, lookupErr := d.view.domain(ctx, plan.DomainID)
+	if err := checkDomain(claim.Namespace, claim.Name, plan.DomainID, cd, lookupErr); err != nil {
+		reason := FailureDomainNotFound
+		if ue, ok := UserErrorOf(err); ok && ue.Reason == ReasonComputeDomainInOtherNamespace {
+			reason = FailureWrongNamespace
+		}
+		return nil, "", failed(reason, err)
 	}
 	if err := d.label.addDomain(ctx, plan.DomainID); err != nil {
-		return nil, "", failed(FailureNodeLabel, err)
+		return nil, "", failed(FailureNodeLabel, labelRefusal(err, cd.Namespace+"/"+cd.Name))
 	}
 	cliqueID, err := d.clique.current()
 	if err != nil {

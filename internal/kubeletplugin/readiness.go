@@ -156,9 +156,16 @@ func (v *domainView) domain(ctx context.Context, uid string) (*metav1.PartialObj
 		return nil, retryablef("looking up ComputeDomain %s: %w", uid, err)
 	}
 	if len(list.Items) == 0 {
-		return nil, retryablef("ComputeDomain with UID %s not found", uid)
+		return nil, &RetryableError{Err: &domainNotFoundError{uid: uid}}
 	}
 	return &list.Items[0], nil
+}
+
+// domainNotFoundError says that no ComputeDomain with the UID is in the cache.
+type domainNotFoundError struct{ uid string }
+
+func (e *domainNotFoundError) Error() string {
+	return fmt.Sprintf("ComputeDomain with UID %s not found", e.uid)
 }
 
 // domainExists reports whether the cache holds the ComputeDomain with the given UID.

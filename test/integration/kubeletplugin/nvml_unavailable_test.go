@@ -92,8 +92,9 @@ func TestNodeWithoutNVMLPublishesNoDevices(t *testing.T) {
 }
 
 // waitNodeEvent waits for an event about node n with this reason: regarding its plugin's pod
-// (PodName "plugin-<node>"), in the driver namespace, the node as the related object, its note
-// containing note.
+// (PodName "plugin-<node>"), in the driver namespace, the node as the related object, reported
+// by the driver from the node (as the admission policy on the plugin's events requires), its
+// note containing note.
 func waitNodeEvent(e *env, n *node, reason, note string) {
 	e.t.Helper()
 	e.eventually(time.Minute, "event "+reason+" about node "+n.name, func() (bool, error) {
@@ -103,7 +104,8 @@ func waitNodeEvent(e *env, n *node, reason, note string) {
 		}
 		for _, ev := range list.Items {
 			if ev.Reason == reason && ev.Regarding.Kind == "Pod" && ev.Regarding.Name == "plugin-"+n.name &&
-				ev.Related != nil && ev.Related.Kind == "Node" && ev.Related.Name == n.name && strings.Contains(ev.Note, note) {
+				ev.Related != nil && ev.Related.Kind == "Node" && ev.Related.Name == n.name && strings.Contains(ev.Note, note) &&
+				ev.ReportingController == cdv1beta1.DriverName && ev.ReportingInstance == n.name {
 				return true, nil
 			}
 		}

@@ -791,3 +791,29 @@ func TestDaemonUpdateStrategy(t *testing.T) {
 		t.Error("daemonUpdateStrategy Recreate: rendered, want refused by the schema")
 	}
 }
+
+// TestDaemonMetrics: the daemons' metrics port reaches the controller (on by default); off is an
+// explicit 0; IMEX's ports and non-ports are refused by the schema.
+func TestDaemonMetrics(t *testing.T) {
+	for name, tc := range map[string]struct {
+		metrics map[string]any
+		want    string
+	}{
+		"default":  {want: "--daemon-metrics-port=8082"},
+		"moved":    {metrics: map[string]any{"port": 9100}, want: "--daemon-metrics-port=9100"},
+		"disabled": {metrics: map[string]any{"enabled": false}, want: "--daemon-metrics-port=0"},
+	} {
+		var vals map[string]any
+		if tc.metrics != nil {
+			vals = map[string]any{"daemon": map[string]any{"metrics": tc.metrics}}
+		}
+		if got := args(t, renderPlane(t, "plane-a", vals), "Deployment"); !slices.Contains(got, tc.want) {
+			t.Errorf("%s: controller args %q lack %s", name, got, tc.want)
+		}
+	}
+	for _, port := range []any{50000, 50005, 0, 70000, "8082"} {
+		if _, err := Render(Plane, "x", "plane-a-cdplane", map[string]any{"controlPlaneID": "plane-a", "daemon": map[string]any{"metrics": map[string]any{"port": port}}}); err == nil {
+			t.Errorf("daemon.metrics.port %v: rendered, want refused by the schema", port)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
@@ -16,10 +17,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/daemonenv"
 	"cdplane/internal/metrics"
 	"cdplane/internal/scheme"
 )
@@ -57,12 +61,81 @@ func TestMonitoringOffByDefault(t *testing.T) {
 	if ms := monitoringObjects(t, "plane-a", nil); len(ms) != 0 {
 		t.Errorf("default render holds %d monitoring objects", len(ms))
 	}
-	for key, kind := range map[string]string{"podMonitor": "PodMonitor", "prometheusRule": "PrometheusRule", "grafanaDashboard": "ConfigMap"} {
+	for key, want := range map[string][]string{
+		// The controllers' and plugins', and the daemons'.
+		"podMonitor":       {"PodMonitor", "PodMonitor"},
+		"prometheusRule":   {"PrometheusRule"},
+		"grafanaDashboard": {"ConfigMap"},
+	} {
 		ms := monitoringObjects(t, "plane-a", map[string]any{"monitoring": map[string]any{key: map[string]any{"enabled": true}}})
-		if len(ms) != 1 || ms[0].Object.GetKind() != kind {
-			t.Errorf("monitoring.%s.enabled: %d objects %v, want one %s", key, len(ms), ms, kind)
+		var kinds []string
+		for _, m := range ms {
+			kinds = append(kinds, m.Object.GetKind())
+		}
+		if !slices.Equal(kinds, want) {
+			t.Errorf("monitoring.%s.enabled: objects %v, want %v", key, kinds, want)
 		}
 	}
+}
+
+// TestDaemonPodMonitor: the daemons' PodMonitor selects what the controller puts on daemon pods
+// (the domain label, managed-by cdplane) in the driver namespace, at the port the controller
+// names; none without daemon metrics, or without daemons (host-managed IMEX).
+func TestDaemonPodMonitor(t *testing.T) {
+	daemonMonitors := func(values map[string]any) []Manifest {
+		var out []Manifest
+		for _, m := range monitoringObjects(t, "plane-a", values) {
+			if m.Object.GetKind() == "PodMonitor" && strings.HasSuffix(m.Object.GetName(), "-daemons") {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	on := map[string]any{"monitoring": map[string]any{"podMonitor": map[string]any{"enabled": true}}}
+	ms := daemonMonitors(on)
+	if len(ms) != 1 {
+		t.Fatalf("%d daemon PodMonitors, want 1", len(ms))
+	}
+	spec := ms[0].Object.Object["spec"].(map[string]any)
+	sel, err := metav1.LabelSelectorAsSelector(toLabelSelector(t, spec["selector"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := k8slabels.Set{cdv1beta1.ComputeDomainLabel: "uid", "app.kubernetes.io/managed-by": "cdplane", cdv1beta1.ControlPlaneLabel: "plane-a"}
+	if !sel.Matches(pod) {
+		t.Errorf("selector %s does not select a daemon pod %v", sel, pod)
+	}
+	if other := (k8slabels.Set{"app.kubernetes.io/name": "cdplane-kubelet-plugin", "app.kubernetes.io/managed-by": "Helm"}); sel.Matches(other) {
+		t.Errorf("selector %s selects a plugin pod", sel)
+	}
+	if ns, _, _ := unstructured.NestedStringSlice(spec, "namespaceSelector", "matchNames"); !slices.Equal(ns, []string{"plane-a-cdplane"}) {
+		t.Errorf("namespaces %v, want the driver namespace", ns)
+	}
+	if port, _, _ := unstructured.NestedString(spec["podMetricsEndpoints"].([]any)[0].(map[string]any), "port"); port != daemonenv.MetricsPortName {
+		t.Errorf("port %q, want %q", port, daemonenv.MetricsPortName)
+	}
+	off := map[string]any{"monitoring": on["monitoring"], "daemon": map[string]any{"metrics": map[string]any{"enabled": false}}}
+	if ms := daemonMonitors(off); len(ms) != 0 {
+		t.Errorf("daemon.metrics.enabled=false: %d daemon PodMonitors, want none", len(ms))
+	}
+	host := map[string]any{"monitoring": on["monitoring"], "imex": map[string]any{"mode": "hostManaged"},
+		"featureGates": map[string]any{"HostManagedIMEXDaemon": true}}
+	if ms := daemonMonitors(host); len(ms) != 0 {
+		t.Errorf("host-managed IMEX: %d daemon PodMonitors, want none", len(ms))
+	}
+}
+
+func toLabelSelector(t *testing.T, v any) *metav1.LabelSelector {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := &metav1.LabelSelector{}
+	if err := json.Unmarshal(data, sel); err != nil {
+		t.Fatal(err)
+	}
+	return sel
 }
 
 // TestMonitoringValues: thresholds, severities and labels come from the values; a threshold the
@@ -226,8 +299,19 @@ func exportedSeries(t *testing.T) map[string]sets.Set[string] {
 	p.PrepareErrors.WithLabelValues(id, "other").Inc()
 	p.UnprepareErrors.WithLabelValues(id, "other").Inc()
 	p.PreparedClaims.WithLabelValues(id, "channel").Set(1)
+	// A daemon's, in the registry of its own that it serves, every vector with a series.
+	d := metrics.NewDaemonMetrics(metrics.DaemonIdentity{ControlPlaneID: id, DomainUID: "uid", NodeName: "n1"})
+	d.StartToReady.WithLabelValues().Set(1)
+	d.LastReady.WithLabelValues().Set(1)
+	d.Blocked.WithLabelValues("HostIMEXInUse").Set(0)
+	d.Restarts.WithLabelValues("exited").Inc()
+	d.Exits.WithLabelValues("signal").Inc()
+	d.ConfigWrites.WithLabelValues("hosts").Inc()
+	d.ReadinessChecks.WithLabelValues("ready").Inc()
+	daemon := prometheus.NewRegistry()
+	daemon.MustRegister(d.Collectors()...)
 
-	mfs, err := crmetrics.Registry.Gather()
+	mfs, err := prometheus.Gatherers{crmetrics.Registry, daemon}.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +405,7 @@ func TestMonitoringQueriesUseExportedMetrics(t *testing.T) {
 		t.Run("plane "+id, func(t *testing.T) {
 			ms := monitoringObjects(t, id, monitoringOn)
 			rules := alertRules(t, ms)
-			wantAlerts := []string{"CDPlaneComputeDomainNotReady", "CDPlaneControllerNoLeader", "CDPlaneKubeletPluginDown", "CDPlaneKubeletPluginPrepareErrors"}
+			wantAlerts := []string{"CDPlaneComputeDomainNotReady", "CDPlaneControllerNoLeader", "CDPlaneIMEXRestarting", "CDPlaneKubeletPluginDown", "CDPlaneKubeletPluginPrepareErrors"}
 			if got := slices.Sorted(func(yield func(string) bool) {
 				for k := range rules {
 					if !yield(k) {

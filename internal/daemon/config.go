@@ -32,6 +32,11 @@ type Config struct {
 
 	// DNSNames selects nodes.cfg with static names and a hosts file (IMEXDaemonsWithDNSNames).
 	DNSNames bool
+	// Cliques says the controller keeps membership in clique objects (ComputeDomainCliques):
+	// the daemon then waits for its clique and reads the domain's status.nodes only when its
+	// clique went after it had seen it (the gate was turned off) or never came within
+	// CliqueWait. Off, it reads the domain's status whenever its clique does not exist.
+	Cliques bool
 	// ConfigDir holds the IMEX config files (imexd.cfg, nodes.cfg).
 	ConfigDir string
 	// HostsPath is the hosts file peer names resolve through.

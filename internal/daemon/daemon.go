@@ -33,6 +33,8 @@ type Deps struct {
 	// RestartBackoff is the first delay before restarting an IMEX that exited (default 1s,
 	// doubling up to 30s).
 	RestartBackoff time.Duration
+	// Metrics records the daemon's events; nil records none.
+	Metrics *Metrics
 }
 
 // Serve labels the pod with its clique and, on a node with a fabric, supervises IMEX until ctx
@@ -52,6 +54,7 @@ func Serve(ctx context.Context, cfg Config, deps Deps) error {
 		// the domain's NodesBlocked condition says (CrashOnNVLinkFabricErrors off).
 		msg := "the node's NVLink fabric registration failed, so it serves as a node without NVLink fabric (no IMEX): " + cfg.FabricError
 		log.Info("NVLink fabric registration failed: serving as a node without fabric", "fabricError", cfg.FabricError)
+		deps.Metrics.blocked(cdv1beta1.IMEXBlockedFabricError)
 		reportBlocked(ctx, deps.Client, cfg, cdv1beta1.IMEXBlockedFabricError, msg, log)
 	}
 	if cfg.CliqueID == "" {
@@ -147,6 +150,9 @@ type peerSource interface {
 	// domainSize reports how many nodes the domain lists and wants (numNodes); ok is false
 	// when that is not known (the clique holds the membership).
 	domainSize() (joined, numNodes int, ok bool)
+	// ready reports whether this node's entry is Ready (the controller's copy of its daemon
+	// pod's readiness).
+	ready(node string) bool
 }
 
 // supervisor runs IMEX as membership says.
@@ -227,9 +233,11 @@ func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
 		case <-notify:
 		case err := <-s.exited:
 			s.running, s.exited = false, nil
+			s.deps.Metrics.imexExited(err)
 			if s.block(ctx, err) {
 				continue
 			}
+			s.deps.Metrics.imexRestart(restartExited)
 			s.log.Error(err, "IMEX exited; restarting it", "after", s.nextBackoff())
 			s.restart = s.timer(s.backoff)
 			continue
@@ -244,6 +252,7 @@ func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
 			continue
 		}
 		if err := s.sync(ctx); err != nil {
+			s.deps.Metrics.syncFailed()
 			s.log.Error(err, "Applying membership")
 		}
 	}
@@ -253,6 +262,7 @@ func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
 // this node's entry and index; a first start sends no reload.
 func (s *supervisor) sync(ctx context.Context) error {
 	peers, self := s.view.peers(s.cfg.NodeName)
+	s.deps.Metrics.membership(self, s.view.ready(s.cfg.NodeName), s.clock())
 	if self == nil {
 		if !s.running {
 			s.log.V(1).Info("Waiting for this node's entry and index")
@@ -261,9 +271,11 @@ func (s *supervisor) sync(ctx context.Context) error {
 	}
 	peers = s.usable(peers)
 	changes, err := imex.WriteConfig(s.settings(), peers)
+	s.deps.Metrics.configWritten(changes) // what was written before a failure too
 	if err != nil {
 		return fmt.Errorf("writing IMEX config: %w", err)
 	}
+	s.deps.Metrics.configured(len(peers), len(s.skipped))
 	if !s.running {
 		if s.restart != nil || s.blocked != "" {
 			return nil // a restart is scheduled, or IMEX cannot run here
@@ -274,6 +286,7 @@ func (s *supervisor) sync(ctx context.Context) error {
 			return nil
 		}
 		exited, err := s.deps.IMEX.Start(ctx)
+		s.deps.Metrics.imexStarted(err)
 		if err != nil {
 			if s.block(ctx, err) {
 				return nil
@@ -286,16 +299,17 @@ func (s *supervisor) sync(ctx context.Context) error {
 		s.log.Info("Started IMEX", "index", self.Index, "peers", len(peers))
 		return nil
 	}
-	action := changes.Action()
+	action, reason := changes.Action(), restartConfigChanged
 	if self.Index != s.runIndex {
 		s.log.Info("This node's index changed; restarting IMEX, which fixes its node id at start",
 			"from", s.runIndex, "to", self.Index)
-		action = imex.ActionRestart
+		action, reason = imex.ActionRestart, restartIndexChanged
 	}
 	switch action {
 	case imex.ActionReload:
 		s.reloadPending = true
 	case imex.ActionRestart:
+		s.deps.Metrics.imexRestart(reason)
 		s.log.Info("IMEX configuration changed; restarting IMEX", "peers", len(peers))
 		stopCtx, cancel := context.WithTimeout(ctx, restartStopTimeout)
 		err := s.deps.IMEX.Stop(stopCtx)
@@ -326,7 +340,11 @@ func (s *supervisor) sync(ctx context.Context) error {
 		}
 		s.reloadPending, s.lastReload = false, s.clock()
 		s.log.Info("Membership changed; reloading IMEX", "peers", len(peers))
-		return s.deps.IMEX.Reload()
+		if err := s.deps.IMEX.Reload(); err != nil {
+			return err
+		}
+		s.deps.Metrics.reloaded()
+		return nil
 	}
 	if s.readySeen {
 		s.backoff = 0 // a run that turned Ready resets the backoff
@@ -343,6 +361,7 @@ func (s *supervisor) block(ctx context.Context, err error) bool {
 	}
 	s.blocked = cdv1beta1.IMEXBlockedHostIMEXInUse
 	s.restart = nil
+	s.deps.Metrics.blocked(s.blocked)
 	msg := "another nvidia-imex, most likely the host's nvidia-imex.service, holds this node's IMEX session (" +
 		imex.SessionInUseCode + "); the kernel allows one per node. IMEX is not restarted: stop and disable the host " +
 		"service (systemctl disable --now nvidia-imex) and delete this pod, or run the plane with imex.mode=hostManaged"
@@ -375,7 +394,9 @@ func (s *supervisor) clock() time.Time {
 func (s *supervisor) ready(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return s.deps.IMEX.Ready(ctx) == nil
+	err := s.deps.IMEX.Ready(ctx)
+	s.deps.Metrics.readinessChecked(err, s.clock())
+	return err == nil
 }
 
 // usable leaves out the entries that conflict (usablePeers) and logs them once per change.

@@ -90,7 +90,7 @@ func (f *fakeIMEX) setReady(ready bool) {
 	defer f.mu.Unlock()
 	f.notReady = nil
 	if !ready {
-		f.notReady = errors.New("not ready")
+		f.notReady = fmt.Errorf("%w: the fake answers NOT_READY", imex.ErrNotReady)
 	}
 }
 
@@ -125,6 +125,24 @@ type fakeView struct {
 	// numNodes, when set, is the domain's numNodes, and the domain lists its members: the view
 	// watches the domain (IP mode); zero: the clique holds the membership.
 	numNodes int
+	// readyNodes are the members whose entry is Ready.
+	readyNodes map[string]bool
+}
+
+func (v *fakeView) ready(node string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.readyNodes[node]
+}
+
+// setReady sets whether node's entry is Ready.
+func (v *fakeView) setReady(node string, ready bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.readyNodes == nil {
+		v.readyNodes = map[string]bool{}
+	}
+	v.readyNodes[node] = ready
 }
 
 func (v *fakeView) domainSize() (int, int, bool) {
@@ -217,6 +235,8 @@ type setup struct {
 	unsynced       int
 	// log receives the supervisor's log; the test's log when unset.
 	log logr.Logger
+	// metrics records the supervisor's events; nil: none.
+	metrics *Metrics
 }
 
 // testUID is the domain UID of the supervisor tests' daemon.
@@ -242,7 +262,7 @@ func start(t *testing.T, s setup, members ...imex.Peer) *harness {
 		log = testr.NewWithOptions(t, testr.Options{Verbosity: 1})
 	}
 	sup := &supervisor{
-		cfg: h.cfg, deps: Deps{IMEX: h.imex, Log: log, RestartBackoff: s.restartBackoff}, view: h.view, log: log,
+		cfg: h.cfg, deps: Deps{IMEX: h.imex, Log: log, RestartBackoff: s.restartBackoff, Metrics: s.metrics}, view: h.view, log: log,
 		after: func(d time.Duration) <-chan time.Time {
 			c := make(chan time.Time, 1)
 			h.timers <- timer{d: d, c: c}

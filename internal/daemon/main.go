@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
@@ -18,6 +19,7 @@ import (
 	"cdplane/internal/features"
 	"cdplane/internal/imex"
 	"cdplane/internal/nvml"
+	"cdplane/internal/plane"
 	"cdplane/internal/scheme"
 	"cdplane/internal/version"
 )
@@ -27,6 +29,10 @@ const (
 	CommandRun   = "run"
 	CommandCheck = "check"
 )
+
+// DefaultMetricsBindAddress turns the metrics endpoint off: the binary run outside a daemon pod
+// opens no port; the controller passes --metrics-bind-address to the pods it creates.
+const DefaultMetricsBindAddress = "0"
 
 // fabricRetryInterval spaces clique discovery attempts while the fabric registers.
 const fabricRetryInterval = 5 * time.Second
@@ -43,11 +49,16 @@ type Options struct {
 	// IMEXBinary and IMEXCtlBinary run IMEX and its readiness query: the flags, else the
 	// daemonenv variables the kubelet plugin sets, else found on PATH.
 	IMEXBinary, IMEXCtlBinary string
+	// MetricsBindAddress is the metrics endpoint's host:port ("0": off, the default; the
+	// controller sets $(POD_IP):<port>). run only.
+	MetricsBindAddress string
+	// ControlPlaneID labels the daemon's metrics (control_plane_id; "" for the legacy plane).
+	ControlPlaneID string
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
-	return &Options{Kube: component.KubeClient{QPS: 5, Burst: 10}, Gates: features.NewGates()}
+	return &Options{Kube: component.KubeClient{QPS: 5, Burst: 10}, Gates: features.NewGates(), MetricsBindAddress: DefaultMetricsBindAddress}
 }
 
 // AddFlags registers the flags of the daemon's subcommands.
@@ -56,6 +67,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NVMLLibrary, "nvml-library", "", "NVML library for clique discovery when "+daemonenv.CliqueID+" is not set (env "+daemonenv.NVMLLibrary+"; default "+nvml.DefaultLibraryPath+")")
 	fs.StringVar(&o.IMEXBinary, "imex-binary", "nvidia-imex", "The IMEX daemon, looked up on PATH unless a path (env "+daemonenv.IMEXBinary+", set by the kubelet plugin)")
 	fs.StringVar(&o.IMEXCtlBinary, "imex-ctl-binary", "nvidia-imex-ctl", "IMEX's control tool, for the readiness query, looked up on PATH unless a path (env "+daemonenv.IMEXCtlBinary+", set by the kubelet plugin)")
+	fs.StringVar(&o.MetricsBindAddress, daemonenv.MetricsBindAddressFlag, o.MetricsBindAddress, `Prometheus metrics endpoint of run (host:port, e.g. "$(POD_IP):8082", as the controller sets it; "0" disables)`)
+	fs.StringVar(&o.ControlPlaneID, daemonenv.ControlPlaneIDFlag, o.ControlPlaneID, "Control-plane id the daemon's metrics are labelled with (control_plane_id): empty for the legacy plane (env "+plane.EnvVar+")")
 	o.Gates.AddFlag(fs)
 }
 
@@ -80,6 +93,12 @@ func (o *Options) Validate() error {
 	if o.IMEXBinary == "" || o.IMEXCtlBinary == "" {
 		return fmt.Errorf("--imex-binary and --imex-ctl-binary must not be empty")
 	}
+	if err := plane.ValidateID(o.ControlPlaneID); err != nil {
+		return err
+	}
+	if err := validateMetricsAddress(o.MetricsBindAddress); err != nil {
+		return err
+	}
 	return features.Validate(o.Gates)
 }
 
@@ -95,6 +114,7 @@ type Host struct {
 // runs Main. cmd/cdplane-daemon and in-process instances both call it.
 func Run(ctx context.Context, inv component.Invocation, host Host) error {
 	o := NewOptions()
+	o.ControlPlaneID = inv.Getenv(plane.EnvVar)
 	if len(inv.Args) > 0 {
 		o.Command = inv.Args[0]
 	}
@@ -128,6 +148,7 @@ func Run(ctx context.Context, inv component.Invocation, host Host) error {
 // Main runs the daemon's subcommand: run labels the pod with its clique and supervises IMEX
 // until ctx ends; check is the readiness probe.
 func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) error {
+	started := time.Now()
 	// Taken whether or not it is logged: an in-process instance's record would stay behind.
 	flags := component.EffectiveFlags(o)
 	// Until the verbosity is known (it comes with the identity), log at the default.
@@ -150,6 +171,7 @@ func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) 
 		return err
 	}
 	var namesNote string
+	cfg.Cliques = o.Gates.Enabled(features.ComputeDomainCliques)
 	cfg.DNSNames, namesNote, err = useDNSNames(o.Gates.Enabled(features.IMEXDaemonsWithDNSNames), cfg.DriverVersion)
 	if err != nil && o.Command == CommandRun {
 		return err
@@ -198,5 +220,18 @@ func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) 
 	if err != nil {
 		return fmt.Errorf("creating the API client: %w", err)
 	}
-	return Serve(ctx, cfg, Deps{Client: c, IMEX: x, Log: log})
+	m := NewMetrics(cfg, o.ControlPlaneID, started)
+	if !metricsOff(o.MetricsBindAddress) {
+		if inv.OwnsProcess {
+			// Not for an in-process instance: they would describe the process it shares.
+			m.Registry().MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		}
+		ep, err := ListenMetrics(o.MetricsBindAddress, m.Registry())
+		if err != nil {
+			return err
+		}
+		defer ep.Close()
+		log.Info("Serving metrics", "address", ep.Addr(), "path", MetricsPath)
+	}
+	return Serve(ctx, cfg, Deps{Client: c, IMEX: x, Log: log, Metrics: m})
 }

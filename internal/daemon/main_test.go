@@ -1,10 +1,17 @@
 package daemon
 
 import (
+	"context"
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
+
+	"cdplane/internal/component"
+	"cdplane/internal/daemonenv"
+	"cdplane/internal/plane"
 )
 
 func TestDriverFilesFromEnv(t *testing.T) {
@@ -30,6 +37,37 @@ func TestDriverFilesFromEnv(t *testing.T) {
 			o.driverFilesFromEnv(fs, func(k string) string { return tc.env[k] })
 			if diff := cmp.Diff(tc.want, files{o.IMEXBinary, o.IMEXCtlBinary, o.NVMLLibrary}); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The metrics flags are checked before anything else happens; the plane comes from the flag or
+// the environment. Valid ones get as far as reading the daemon's identity.
+func TestRunValidatesMetricsFlags(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		"IMEX's command port":         {args: []string{"--metrics-bind-address=127.0.0.1:50005"}, want: "is IMEX's"},
+		"no port":                     {args: []string{"--metrics-bind-address=127.0.0.1"}, want: "want host:port or 0"},
+		"a bad plane id":              {args: []string{"--control-plane-id=Plane-A"}, want: "Plane-A"},
+		"a bad plane id from the env": {env: map[string]string{plane.EnvVar: "Plane-A"}, want: "Plane-A"},
+		"valid": {
+			args: []string{"--metrics-bind-address=127.0.0.1:8082", "--control-plane-id=plane-a"},
+			want: daemonenv.NodeName + " is not set",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			inv := component.Invocation{
+				Args: append([]string{CommandRun}, tc.args...), Stdout: io.Discard, Stderr: io.Discard,
+				LookupEnv: func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok },
+			}
+			err := Run(context.Background(), inv, Host{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Run: %v, want an error containing %q", err, tc.want)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"sort"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -55,10 +56,11 @@ func (s *source) get() any {
 }
 
 // membershipView reads the daemon's peers from its clique when it exists, otherwise from its
-// domain's status.nodes (the entries of its clique), so the daemon behaves the same whichever
-// way the ComputeDomainCliques gate is set. The domain is watched only while the clique does
-// not exist: a domain's status changes with every node of every clique, and thousands of
-// daemons need not receive it when their clique carries what they need.
+// domain's status.nodes (the entries of its clique), so the daemon follows a controller with
+// the ComputeDomainCliques gate either way. The domain is watched only while the clique does not
+// exist, and with the gate on only once the clique went or did not come (wantDomain): a domain's
+// status changes with every node of every clique, and thousands of daemons need not receive it
+// when their clique carries what they need.
 type membershipView struct {
 	ctx    context.Context
 	c      client.WithWatch
@@ -68,14 +70,42 @@ type membershipView struct {
 	clique     *source
 	domain     *source
 	stopDomain context.CancelFunc
+
+	// seenClique is set once the clique existed; started is when the view began, now the clock
+	// (time.Now unless a test sets it), and waited fires notify once CliqueWait has passed.
+	seenClique bool
+	started    time.Time
+	now        func() time.Time
+	waited     *time.Timer
 }
 
+// CliqueWait is how long a daemon with Config.Cliques waits for its clique before it also reads
+// the domain's status (a controller whose gate is off while this daemon's is on).
+const CliqueWait = 2 * time.Minute
+
 func newMembershipView(ctx context.Context, c client.WithWatch, cfg Config, notify func()) *membershipView {
-	return &membershipView{
-		ctx: ctx, c: c, cfg: cfg, notify: notify,
+	m := &membershipView{
+		ctx: ctx, c: c, cfg: cfg, notify: notify, started: time.Now(), now: time.Now,
 		clique: watchByName(ctx, c, &cdv1beta1.ComputeDomainCliqueList{}, &cdv1beta1.ComputeDomainClique{},
 			cfg.PodNamespace, cfg.CliqueObjectName(), notify),
 	}
+	if cfg.Cliques {
+		m.waited = time.AfterFunc(CliqueWait, notify)
+	}
+	return m
+}
+
+// wantDomain says whether the domain's status is to be read: never while the clique exists;
+// without it, at once when the controller does not keep cliques (Config.Cliques off), else only
+// when the clique went after it had been seen or did not come within CliqueWait. Thousands of
+// daemons starting together before the controller wrote their cliques would otherwise each
+// receive the domain's whole status on every change until it did.
+func (m *membershipView) wantDomain(hasClique bool) bool {
+	if hasClique {
+		m.seenClique = true
+		return false
+	}
+	return !m.cfg.Cliques || m.seenClique || m.now().Sub(m.started) >= CliqueWait
 }
 
 // update starts or stops the domain watch as the clique comes and goes, and reports whether the
@@ -85,11 +115,12 @@ func (m *membershipView) update() bool {
 		return false
 	}
 	_, hasClique := m.clique.get().(*cdv1beta1.ComputeDomainClique)
+	want := m.wantDomain(hasClique)
 	switch {
-	case hasClique && m.domain != nil:
+	case !want && m.domain != nil:
 		m.stopDomain()
 		m.domain, m.stopDomain = nil, nil
-	case !hasClique && m.domain == nil:
+	case want && m.domain == nil:
 		ctx, cancel := context.WithCancel(m.ctx)
 		m.domain = watchByName(ctx, m.c, &cdv1beta1.ComputeDomainList{}, &cdv1beta1.ComputeDomain{},
 			m.cfg.CDNamespace, m.cfg.CDName, m.notify)
@@ -99,6 +130,9 @@ func (m *membershipView) update() bool {
 }
 
 func (m *membershipView) close() {
+	if m.waited != nil {
+		m.waited.Stop()
+	}
 	if m.stopDomain != nil {
 		m.stopDomain()
 	}
@@ -118,12 +152,14 @@ func (m *membershipView) domainSize() (joined, numNodes int, ok bool) {
 	return len(cd.Status.Nodes), cd.Spec.NumNodes, true
 }
 
-// peers returns the clique's members with an index, and this node's entry if it has one.
-func (m *membershipView) peers(node string) (peers []imex.Peer, self *imex.Peer) {
-	var entries []cdv1beta1.ComputeDomainDaemonInfo
+// entries are the clique's entries: the clique's, else those of the domain's status.nodes in
+// this node's clique.
+func (m *membershipView) entries() []cdv1beta1.ComputeDomainDaemonInfo {
 	if c, ok := m.clique.get().(*cdv1beta1.ComputeDomainClique); ok && c != nil {
-		entries = c.Daemons
-	} else if m.domain != nil {
+		return c.Daemons
+	}
+	var entries []cdv1beta1.ComputeDomainDaemonInfo
+	if m.domain != nil {
 		if cd, ok := m.domain.get().(*cdv1beta1.ComputeDomain); ok && cd != nil {
 			for _, n := range cd.Status.Nodes {
 				if n.CliqueID == m.cfg.CliqueID {
@@ -132,7 +168,22 @@ func (m *membershipView) peers(node string) (peers []imex.Peer, self *imex.Peer)
 			}
 		}
 	}
-	for _, e := range entries {
+	return entries
+}
+
+// ready reports whether this node's entry is Ready.
+func (m *membershipView) ready(node string) bool {
+	for _, e := range m.entries() {
+		if e.NodeName == node {
+			return e.Status == cdv1beta1.StatusReady
+		}
+	}
+	return false
+}
+
+// peers returns the clique's members with an index, and this node's entry if it has one.
+func (m *membershipView) peers(node string) (peers []imex.Peer, self *imex.Peer) {
+	for _, e := range m.entries() {
 		if e.Index < 0 || e.IPAddress == "" {
 			continue
 		}

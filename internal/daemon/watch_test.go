@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -23,6 +24,8 @@ func storeOf(t *testing.T, obj any) *source {
 	return &source{store: store}
 }
 
+// TestMembershipViewPeers: the peers, this node's entry and whether it is Ready, from the clique
+// or the domain's status.
 func TestMembershipViewPeers(t *testing.T) {
 	const c1, c2 = "uuid.1", "uuid.2"
 	clique := testutil.MakeClique("cd-uid."+c1, "driver").
@@ -45,6 +48,8 @@ func TestMembershipViewPeers(t *testing.T) {
 		node     string
 		want     []imex.Peer
 		wantSelf *imex.Peer
+		// wantReady: this node's entry is Ready.
+		wantReady bool
 	}{
 		"from the clique, by index, whatever their status": {
 			clique: clique, node: "n1",
@@ -54,12 +59,12 @@ func TestMembershipViewPeers(t *testing.T) {
 		"the clique wins over the domain's status": {
 			clique: clique, domain: domain, node: "n3",
 			want:     []imex.Peer{p("n1", "127.0.0.1", 0), p("n2", "127.0.0.2", 1), p("n3", "127.0.0.3", 2)},
-			wantSelf: selfPeer("n3", "127.0.0.3", 2),
+			wantSelf: selfPeer("n3", "127.0.0.3", 2), wantReady: true,
 		},
 		"no clique: the domain's entries of this clique only": {
 			domain: domain, node: "n2",
 			want:     []imex.Peer{p("n1", "127.0.0.1", 0), p("n2", "127.0.0.2", 1)},
-			wantSelf: selfPeer("n2", "127.0.0.2", 1),
+			wantSelf: selfPeer("n2", "127.0.0.2", 1), wantReady: true,
 		},
 		"this node has no entry yet": {
 			clique: clique, node: "n9",
@@ -88,6 +93,54 @@ func TestMembershipViewPeers(t *testing.T) {
 			if diff := cmp.Diff(tc.wantSelf, self); diff != "" {
 				t.Errorf("own entry (-want +got):\n%s", diff)
 			}
+			if got := m.ready(tc.node); got != tc.wantReady {
+				t.Errorf("own entry Ready: %v, want %v", got, tc.wantReady)
+			}
 		})
+	}
+}
+
+// TestMembershipViewReadsTheDomainOnlyWhenTheCliqueCannotCarryTheEntry: with the controller
+// keeping cliques (Config.Cliques) a daemon does not read the domain's status while it waits
+// for its clique, does once the clique it saw went (the gate was turned off) or when the clique
+// did not come within CliqueWait; without cliques it reads the domain whenever the clique is
+// absent. Never while the clique exists.
+func TestMembershipViewReadsTheDomainOnlyWhenTheCliqueCannotCarryTheEntry(t *testing.T) {
+	start := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	view := func(cliques bool) (*membershipView, *time.Time) {
+		now := start
+		return &membershipView{cfg: Config{Cliques: cliques}, started: start, now: func() time.Time { return now }}, &now
+	}
+
+	m, now := view(true)
+	if m.wantDomain(false) {
+		t.Errorf("cliques on, no clique yet: the domain is read")
+	}
+	*now = start.Add(CliqueWait - time.Second)
+	if m.wantDomain(false) {
+		t.Errorf("cliques on, no clique %v after the start: the domain is read", CliqueWait-time.Second)
+	}
+	*now = start.Add(CliqueWait)
+	if !m.wantDomain(false) {
+		t.Errorf("cliques on, no clique after %v: the domain is not read", CliqueWait)
+	}
+
+	m, _ = view(true)
+	if m.wantDomain(true) {
+		t.Errorf("cliques on, clique present: the domain is read")
+	}
+	if !m.wantDomain(false) {
+		t.Errorf("cliques on, the clique seen went: the domain is not read")
+	}
+	if m.wantDomain(true) {
+		t.Errorf("cliques on, the clique is back: the domain is still read")
+	}
+
+	m, _ = view(false)
+	if !m.wantDomain(false) {
+		t.Errorf("cliques off, no clique: the domain is not read")
+	}
+	if m.wantDomain(true) {
+		t.Errorf("cliques off, clique present: the domain is read")
 	}
 }

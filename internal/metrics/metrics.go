@@ -1,6 +1,7 @@
 // Package metrics holds every Prometheus metric cdplane's components export, in one place, each
-// labelled control_plane_id ("" for the legacy plane), registered with controller-runtime's
-// registry (served on the controller's metrics endpoint, and on the kubelet plugin's).
+// labelled control_plane_id ("" for the legacy plane). The controller's and the kubelet plugin's
+// are registered with controller-runtime's registry (served on their metrics endpoints); each
+// daemon registers its own (DaemonMetrics) in a registry of its own.
 package metrics
 
 import (

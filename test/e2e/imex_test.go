@@ -2,20 +2,27 @@ package e2e
 
 import (
 	"fmt"
+	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/daemonenv"
 	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/metrics"
 	"cdplane/internal/plane"
 	"cdplane/internal/sim/imexsim"
 )
@@ -298,4 +305,91 @@ func checkIMEXConnected(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) {
 		}
 		return true, nil
 	})
+}
+
+// checkDaemonMetrics scrapes each of the domain's daemon pods as Prometheus would, at its pod IP
+// and container port "metrics": each serves its own series, labelled with the plane, the domain
+// and its node, registered and Ready at its index in the membership, IMEX started.
+func checkDaemonMetrics(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) {
+	t.Helper()
+	eventually(t, time.Minute, "every daemon of domain "+cd.Name+" serving its metrics, registered and Ready at its index", func() (bool, error) {
+		pods, err := liveDaemons(t, id, cd)
+		if err != nil || len(pods) == 0 {
+			return false, fmt.Errorf("daemon pods: %d, %v", len(pods), err)
+		}
+		members, _, err := domainMembers(id, cd)
+		if err != nil {
+			return false, err
+		}
+		for node, p := range pods {
+			port := int32(0)
+			for _, cp := range p.Spec.Containers[0].Ports {
+				if cp.Name == daemonenv.MetricsPortName {
+					port = cp.ContainerPort
+				}
+			}
+			if port == 0 || p.Status.PodIP == "" {
+				return false, fmt.Errorf("daemon pod %s: no port %q or no IP (%v, %q)", p.Name, daemonenv.MetricsPortName, p.Spec.Containers[0].Ports, p.Status.PodIP)
+			}
+			got, err := scrapeDaemon(net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))), id, string(cd.UID), node)
+			if err != nil {
+				return false, fmt.Errorf("daemon on %s: %w", node, err)
+			}
+			want := map[string]float64{
+				metrics.DaemonRegisteredName: 1, metrics.DaemonReadyName: 1, metrics.DaemonCliqueIndexName: float64(members[node].Index),
+				metrics.DaemonInfoName: 1,
+			}
+			for name, v := range want {
+				if got[name] != v {
+					return false, fmt.Errorf("daemon on %s: %s = %v, want %v", node, name, got[name], v)
+				}
+			}
+			if got[metrics.DaemonIMEXStartsName] < 1 {
+				return false, fmt.Errorf("daemon on %s: %s = %v, want IMEX started", node, metrics.DaemonIMEXStartsName, got[metrics.DaemonIMEXStartsName])
+			}
+		}
+		return true, nil
+	})
+}
+
+// scrapeDaemon reads a daemon's /metrics at addr: each metric's value summed over its series,
+// each series checked to carry the plane, the domain and the node.
+func scrapeDaemon(addr, id, domainUID, node string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx(), http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/metrics: %s", addr, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]string{metrics.LabelControlPlaneID: id, metrics.LabelComputeDomainUID: domainUID, metrics.LabelNode: node}
+	out := map[string]float64{}
+	for name, f := range families {
+		if !strings.HasPrefix(name, "cdplane_") {
+			continue // the process's own (go_*, process_*)
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					return nil, fmt.Errorf("%s: %s=%q, want %q", name, k, labels[k], v)
+				}
+			}
+			out[name] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return out, nil
 }

@@ -85,7 +85,8 @@ func waitCDISpecGone(t *testing.T, spec string) {
 }
 
 // Status follows the workload: Ready once its pods run on numNodes nodes (of one rack, so one
-// clique), with the two IMEX daemons connected to each other both ways; NotReady after the
+// clique), with the two IMEX daemons connected to each other both ways and each serving its
+// metrics (registered and Ready at its index, labelled with its plane); NotReady after the
 // workload is deleted; the daemons shut down, their node labels go and so do the workload
 // claims' CDI specs. With cliques (plane A, the default) membership is in ComputeDomainClique
 // objects; without (plane B with the gate off for the subtest) it is in status.nodes alone and
@@ -114,6 +115,7 @@ func TestStatusFollowsWorkloadAndDaemonsShutDown(t *testing.T) {
 				t.Errorf("%d clique objects for the domain; cliques enabled: %v", n, tc.cliques)
 			}
 			checkIMEXConnected(t, tc.id, cd)
+			checkDaemonMetrics(t, tc.id, cd)
 			var specs []string
 			for i := range pods {
 				specs = append(specs, cdiSpecPath(t, pods[i].Spec.NodeName, podClaimUID(t, &pods[i])))

@@ -20,7 +20,7 @@ import (
 )
 
 // cliqueWriters bounds the concurrent clique writes of one reconcile.
-const cliqueWriters = 16
+const cliqueWriters = 64
 
 func (r *Reconciler) listCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain) ([]cdv1beta1.ComputeDomainClique, error) {
 	list := &cdv1beta1.ComputeDomainCliqueList{}

@@ -57,6 +57,9 @@ func storedDaemonSet(ds *appsv1.DaemonSet) *appsv1.DaemonSet {
 				c.Env[j].ValueFrom.FieldRef.APIVersion = "v1"
 			}
 		}
+		for j := range c.Ports {
+			c.Ports[j].Protocol = corev1.ProtocolTCP
+		}
 	}
 	s.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: 2, NumberReady: 2}
 	return s
@@ -78,16 +81,21 @@ func TestDesiredHash(t *testing.T) {
 		"other daemon gates":      {DaemonFeatureGates: "CrashOnNVLinkFabricErrors=true"},
 		"another update strategy": {DaemonUpdateStrategy: appsv1.RollingUpdateDaemonSetStrategyType},
 		"another verbosity":       {DaemonLogVerbosity: 3},
+		"daemon metrics on":       {DaemonMetricsPort: 8082},
 	}
 	for name, opts := range cases {
 		if h := desiredDaemonSet(opts).Annotations[DesiredHashAnnotation]; h == a.Annotations[DesiredHashAnnotation] {
 			t.Errorf("%s: same hash %s: an upgrade would not be seen", name, h)
 		}
 	}
+	// Moving the daemons' metrics port is a change the live domains must see too.
+	if on, moved := desiredDaemonSet(Options{DaemonMetricsPort: 8082}), desiredDaemonSet(Options{DaemonMetricsPort: 9100}); on.Annotations[DesiredHashAnnotation] == moved.Annotations[DesiredHashAnnotation] {
+		t.Errorf("daemon metrics port 8082 and 9100: same hash %s", on.Annotations[DesiredHashAnnotation])
+	}
 }
 
 func TestDaemonSetDrift(t *testing.T) {
-	desired := desiredDaemonSet(Options{})
+	desired := desiredDaemonSet(Options{DaemonMetricsPort: 8082})
 	cases := map[string]struct {
 		edit func(*appsv1.DaemonSet)
 		want []string
@@ -104,6 +112,10 @@ func TestDaemonSetDrift(t *testing.T) {
 		"arguments added": {
 			edit: func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Args = []string{"--v=9"} },
 			want: []string{"spec.template.spec.containers[0].args"},
+		},
+		"the metrics port": {
+			edit: func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort = 9999 },
+			want: []string{"spec.template.spec.containers[0].ports"},
 		},
 		"an environment variable": {
 			edit: func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Env[5].Value = "other" },
@@ -313,6 +325,17 @@ func TestUpdatedClaimTemplateMeta(t *testing.T) {
 	}
 	if meta, spec := claimTemplateDrift(desired, got); len(meta)+len(spec) != 0 {
 		t.Errorf("the updated template still drifts: %v %v", meta, spec)
+	}
+}
+
+func TestDaemonMetricsPortOption(t *testing.T) {
+	for port, want := range map[int32]string{0: "", 8082: "", 50000: "IMEX's", 50005: "IMEX's", 70000: "up to 65535", -1: "up to 65535"} {
+		o := Options{DriverNamespace: testDriverNS, DaemonMetricsPort: port}
+		o.Defaults()
+		err := o.Validate()
+		if (want == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--daemon-metrics-port"))) {
+			t.Errorf("--daemon-metrics-port %d: Validate() = %v, want %q", port, err, want)
+		}
 	}
 }
 

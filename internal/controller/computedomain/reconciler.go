@@ -23,6 +23,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/membership"
+	"cdplane/internal/daemonenv"
 	"cdplane/internal/features"
 	"cdplane/internal/plane"
 )
@@ -37,9 +38,14 @@ type Options struct {
 	DaemonServiceAccount string
 	DaemonPriorityClass  string
 	DaemonLogVerbosity   int
-	// DaemonFeatureGates is passed to the daemons (FEATURE_GATES); never ComputeDomainCliques,
-	// so that flipping that gate does not roll the DaemonSets.
+	// DaemonFeatureGates is passed to the daemons (FEATURE_GATES): features.DaemonGates, with
+	// ComputeDomainCliques, which tells a daemon whether to wait for its clique before reading
+	// the domain's status. A flip changes the template; running daemons are replaced only as
+	// DaemonUpdateStrategy says, and follow the flip either way.
 	DaemonFeatureGates string
+	// DaemonMetricsPort is the port of the daemons' metrics endpoint on their pod's IP, declared
+	// as the container port "metrics"; 0: off (no argument, no port).
+	DaemonMetricsPort int32
 	// MaxNodesPerIMEXDomain bounds indexes within a clique.
 	MaxNodesPerIMEXDomain int
 	// BatchWindow is how long events for one domain are collected before it is reconciled, so
@@ -107,6 +113,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--take-over-from %s is this plane's own driver namespace: name the namespace NVIDIA's driver ran in", o.TakeOverFrom)
 	case o.DaemonUpdateStrategy != appsv1.OnDeleteDaemonSetStrategyType && o.DaemonUpdateStrategy != appsv1.RollingUpdateDaemonSetStrategyType:
 		return fmt.Errorf("--daemon-update-strategy must be %s or %s, got %q", appsv1.OnDeleteDaemonSetStrategyType, appsv1.RollingUpdateDaemonSetStrategyType, o.DaemonUpdateStrategy)
+	}
+	if err := daemonenv.ValidateMetricsPort("--daemon-metrics-port", int(o.DaemonMetricsPort)); err != nil {
+		return err
 	}
 	_, err := features.ParseIMEXMode(string(o.IMEXMode), o.Gates)
 	return err

@@ -116,6 +116,7 @@ func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 		MaxNodesPerIMEXDomain: r.opts.MaxNodesPerIMEXDomain, LogVerbosity: r.opts.DaemonLogVerbosity,
 		FeatureGates: r.opts.DaemonFeatureGates, HostsFile: cdv1beta1.DaemonHostsFile,
 	}.EnvVars()
+	metrics := daemonenv.Metrics{Port: r.opts.DaemonMetricsPort, ControlPlaneID: r.opts.ControlPlaneID}
 	labels := r.ownedLabels(cd)
 	return &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: cdv1beta1.DaemonSetName(uid), Namespace: r.opts.DriverNamespace, Labels: labels},
@@ -138,7 +139,11 @@ func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 						Name:    DaemonContainerName,
 						Image:   r.opts.DaemonImage,
 						Command: []string{r.opts.DaemonBinary, "run"},
-						Env:     env,
+						// The metrics endpoint, when on: part of the hash, so that turning it on
+						// or moving it reaches live domains by the update strategy.
+						Args:  metrics.Args(),
+						Ports: metrics.Ports(),
+						Env:   env,
 						// Probes as on real racks (docs/controller-and-daemon.md, "real IMEX"):
 						// a 20-minute start-up window, which an IMEX restarted after an unsafe
 						// termination needs to reach recovery quorum; readiness every 10 s, Not

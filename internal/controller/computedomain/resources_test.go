@@ -135,6 +135,9 @@ type daemonWant struct {
 	planeID, image, binary, serviceAccount, priorityClass, maxNodes, verbosity, gates string
 	// strategy is the update strategy; empty: OnDelete.
 	strategy *appsv1.DaemonSetUpdateStrategy
+	// args and ports are the daemon container's (the metrics endpoint's); none when empty.
+	args  []string
+	ports []corev1.ContainerPort
 }
 
 func (w daemonWant) daemonSet() *appsv1.DaemonSet {
@@ -169,7 +172,7 @@ func (w daemonWant) daemonSet() *appsv1.DaemonSet {
 		Toleration(corev1.Toleration{Operator: corev1.TolerationOpExists}).
 		ServiceAccount(w.serviceAccount).PriorityClass(w.priorityClass).TerminationGracePeriod(30).
 		Containers(corev1.Container{
-			Name: "compute-domain-daemon", Image: w.image, Command: []string{w.binary, "run"}, Env: env,
+			Name: "compute-domain-daemon", Image: w.image, Command: []string{w.binary, "run"}, Args: w.args, Ports: w.ports, Env: env,
 			StartupProbe: probe(2, 600), ReadinessProbe: probe(10, 3), LivenessProbe: probe(30, 10),
 		}).
 		ClaimFromTemplate("compute-domain-daemon", "computedomain-daemon-"+testUID)
@@ -207,6 +210,22 @@ func TestDaemonSet(t *testing.T) {
 			want: daemonWant{
 				image: "registry/cdplane:v2", binary: "/bin/cdplane-daemon", serviceAccount: "cdplane-daemon",
 				priorityClass: "system-node-critical", maxNodes: "4", verbosity: "4", gates: "IMEXDaemonsWithDNSNames=true",
+			},
+		},
+		"legacy plane, daemon metrics: on the pod's IP, no plane argument": {
+			opts: Options{DaemonImage: "cdplane:v1", DaemonMetricsPort: 8082},
+			want: daemonWant{
+				image: "cdplane:v1", binary: "cdplane-daemon", maxNodes: "18", verbosity: "0",
+				args:  []string{"--metrics-bind-address=$(POD_IP):8082"},
+				ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 8082}},
+			},
+		},
+		"plane, daemon metrics: labelled with the plane": {
+			opts: Options{DaemonImage: "cdplane:v1", ControlPlaneID: "alpha", DaemonMetricsPort: 9100},
+			want: daemonWant{
+				planeID: "alpha", image: "cdplane:v1", binary: "cdplane-daemon", maxNodes: "18", verbosity: "0",
+				args:  []string{"--metrics-bind-address=$(POD_IP):9100", "--control-plane-id=alpha"},
+				ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9100}},
 			},
 		},
 		"RollingUpdate: one node of the domain at a time, no surge (one IMEX per node)": {

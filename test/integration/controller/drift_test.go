@@ -104,7 +104,9 @@ func writesTo(log *writeLog, collection, name string) map[string]int {
 // changed sends no write.
 func TestDriftHandEditsAreRestored(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, true)
+	// With the daemons' metrics on: their container port as stored (protocol defaulted) is not
+	// drift either.
+	e := newEnv(t, true, func(o *controller.Options) { o.DaemonMetricsPort = 8082 })
 	log := &writeLog{}
 	e.startRecordingManager(log)
 	cd := e.createCD("drift", 0)
@@ -158,6 +160,11 @@ func TestDriftHandEditsAreRestored(t *testing.T) {
 		restored func(*appsv1.DaemonSet) bool
 	}{
 		{
+			name:     "the metrics port",
+			edit:     func(ds *appsv1.DaemonSet) { container(ds).Ports[0].ContainerPort = 9999 },
+			restored: func(ds *appsv1.DaemonSet) bool { return cmp.Equal(container(ds).Ports, container(orig).Ports) },
+		},
+		{
 			name:     "the image",
 			edit:     func(ds *appsv1.DaemonSet) { container(ds).Image = "evil:latest" },
 			restored: func(ds *appsv1.DaemonSet) bool { return container(ds).Image == container(orig).Image },
@@ -169,7 +176,7 @@ func TestDriftHandEditsAreRestored(t *testing.T) {
 				container(ds).Args = []string{"--v=9"}
 			},
 			restored: func(ds *appsv1.DaemonSet) bool {
-				return cmp.Equal(container(ds).Command, container(orig).Command) && len(container(ds).Args) == 0
+				return cmp.Equal(container(ds).Command, container(orig).Command) && cmp.Equal(container(ds).Args, container(orig).Args)
 			},
 		},
 		{
@@ -240,9 +247,9 @@ func privileged(ds *appsv1.DaemonSet) {
 }
 
 // TestDriftUpgradeMovesDaemonSet: the controller restarted with another daemon image, log
-// verbosity and update strategy (an upgrade of cdplane, a changed chart value) moves a live
-// domain's DaemonSet to them in one write; the claim templates, which do not depend on them,
-// are not written.
+// verbosity, update strategy and daemon metrics port (an upgrade of cdplane, a changed chart
+// value) moves a live domain's DaemonSet to them in one write; the claim templates, which do not
+// depend on them, are not written.
 func TestDriftUpgradeMovesDaemonSet(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true)
@@ -254,6 +261,7 @@ func TestDriftUpgradeMovesDaemonSet(t *testing.T) {
 	e.opts = append(e.opts, func(o *controller.Options) {
 		o.DaemonImage, o.DaemonLogVerbosity = "cdplane:v2", 3
 		o.DaemonUpdateStrategy = appsv1.RollingUpdateDaemonSetStrategyType
+		o.DaemonMetricsPort = 8082
 	})
 	e.startManager(true)
 
@@ -282,6 +290,13 @@ func TestDriftUpgradeMovesDaemonSet(t *testing.T) {
 	}
 	if verbosity != "3" {
 		t.Errorf("LOG_VERBOSITY %q, want 3", verbosity)
+	}
+	c := got.Spec.Template.Spec.Containers[0]
+	if diff := cmp.Diff([]string{"--metrics-bind-address=$(POD_IP):8082"}, c.Args); diff != "" {
+		t.Errorf("daemon arguments (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]corev1.ContainerPort{{Name: "metrics", ContainerPort: 8082, Protocol: corev1.ProtocolTCP}}, c.Ports); diff != "" {
+		t.Errorf("daemon ports (-want +got):\n%s", diff)
 	}
 	if got.Annotations[computedomain.DesiredHashAnnotation] == orig.Annotations[computedomain.DesiredHashAnnotation] {
 		t.Errorf("hash unchanged (%s) although the rendering changed", got.Annotations[computedomain.DesiredHashAnnotation])

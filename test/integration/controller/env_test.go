@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -47,6 +48,9 @@ type env struct {
 	c        client.Client
 	stopMgr  func()
 	opts     []func(*controller.Options)
+	// cliques is the ComputeDomainCliques gate of the running manager, which daemons started
+	// from now on get, as the DaemonSet template passes it.
+	cliques bool
 
 	// daemonEnv is added to every simulated IMEX's environment (its stand-ins).
 	daemonEnv []string
@@ -100,6 +104,7 @@ func (e *env) startManager(cliques bool) {
 // startManagerWith is startManager with the manager reaching the apiserver through cfg.
 func (e *env) startManagerWith(cliques bool, cfg *rest.Config) {
 	e.t.Helper()
+	e.cliques = cliques
 	gates := features.NewGates()
 	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): cliques}); err != nil {
 		e.t.Fatal(err)
@@ -175,9 +180,11 @@ type node struct {
 	name   string
 	cd     *cdv1beta1.ComputeDomain
 	clique string
-	pod    *corev1.Pod
-	ip     string
-	dir    string
+	// cliques is the daemon's ComputeDomainCliques gate (the manager's when it started).
+	cliques bool
+	pod     *corev1.Pod
+	ip      string
+	dir     string
 	// fabricError is what the kubelet plugin would tell the daemon of a failed fabric.
 	fabricError string
 	imex        imex.Interface
@@ -187,6 +194,10 @@ type node struct {
 	writes *writeLog
 	// starts holds back IMEX's (re)starts while set.
 	starts *heldIMEX
+	// metricsPort, when set, makes the daemon serve its metrics on its pod's IP at that port
+	// ("0": any free one), labelled with metricsPlane; metricsAddr is where it listens.
+	metricsPort, metricsPlane, metricsAddr string
+	metricsEndpoint                        *daemon.MetricsEndpoint
 }
 
 // heldIMEX is an IMEX whose starts the test can hold back, so that the state between a crash
@@ -337,7 +348,7 @@ func (e *env) tryStartDaemonWith(cd *cdv1beta1.ComputeDomain, nodeName, clique s
 		return nil, err
 	}
 	e.t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	n := &node{e: e, name: nodeName, cd: cd, clique: clique, ip: loopbackIP(), dir: dir}
+	n := &node{e: e, name: nodeName, cd: cd, clique: clique, ip: loopbackIP(), dir: dir, cliques: e.cliques}
 	if edit != nil {
 		edit(n)
 	}
@@ -382,7 +393,7 @@ func (n *node) config() daemon.Config {
 	c := daemon.Config{
 		NodeName: n.name, PodIP: n.ip, PodName: n.pod.Name, PodNamespace: n.pod.Namespace, PodUID: string(n.pod.UID),
 		CliqueID: n.clique, CDUID: string(n.cd.UID), CDName: n.cd.Name, CDNamespace: n.cd.Namespace,
-		MaxNodes: 18, DNSNames: true, ConfigDir: n.dir, HostsPath: filepath.Join(n.dir, "hosts"),
+		MaxNodes: 18, DNSNames: true, Cliques: n.cliques, ConfigDir: n.dir, HostsPath: filepath.Join(n.dir, "hosts"),
 		FabricError: n.fabricError,
 	}
 	return c
@@ -410,10 +421,19 @@ func (n *node) start() error {
 	n.starts = &heldIMEX{Interface: imexsim.New(imex.Options{ConfigPath: cfg.IMEXConfigPath(), HostsPath: cfg.HostsPath,
 		Env: append([]string{imexsim.LocalAddrsEnv + "=" + n.ip, imexsim.NodeDirEnv + "=" + nodeDir}, e.daemonEnv...)})}
 	n.imex = n.starts
+	var m *daemon.Metrics
+	if n.metricsPort != "" {
+		// As the daemon's Main does with --metrics-bind-address=$(POD_IP):<port>.
+		m = daemon.NewMetrics(cfg, n.metricsPlane, time.Now())
+		if n.metricsEndpoint, err = daemon.ListenMetrics(net.JoinHostPort(n.ip, n.metricsPort), m.Registry()); err != nil {
+			return err
+		}
+		n.metricsAddr = n.metricsEndpoint.Addr()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.done = cancel, make(chan error, 1)
 	go func() {
-		n.done <- daemon.Serve(ctx, cfg, daemon.Deps{Client: c, IMEX: n.imex, Log: testr.New(e.t).WithValues("node", n.name), RestartBackoff: 100 * time.Millisecond})
+		n.done <- daemon.Serve(ctx, cfg, daemon.Deps{Client: c, IMEX: n.imex, Log: testr.New(e.t).WithValues("node", n.name), RestartBackoff: 100 * time.Millisecond, Metrics: m})
 	}()
 	go n.kubelet(ctx, cfg)
 	e.t.Cleanup(n.stop)
@@ -458,6 +478,10 @@ func (n *node) stop() {
 		n.e.t.Errorf("daemon on %s: %v", n.name, err)
 	}
 	n.cancel = nil
+	if n.metricsEndpoint != nil {
+		n.metricsEndpoint.Close()
+		n.metricsEndpoint = nil
+	}
 }
 
 // forceDeletePod deletes the daemon pod with grace period 0, as `kubectl delete --force` does.

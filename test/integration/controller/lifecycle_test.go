@@ -52,10 +52,19 @@ func TestCreatedObjects(t *testing.T) {
 	if len(pod.ResourceClaims) != 1 || *pod.ResourceClaims[0].ResourceClaimTemplateName != name {
 		t.Errorf("daemon pod claims %+v, want template %s", pod.ResourceClaims, name)
 	}
+	// The daemons learn ComputeDomainCliques (they wait for their clique rather than read the
+	// domain's status); a flip changes the template but replaces no running daemon (OnDelete).
+	gates := ""
 	for _, env := range ctr.Env {
-		if env.Name == "FEATURE_GATES" && containsString(env.Value, "ComputeDomainCliques") {
-			t.Errorf("the DaemonSet carries the ComputeDomainCliques gate (%s): flipping it would roll the daemons", env.Value)
+		if env.Name == "FEATURE_GATES" {
+			gates = env.Value
 		}
+	}
+	if !containsString(gates, "ComputeDomainCliques=true") {
+		t.Errorf("the daemons' FEATURE_GATES %q do not pass ComputeDomainCliques=true", gates)
+	}
+	if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
+		t.Errorf("DaemonSet update strategy %s, want OnDelete: a changed template would replace running daemons", ds.Spec.UpdateStrategy.Type)
 	}
 
 	wl := &resourcev1.ResourceClaimTemplate{}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,16 +91,26 @@ func TestControllerMetrics(t *testing.T) {
 	}
 
 	// Two nodes join (node, allocated claim, daemon pod, all of this plane) and turn Ready.
+	// Their daemons serve metrics on their pods' addresses at one port, as in-process daemons
+	// of a simulated cluster do (--metrics-bind-address=$(POD_IP):<port>).
+	port := "0"
+	var daemons []*node
 	for _, name := range []string{"m1", "m2"} {
-		node := e.planeNode(cd, id, name)
-		d := e.startDaemon(cd, node, testClique)
+		nodeName := e.planeNode(cd, id, name)
+		d, err := e.tryStartDaemonWith(cd, nodeName, testClique, func(n *node) { n.metricsPort, n.metricsPlane = port, id })
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ = net.SplitHostPort(d.metricsAddr)
 		e.stampPlane(d.pod, id)
+		daemons = append(daemons, d)
 	}
 	e.waitStatus(cd, cdv1beta1.StatusReady, time.Minute)
 	expect("two nodes Ready", planeMetrics{ready: 1, notReady: 0, joins: 2, leader: 1})
 	if got := gatherPlane(t, id); got.joinSum < 0 || got.joinSum > 2*time.Since(start).Seconds() {
 		t.Errorf("join-to-Ready sum %vs, want between 0 and twice the %v the test has run", got.joinSum, time.Since(start))
 	}
+	checkDaemonMetrics(t, e.getCD(cd), id, daemons, time.Since(start))
 
 	// The domain deleted: it is gone from the gauges; the joins stay observed.
 	if err := e.c.Delete(e.ctx(), cd); err != nil {
@@ -131,6 +144,88 @@ func TestControllerMetrics(t *testing.T) {
 	// A stopped manager's domain series are gone; its leader gauge is 0.
 	e.stopMgr()
 	expect("manager stopped", planeMetrics{joins: 2, noDomainSeries: true})
+}
+
+// checkDaemonMetrics scrapes each daemon's endpoint once its entry is Ready there: its own
+// series only (its node, the domain, the plane), registered and Ready at the entry's index, IMEX
+// started and its files written, a start-to-Ready time within the test's run.
+func checkDaemonMetrics(t *testing.T, cd *cdv1beta1.ComputeDomain, id string, daemons []*node, within time.Duration) {
+	t.Helper()
+	for _, d := range daemons {
+		entry, ok := entryOf(cd, d.name)
+		if !ok {
+			t.Fatalf("no entry of %s in the domain's status", d.name)
+		}
+		var got daemonSeries
+		if !waitFor(30*time.Second, func() bool {
+			got = scrapeDaemon(t, d.metricsAddr)
+			return got.values[metrics.DaemonReadyName] == 1 && got.values[metrics.DaemonIMEXPeersName] == 2
+		}) {
+			t.Fatalf("daemon %s at %s: never Ready with both peers: %v", d.name, d.metricsAddr, got.values)
+		}
+		want := map[string]string{metrics.LabelControlPlaneID: id, metrics.LabelComputeDomainUID: string(cd.UID), metrics.LabelNode: d.name}
+		if diff := cmp.Diff(map[string]map[string]string{"": want}, got.identities); diff != "" {
+			t.Errorf("daemon %s: identity labels of its series (-want +got):\n%s", d.name, diff)
+		}
+		for name, v := range map[string]float64{
+			metrics.DaemonRegisteredName: 1, metrics.DaemonCliqueIndexName: float64(entry.Index), metrics.DaemonIMEXPeersName: 2,
+			metrics.DaemonIMEXStartsName: 1, metrics.DaemonIMEXStartErrorsName: 0, metrics.DaemonSyncErrorsName: 0,
+		} {
+			if got.values[name] != v {
+				t.Errorf("daemon %s: %s = %v, want %v", d.name, name, got.values[name], v)
+			}
+		}
+		if w := got.values[metrics.DaemonIMEXConfigWritesName]; w < 2 {
+			t.Errorf("daemon %s: %s = %v, want its config and nodes.cfg at least", d.name, metrics.DaemonIMEXConfigWritesName, w)
+		}
+		if s, ok := got.values[metrics.DaemonStartToReadyName]; !ok || s <= 0 || s > within.Seconds() {
+			t.Errorf("daemon %s: %s = %v (present %v), want within the %v the test has run", d.name, metrics.DaemonStartToReadyName, s, ok, within)
+		}
+	}
+}
+
+// daemonSeries is what one daemon endpoint serves: the values by metric name (summed over the
+// series of a name), and the distinct identities (control_plane_id, compute_domain_uid, node)
+// of its series, all under key "" when they agree.
+type daemonSeries struct {
+	values     map[string]float64
+	identities map[string]map[string]string
+}
+
+func scrapeDaemon(t *testing.T, addr string) daemonSeries {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s/metrics: %s", addr, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := daemonSeries{values: map[string]float64{}, identities: map[string]map[string]string{}}
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			id := map[string]string{}
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case metrics.LabelControlPlaneID, metrics.LabelComputeDomainUID, metrics.LabelNode:
+					id[l.GetName()] = l.GetValue()
+				}
+			}
+			key := ""
+			if first, ok := out.identities[""]; ok && !cmp.Equal(first, id) {
+				key = fmt.Sprint(id)
+			}
+			out.identities[key] = id
+			out.values[name] += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return out
 }
 
 // planeNode creates a Node labelled for the domain and the plane, and a channel claim of the

@@ -44,7 +44,7 @@ func newClient(cfg *rest.Config) (client.WithWatch, error) {
 // runInstance plays one node: the kubelet starts the pod (IP), the daemon registers by the
 // mode's protocol, and the kubelet marks the pod Ready once the daemon's check passes. It
 // returns once the pod is Ready.
-func runInstance(ctx context.Context, w *world, inst instance, mode string, o Options) error {
+func runInstance(ctx context.Context, w *world, inst instance, mode string, o Options, joined *atomic.Int64) error {
 	kc, err := newClient(inst.kubelet)
 	if err != nil {
 		return err
@@ -61,12 +61,12 @@ func runInstance(ctx context.Context, w *world, inst instance, mode string, o Op
 	cfg := daemon.Config{
 		NodeName: w.nodes[inst.i], PodIP: ip, PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: string(pod.UID),
 		CliqueID: w.clique(inst.i, o.CliqueSize), CDUID: string(w.cd.UID), CDName: w.cd.Name, CDNamespace: w.cd.Namespace,
-		MaxNodes: o.CliqueSize, DNSNames: true,
+		MaxNodes: o.CliqueSize, DNSNames: true, Cliques: mode == ModeCdplane,
 	}
 	x := &instantIMEX{}
 	switch mode {
 	case ModeCdplane, ModeCdplaneGateOff:
-		dir, err := os.MkdirTemp("", "cdplane-bench-")
+		dir, err := os.MkdirTemp(daemonDirRoot(), "cdplane-bench-")
 		if err != nil {
 			return err
 		}
@@ -83,10 +83,16 @@ func runInstance(ctx context.Context, w *world, inst instance, mode string, o Op
 		}
 		x.started.Store(true)
 	case ModePeerLegacy:
-		go func() { _ = peerDaemon(ctx, dc, cfg, x, legacyStore{c: dc, cd: w.cd}) }()
+		go func() {
+			if peerDaemon(ctx, dc, cfg, x, legacyStore{c: dc, cd: w.cd}) == nil {
+				joined.Add(1) // its entry is written Ready
+			}
+		}()
 	case ModePeerCliques:
 		go func() {
-			_ = peerDaemon(ctx, dc, cfg, x, cliqueStore{c: dc, ns: w.driverNS, name: cfg.CliqueObjectName(), cliqueID: cfg.CliqueID})
+			if peerDaemon(ctx, dc, cfg, x, cliqueStore{c: dc, ns: w.driverNS, name: cfg.CliqueObjectName(), cliqueID: cfg.CliqueID}) == nil {
+				joined.Add(1)
+			}
 		}()
 	}
 	// The kubelet's readiness probe, every 100ms.
@@ -175,4 +181,14 @@ func (x *instantIMEX) Ready(context.Context) error {
 		return imex.ErrNotReady
 	}
 	return nil
+}
+
+// daemonDirRoot is where the daemon instances keep their IMEX config files: memory (/dev/shm)
+// where the machine has it, since thousands of instances on one machine write and sync them
+// where thousands of nodes would each write their own; else the temporary directory.
+func daemonDirRoot() string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		return "/dev/shm"
+	}
+	return ""
 }

@@ -10,11 +10,17 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller"
@@ -46,6 +52,11 @@ type Options struct {
 	Timeout time.Duration
 	// Progress receives one line per phase; nil discards.
 	Progress io.Writer
+	// ProfileDir, when set, receives per mode a CPU profile of this process (the controller and
+	// every daemon instance) over the whole registration, <mode>.bench.pprof, and one of the
+	// kube-apiserver over its first ProfileSeconds, <mode>.apiserver.pprof.
+	ProfileDir     string
+	ProfileSeconds int
 }
 
 // Result is one mode's figures.
@@ -58,18 +69,43 @@ type Result struct {
 	P50Ms            float64 `json:"p50_ms"`
 	P99Ms            float64 `json:"p99_ms"`
 	RatioToFloor     float64 `json:"ratio_to_floor"`
+	// Reconciles and ReconcileSeconds are the controller's passes over the domain during the
+	// registration and the time they took together (cdplane modes; from controller-runtime's
+	// own metrics).
+	Reconciles       float64 `json:"reconciles,omitempty"`
+	ReconcileSeconds float64 `json:"reconcile_seconds,omitempty"`
+	// Requests counts the apiserver's requests during the registration by "VERB resource"
+	// (its apiserver_request_total), and WatchEvents the watch events it sent by resource
+	// with their bytes (apiserver_watch_events_total, apiserver_watch_events_sizes).
+	Requests        map[string]float64 `json:"requests,omitempty"`
+	WatchEvents     map[string]float64 `json:"watch_events,omitempty"`
+	WatchEventBytes map[string]float64 `json:"watch_event_bytes,omitempty"`
+	// ThrottledBy splits Throttled by the apiserver's priority level.
+	ThrottledBy map[string]float64 `json:"throttled_by_priority_level,omitempty"`
+	// Joined is how many daemons had joined, over seconds since the start (one point per
+	// change): pods Ready for the floor, entries Ready for the peer protocols, the domain's
+	// ready nodes for cdplane. Plotted, not in the JSON.
+	Joined []Sample `json:"-"`
 	// TimedOut is set when the domain was not Ready within the timeout; Seconds is then the
 	// timeout, a lower bound.
 	TimedOut bool `json:"timed_out,omitempty"`
 }
 
+// Sample is a count at a time, in seconds since the mode started.
+type Sample struct {
+	Seconds float64
+	Count   int
+}
+
 // Report is a whole run.
 type Report struct {
-	Nodes        int               `json:"nodes"`
-	CliqueSize   int               `json:"clique_size"`
-	Arrival      string            `json:"arrival"`
-	FloorSeconds float64           `json:"floor_seconds"`
-	Modes        map[string]Result `json:"modes"`
+	Nodes        int     `json:"nodes"`
+	CliqueSize   int     `json:"clique_size"`
+	Arrival      string  `json:"arrival"`
+	FloorSeconds float64 `json:"floor_seconds"`
+	// Floor is the floor's own figures.
+	Floor Result            `json:"floor"`
+	Modes map[string]Result `json:"modes"`
 }
 
 // Validate checks the options and names the first problem.
@@ -118,7 +154,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 		fmt.Fprintf(o.Progress, "== %s: %.2fs, %.2f writes/daemon, %d controller writes, %v conflicts, %v throttled, p50 %.0fms p99 %.0fms\n",
 			mode, res.Seconds, res.WritesPerDaemon, res.ControllerWrites, res.Conflicts, res.Throttled, res.P50Ms, res.P99Ms)
 		if mode == modeFloor {
-			rep.FloorSeconds = res.Seconds
+			rep.FloorSeconds, rep.Floor = res.Seconds, res
 			continue
 		}
 		if rep.FloorSeconds > 0 {
@@ -168,7 +204,18 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		}
 	}
 
+	var domain *domainWatch
+	if mode == ModeCdplane || mode == ModeCdplaneGateOff {
+		if domain, err = watchDomain(mctx, cfg, w.cd); err != nil {
+			return Result{}, err
+		}
+	}
 	before, err := readServerCounters(ctx, cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	recBefore, recSecBefore := reconcileTotals()
+	stopProfiles, err := startProfiles(ctx, cfg, o, mode)
 	if err != nil {
 		return Result{}, err
 	}
@@ -177,6 +224,11 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		lats    []time.Duration
 		started = time.Now()
 		failed  atomic.Pointer[error]
+		// joined counts, for the floor and the peer protocols, the daemons that have joined
+		// (their pod Ready, their entry written Ready): counted where it happens, so that
+		// measuring does not load the apiserver with lists of thousands of objects.
+		joined  = &atomic.Int64{}
+		samples = []Sample{{Seconds: 0, Count: 0}}
 	)
 	ictx, stopInstances := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -192,7 +244,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 				}
 			}
 			t0 := time.Now()
-			err := runInstance(ictx, w, inst, mode, o)
+			err := runInstance(ictx, w, inst, mode, o, joined)
 			if err != nil && ictx.Err() == nil {
 				failed.CompareAndSwap(nil, &err)
 				return
@@ -200,6 +252,9 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 			latMu.Lock()
 			lats = append(lats, time.Since(t0))
 			latMu.Unlock()
+			if mode == modeFloor {
+				joined.Add(1) // the instance returns once its pod is Ready
+			}
 		}()
 	}
 
@@ -211,9 +266,16 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		if p := failed.Load(); p != nil {
 			return false, *p
 		}
-		return domainReady(ctx, admin, w, mode, o)
+		n, done := joinedCount(domain, o.Nodes, joined)
+		if n != samples[len(samples)-1].Count {
+			samples = append(samples, Sample{Seconds: time.Since(started).Seconds(), Count: n})
+		}
+		return done, nil
 	})
 	elapsed := time.Since(started)
+	if perr := stopProfiles(); perr != nil {
+		fmt.Fprintf(o.Progress, "== %s: profile: %v\n", mode, perr)
+	}
 	stopInstances()
 	wg.Wait()
 	stopMgr()
@@ -236,9 +298,18 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		ControllerWrites: ctrlWrites.n.Load(),
 		Conflicts:        after.conflicts - before.conflicts,
 		Throttled:        after.throttled - before.throttled,
+		ThrottledBy:      after.throttledSince(before),
+		Requests:         delta(after.requests, before.requests),
+		WatchEvents:      delta(after.watchEvents, before.watchEvents),
+		WatchEventBytes:  delta(after.watchBytes, before.watchBytes),
 		TimedOut:         timedOut,
+		Joined:           samples,
 	}
 	res.P50Ms, res.P99Ms = percentile(lats, 50), percentile(lats, 99)
+	if domain != nil {
+		n, sec := reconcileTotals()
+		res.Reconciles, res.ReconcileSeconds = n-recBefore, sec-recSecBefore
+	}
 	return res, nil
 }
 
@@ -247,9 +318,8 @@ func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bo
 	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): cliques}); err != nil {
 		return err
 	}
-	ccfg := rest.CopyConfig(cfg)
-	ccfg.QPS, ccfg.Burst = 200, 400 // the controller's defaults
-	ccfg.Wrap(counter.wrap)
+	user, groups := controllerUser()
+	ccfg := identity(cfg, user, groups, 200, 400, counter) // the controller's QPS and burst defaults
 	mgr, err := controller.NewManager(ctx, ccfg, controller.Options{
 		Options: computedomain.Options{
 			DriverNamespace: w.driverNS, DaemonImage: "cdplane:bench", Gates: gates,
@@ -267,76 +337,74 @@ func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bo
 
 func logrInto(ctx context.Context) context.Context { return logr.NewContext(ctx, logr.Discard()) }
 
-// domainReady reports whether the domain is Ready: its status for cdplane modes; for the peer
-// protocols (no controller), all N entries Ready where that protocol keeps them.
-func domainReady(ctx context.Context, c client.Client, w *world, mode string, o Options) (bool, error) {
-	switch mode {
-	case ModeCdplane, ModeCdplaneGateOff:
-		cd := &cdv1beta1.ComputeDomain{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(w.cd), cd); err != nil {
-			return false, err
-		}
-		return cd.Status.Status == cdv1beta1.StatusReady && int(cd.Status.ReadyNodes) == o.Nodes, nil
-	case ModePeerLegacy:
-		cd := &cdv1beta1.ComputeDomain{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(w.cd), cd); err != nil {
-			return false, err
-		}
-		return countReady(nodeStatuses(cd.Status.Nodes)) == o.Nodes, nil
-	case ModePeerCliques:
-		list := &cdv1beta1.ComputeDomainCliqueList{}
-		if err := c.List(ctx, list, client.InNamespace(w.driverNS)); err != nil {
-			return false, err
-		}
-		ready := 0
-		for _, cl := range list.Items {
-			for _, d := range cl.Daemons {
-				if d.Status == cdv1beta1.StatusReady {
-					ready++
-				}
-			}
-		}
-		return ready == o.Nodes, nil
-	default: // floor: every pod Ready
-		pods := &corev1.PodList{}
-		if err := c.List(ctx, pods, client.InNamespace(w.driverNS)); err != nil {
-			return false, err
-		}
-		ready := 0
-		for _, p := range pods.Items {
-			if podReady(&p) {
-				ready++
-			}
-		}
-		return ready == o.Nodes, nil
+// joinedCount returns how many daemons have joined and whether all n have: for cdplane modes
+// (domain set) the domain's ready nodes, and done once the domain is Ready with all of them; for
+// the others the in-process count.
+func joinedCount(domain *domainWatch, n int, joined *atomic.Int64) (int, bool) {
+	if domain == nil {
+		got := int(joined.Load())
+		return got, got == n
 	}
+	ready, isReady := domain.state()
+	return ready, isReady && ready == n
 }
 
-func nodeStatuses(nodes []cdv1beta1.ComputeDomainNode) []string {
-	out := make([]string, len(nodes))
-	for i, n := range nodes {
-		out[i] = n.Status
-	}
-	return out
+// domainWatch follows one ComputeDomain's status through a watch: polling it with GETs would
+// read thousands of status entries from etcd many times a second, load the apiserver cdplane is
+// measured on, and tilt the comparison (it did: an eighth of the apiserver's CPU).
+type domainWatch struct {
+	mu      sync.Mutex
+	ready   int
+	isReady bool
 }
 
-func countReady(statuses []string) int {
-	n := 0
-	for _, s := range statuses {
-		if s == cdv1beta1.StatusReady {
-			n++
-		}
-	}
-	return n
+func (d *domainWatch) state() (int, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ready, d.isReady
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
+func (d *domainWatch) observe(obj any) {
+	cd, ok := obj.(*cdv1beta1.ComputeDomain)
+	if !ok {
+		return
 	}
-	return false
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ready, d.isReady = int(cd.Status.ReadyNodes), cd.Status.Status == cdv1beta1.StatusReady
+}
+
+// watchDomain starts following cd until ctx ends, and waits for the watch to have synced.
+func watchDomain(ctx context.Context, cfg *rest.Config, cd *cdv1beta1.ComputeDomain) (*domainWatch, error) {
+	c, err := newClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sel := fields.OneTermEqualSelector("metadata.name", cd.Name).String()
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			l := &cdv1beta1.ComputeDomainList{}
+			opts.FieldSelector = sel
+			return l, c.List(ctx, l, &client.ListOptions{Namespace: cd.Namespace, Raw: &opts})
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = sel
+			return c.Watch(ctx, &cdv1beta1.ComputeDomainList{}, &client.ListOptions{Namespace: cd.Namespace, Raw: &opts})
+		},
+	}
+	d := &domainWatch{}
+	_, ctrl := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
+		ListerWatcher: lw, ObjectType: &cdv1beta1.ComputeDomain{},
+		Handler: toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    d.observe,
+			UpdateFunc: func(_, obj any) { d.observe(obj) },
+		},
+	})
+	go ctrl.RunWithContext(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+		return nil, fmt.Errorf("watching ComputeDomain %s/%s: %w", cd.Namespace, cd.Name, ctx.Err())
+	}
+	return d, nil
 }
 
 func percentile(d []time.Duration, p int) float64 {
@@ -352,17 +420,95 @@ func percentile(d []time.Duration, p int) float64 {
 	return float64(s[idx-1].Microseconds()) / 1000
 }
 
-type serverCounters struct{ conflicts, throttled float64 }
+type serverCounters struct {
+	conflicts, throttled float64
+	// throttledBy is throttled by priority level.
+	throttledBy map[string]float64
+	// requests by "VERB resource", watch events and their bytes by resource.
+	requests, watchEvents, watchBytes map[string]float64
+}
 
-// readServerCounters reads the apiserver's own counts of 409 responses and of requests its
-// priority-and-fairness rejected (429).
+// throttledSince returns the rejections by priority level since before, omitting levels that
+// rejected nothing.
+func (c serverCounters) throttledSince(before serverCounters) map[string]float64 {
+	return delta(c.throttledBy, before.throttledBy)
+}
+
+// delta returns after - before per key, omitting keys that did not grow.
+func delta(after, before map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, n := range after {
+		if d := n - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// readServerCounters reads the apiserver's own counts of 409 responses, of requests its
+// priority-and-fairness rejected (429), of requests by verb and resource, and of watch events.
 func readServerCounters(ctx context.Context, cfg *rest.Config) (serverCounters, error) {
 	m, err := controlplane.ReadMetrics(ctx, cfg)
 	if err != nil {
 		return serverCounters{}, err
 	}
-	return serverCounters{
-		conflicts: m.Sum("apiserver_request_total", map[string]string{"code": "409"}),
-		throttled: m.Sum("apiserver_flowcontrol_rejected_requests_total", nil),
-	}, nil
+	c := serverCounters{
+		conflicts:   m.Sum("apiserver_request_total", map[string]string{"code": "409"}),
+		throttled:   m.Sum("apiserver_flowcontrol_rejected_requests_total", nil),
+		throttledBy: map[string]float64{}, requests: map[string]float64{},
+		watchEvents: map[string]float64{}, watchBytes: map[string]float64{},
+	}
+	each := func(name string, fn func(labels map[string]string, s *dto.Metric)) {
+		fam := m[name]
+		if fam == nil {
+			return
+		}
+		for _, s := range fam.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range s.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			fn(labels, s)
+		}
+	}
+	each("apiserver_flowcontrol_rejected_requests_total", func(l map[string]string, s *dto.Metric) {
+		c.throttledBy[l["priority_level"]] += s.GetCounter().GetValue()
+	})
+	each("apiserver_request_total", func(l map[string]string, s *dto.Metric) {
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		c.requests[key] += s.GetCounter().GetValue()
+	})
+	each("apiserver_watch_events_total", func(l map[string]string, s *dto.Metric) {
+		c.watchEvents[l["resource"]] += s.GetCounter().GetValue()
+	})
+	each("apiserver_watch_events_sizes", func(l map[string]string, s *dto.Metric) {
+		c.watchBytes[l["resource"]] += s.GetHistogram().GetSampleSum()
+	})
+	return c, nil
+}
+
+// reconcileTotals reads the count and summed seconds of the computedomain controller's
+// reconciles from controller-runtime's registry (the in-process controller's).
+func reconcileTotals() (count, seconds float64) {
+	fams, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return 0, 0
+	}
+	for _, f := range fams {
+		if f.GetName() != "controller_runtime_reconcile_time_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "computedomain" {
+					count += float64(m.GetHistogram().GetSampleCount())
+					seconds += m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return count, seconds
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"cdplane/internal/bench"
+	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/plot"
 	"cdplane/internal/sim/controlplane"
 )
 
@@ -24,6 +27,7 @@ func newBenchCommand() *cobra.Command {
 		modes      string
 		kubeconfig string
 		asJSON     bool
+		plotPath   string
 	)
 	reg := &cobra.Command{
 		Use:   "registration",
@@ -43,6 +47,11 @@ Without --kubeconfig it starts its own etcd and kube-apiserver from the cached b
 			if err := o.Validate(); err != nil {
 				return err
 			}
+			if plotPath != "" {
+				if err := plot.CheckPath(plotPath); err != nil {
+					return err
+				}
+			}
 			if !asJSON {
 				o.Progress = cmd.ErrOrStderr()
 			}
@@ -57,6 +66,12 @@ Without --kubeconfig it starts its own etcd and kube-apiserver from the cached b
 			rep, err := bench.Run(cmd.Context(), cfg, o)
 			if err != nil {
 				return err
+			}
+			if plotPath != "" {
+				if err := plot.WriteFile(plotPath, joinedChart(rep)); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "Wrote the plot of daemons joined over time to %s\n", plotPath)
 			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -76,7 +91,10 @@ Without --kubeconfig it starts its own etcd and kube-apiserver from the cached b
 	f.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "Longest wait for one mode's domain to be Ready; a mode that takes longer is reported with this as a lower bound")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "Use this cluster instead of starting one")
 	f.BoolVar(&asJSON, "json", false, "Print the figures as JSON")
-	cmd.AddCommand(reg, newMemoryCommand())
+	f.StringVar(&plotPath, "plot", "", "Write a picture (.svg) of daemons joined over time, one line per mode and the floor")
+	f.StringVar(&o.ProfileDir, "profile", "", "Write CPU profiles per mode into this directory: this process (controller and daemon instances) and the kube-apiserver")
+	f.IntVar(&o.ProfileSeconds, "profile-seconds", 30, "Length of the kube-apiserver's profile (it is taken from the start of each mode)")
+	cmd.AddCommand(reg, newMemoryCommand(), newSlicesCommand())
 	return cmd
 }
 
@@ -183,4 +201,189 @@ func printReport(cmd *cobra.Command, rep *bench.Report) {
 		fmt.Fprintf(w, "%-18s %9.2f %8.2f %12.2f %10d %8.0f %8.0f %9.0f %9.0f%s\n", m, r.Seconds, r.RatioToFloor, r.WritesPerDaemon,
 			r.ControllerWrites, r.Conflicts, r.Throttled, r.P50Ms, r.P99Ms, more)
 	}
+}
+
+func newSlicesCommand() *cobra.Command {
+	var (
+		o          bench.SlicesOptions
+		channels   string
+		kubeconfig string
+		asJSON     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "slices",
+		Short: "What the kubelet plugin's ResourceSlices cost kube-apiserver, etcd and kube-scheduler, per count of channels",
+		Long: `A slice-only load: for each count in --num-channels it creates --nodes Nodes and, for each, exactly the
+ResourceSlices the kubelet plugin publishes with that --num-channels (channel-0 … channel-(C-1) and
+daemon-0, at most 128 devices a slice, named, owned and pooled as the DRA helper makes them). No
+kubelets and no plugins run. It reports:
+  - the slices' count and size: JSON as sent, protobuf as the apiserver stores them, and the
+    apiserver's own figures (apiserver_resource_objects and apiserver_resource_size_estimate_bytes
+    of resourceslices, apiserver_storage_size_bytes: etcd's database file, all nodes' objects);
+  - the time to create the nodes and slices (32 workers, one administrator client);
+  - the resident memory (VmRSS) and Go heap in use (go_memstats_heap_inuse_bytes, garbage
+    included) of kube-apiserver and kube-scheduler, on the empty cluster and once the scheduler
+    has caught up: its resident memory and heap in use each stayed within 2% (or 4 MiB) for 10 s,
+    sampled every second, waiting at most --settle-timeout (then the figures are marked
+    unsettled);
+  - the live heap (go_gc_heap_live_bytes) each found at its first GC after that (Go runs one at
+    least every 2 minutes): what the objects cost once garbage is gone.
+
+Without --kubeconfig each count runs on its own etcd, kube-apiserver and kube-scheduler, started
+from the cached builds (hack/k8s-bins.sh builds them on first use) and stopped after it, so that
+one count's memory does not include another's. With --kubeconfig every count runs on that cluster
+one after the other, each count's nodes and slices deleted once measured; the memory figures then
+come from the apiserver's metrics only, and the scheduler is not measured.
+
+If creating fails part way (etcd's 8 GiB quota, for instance), or the control plane's processes
+together use more than --max-rss-gib of resident memory (checked every second; the 2048 channels
+of 200 nodes take about 5 GiB), the count is measured as far as it got, reported with the error
+and the number of nodes whose slices were all created, and the command exits non-zero after
+printing the figures.
+
+  cdplane bench slices --nodes 20016 --num-channels 2048,1`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			counts, err := bench.ParseChannelCounts(channels)
+			if err != nil {
+				return err
+			}
+			o.NumChannels = counts
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			o.Progress = cmd.ErrOrStderr()
+			klog.SetOutput(io.Discard)
+			klog.LogToStderr(false)
+			clusters, err := slicesClusters(cmd, kubeconfig)
+			if err != nil {
+				return err
+			}
+			rep, err := bench.Slices(cmd.Context(), clusters, o)
+			if rep != nil && len(rep.Runs) > 0 {
+				if asJSON {
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					enc.SetIndent("", "  ")
+					if jerr := enc.Encode(rep); jerr != nil {
+						return jerr
+					}
+				} else {
+					printSlicesReport(cmd.OutOrStdout(), rep)
+				}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Nodes, "nodes", 1000, "Nodes, each with its ResourceSlices (20016 for the largest supported cluster)")
+	f.StringVar(&channels, "num-channels", strconv.Itoa(kubeletplugin.MaxChannels), "Channels per node to measure, comma-separated, one run each (1 to 2048)")
+	f.DurationVar(&o.SettleTimeout, "settle-timeout", 5*time.Minute, "Longest wait for the scheduler to catch up after creating the objects")
+	f.Float64Var(&o.MaxRSSGiB, "max-rss-gib", 12, "Stop creating once etcd, kube-apiserver and kube-scheduler use this much resident memory together, and measure what is there; 0: no limit (not checked with --kubeconfig)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "Use this cluster instead of starting one per count")
+	f.BoolVar(&asJSON, "json", false, "Print the figures as JSON")
+	return cmd
+}
+
+// slicesClusters is the cluster at kubeconfig, or a fresh control plane for each count.
+func slicesClusters(cmd *cobra.Command, kubeconfig string) (bench.SliceClusterFunc, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		return bench.ExistingCluster(cfg), nil
+	}
+	binDir, err := controlplane.BinDir(cmd.Context())
+	if err != nil {
+		return nil, err
+	}
+	return bench.FreshControlPlanes(binDir, cmd.ErrOrStderr()), nil
+}
+
+// printSlicesReport prints a table with a column per count of channels.
+func printSlicesReport(w io.Writer, rep *bench.SlicesReport) {
+	cp := "a fresh control plane per count"
+	if !rep.FreshControlPlane {
+		cp = "one shared cluster"
+	}
+	fmt.Fprintf(w, "slices: %d nodes, %s\n", rep.Nodes, cp)
+	mib := func(b uint64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+	opt := func(v *float64, scale float64) string {
+		if v == nil {
+			return "-"
+		}
+		return strconv.FormatFloat(*v/scale, 'f', 1, 64)
+	}
+	row := func(name string, cell func(r bench.SlicesResult) string) {
+		fmt.Fprintf(w, "%-36s", name)
+		for _, r := range rep.Runs {
+			fmt.Fprintf(w, " %14s", cell(r))
+		}
+		fmt.Fprintln(w)
+	}
+	sched := func(get func(m *bench.ComponentMemory) uint64) func(r bench.SlicesResult) string {
+		return func(r bench.SlicesResult) string {
+			if r.Scheduler == nil {
+				return "-"
+			}
+			return mib(get(r.Scheduler))
+		}
+	}
+	row("channels per node", func(r bench.SlicesResult) string { return strconv.Itoa(r.NumChannels) })
+	row("slices per node", func(r bench.SlicesResult) string { return strconv.Itoa(r.SlicesPerNode) })
+	row("nodes created (all slices)", func(r bench.SlicesResult) string { return strconv.Itoa(r.NodesCreated) })
+	row("slices created", func(r bench.SlicesResult) string { return strconv.FormatInt(r.SlicesCreated, 10) })
+	row("slices stored (apiserver list)", func(r bench.SlicesResult) string { return strconv.FormatInt(r.StoredSlices, 10) })
+	row("create seconds", func(r bench.SlicesResult) string { return fmt.Sprintf("%.1f", r.CreateSeconds) })
+	row("objects/s", func(r bench.SlicesResult) string { return fmt.Sprintf("%.0f", r.ObjectsPerSec) })
+	row("slices JSON sent (MiB)", func(r bench.SlicesResult) string { return mib(uint64(r.SlicesJSONBytes)) })
+	row("slices protobuf stored (MiB)", func(r bench.SlicesResult) string { return mib(uint64(r.SlicesStoredBytes)) })
+	row("apiserver_resource_objects", func(r bench.SlicesResult) string { return opt(r.StorageObjects, 1) })
+	row("apiserver size estimate (MiB)", func(r bench.SlicesResult) string { return opt(r.StorageEstimateBytes, 1<<20) })
+	row("apiserver_storage_size (MiB)", func(r bench.SlicesResult) string { return opt(r.StorageSizeBytes, 1<<20) })
+	row("kube-apiserver RSS before (MiB)", func(r bench.SlicesResult) string { return mib(r.APIServer.Before.RSSBytes) })
+	row("kube-apiserver RSS after (MiB)", func(r bench.SlicesResult) string { return mib(r.APIServer.After.RSSBytes) })
+	row("kube-apiserver heap before (MiB)", func(r bench.SlicesResult) string { return mib(r.APIServer.Before.HeapInuseBytes) })
+	row("kube-apiserver heap after (MiB)", func(r bench.SlicesResult) string { return mib(r.APIServer.After.HeapInuseBytes) })
+	row("kube-apiserver live heap, GC (MiB)", func(r bench.SlicesResult) string { return mib(r.APIServer.HeapLiveAfterGCBytes) })
+	row("kube-scheduler RSS before (MiB)", sched(func(m *bench.ComponentMemory) uint64 { return m.Before.RSSBytes }))
+	row("kube-scheduler RSS after (MiB)", sched(func(m *bench.ComponentMemory) uint64 { return m.After.RSSBytes }))
+	row("kube-scheduler heap before (MiB)", sched(func(m *bench.ComponentMemory) uint64 { return m.Before.HeapInuseBytes }))
+	row("kube-scheduler heap after (MiB)", sched(func(m *bench.ComponentMemory) uint64 { return m.After.HeapInuseBytes }))
+	row("kube-scheduler live heap, GC (MiB)", sched(func(m *bench.ComponentMemory) uint64 { return m.HeapLiveAfterGCBytes }))
+	row("settled (seconds waited)", func(r bench.SlicesResult) string {
+		if !r.Settled {
+			return fmt.Sprintf("no (%.0f)", r.SettleSeconds)
+		}
+		return fmt.Sprintf("yes (%.0f)", r.SettleSeconds)
+	})
+	for _, r := range rep.Runs {
+		if r.Error != "" {
+			fmt.Fprintf(w, "%d channels: creation stopped after %d of %d nodes: %s\n", r.NumChannels, r.NodesCreated, r.NodesRequested, r.Error)
+		}
+	}
+}
+
+// joinedChart draws daemons joined over time: the floor, then each mode in the order they ran.
+func joinedChart(rep *bench.Report) plot.Chart {
+	c := plot.Chart{
+		Title:  fmt.Sprintf("%d daemons joining one ComputeDomain (cliques of %d, %s arrival)", rep.Nodes, rep.CliqueSize, rep.Arrival),
+		XLabel: "seconds since the daemons started", YLabel: "daemons joined",
+	}
+	add := func(name string, r bench.Result) {
+		s := plot.Series{Name: name}
+		for _, p := range r.Joined {
+			s.Points = append(s.Points, plot.Point{X: p.Seconds, Y: float64(p.Count)})
+		}
+		if r.TimedOut {
+			s.Name += " (did not finish)"
+		}
+		c.Series = append(c.Series, s)
+	}
+	add("floor", rep.Floor)
+	for _, m := range bench.AllModes {
+		if r, ok := rep.Modes[m]; ok {
+			add(m, r)
+		}
+	}
+	return c
 }

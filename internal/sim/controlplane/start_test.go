@@ -106,6 +106,18 @@ func TestStartRestartStop(t *testing.T) {
 	if got := m.Sum("apiserver_request_total", map[string]string{"verb": "POST", "resource": "namespaces", "code": "201"}); got < 1 {
 		t.Errorf("the apiserver's metrics count %v namespaces created, want at least 1", got)
 	}
+	// The scheduler's metrics are read as the administrator, its memory from /proc.
+	sched := cp.Processes[3]
+	cm, err := NewComponentMetrics(admin, sched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sm, err := cm.Read(ctx); err != nil || sm.Sum("go_memstats_heap_inuse_bytes", nil) <= 0 {
+		t.Errorf("the scheduler's metrics: %v, heap in use %v", err, sm.Sum("go_memstats_heap_inuse_bytes", nil))
+	}
+	if rss, err := ResidentMemory(sched.PID); err != nil || rss < 1<<20 {
+		t.Errorf("the scheduler's resident memory: %d, %v", rss, err)
+	}
 
 	api := cp.Processes[1]
 	np, err := Restart(api, 30*time.Second)

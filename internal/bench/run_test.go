@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"cdplane/internal/sim/controlplane"
+)
+
+// TestRegistrationOnAControlPlane runs the registration benchmark small (36 daemons, cdplane and
+// peer-cliques) on a real etcd and kube-apiserver, and checks the figures it reports come from
+// what happened: every daemon joined, cdplane with one write per daemon and no conflict, the
+// controller reconciled, the apiserver's counters saw the pod writes and the clique watch
+// events, and the join curve rises to 36. It needs the binaries of hack/k8s-bins.sh in
+// $CDPLANE_K8S_BINS.
+func TestRegistrationOnAControlPlane(t *testing.T) {
+	binDir := os.Getenv(controlplane.BinDirEnv)
+	if binDir == "" {
+		t.Skipf("$%s is not set: run with %s=$(hack/k8s-bins.sh | tail -n1)", controlplane.BinDirEnv, controlplane.BinDirEnv)
+	}
+	ctrllog.SetLogger(logr.Discard())
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: t.TempDir(), BinDir: binDir, InstallCRDs: true,
+		APIServerArgs: map[string][]string{"authorization-mode": {"RBAC"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(15 * time.Second); err != nil {
+			t.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	cfg, err := cp.AdminConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 36
+	profiles := t.TempDir()
+	rep, err := Run(ctx, cfg, Options{Nodes: n, CliqueSize: 18, Arrival: "burst", Modes: []string{ModeCdplane, ModePeerCliques},
+		Timeout: 3 * time.Minute, ProfileDir: profiles, ProfileSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.FloorSeconds <= 0 || rep.Floor.Joined[len(rep.Floor.Joined)-1].Count != n {
+		t.Errorf("floor: %.2fs, joined %+v", rep.FloorSeconds, rep.Floor.Joined)
+	}
+	cd, ok := rep.Modes[ModeCdplane]
+	if !ok || cd.TimedOut {
+		t.Fatalf("cdplane did not finish: %+v", cd)
+	}
+	if cd.WritesPerDaemon != 1 || cd.Conflicts != 0 {
+		t.Errorf("cdplane: %.2f writes per daemon, %v conflicts; want 1 and 0", cd.WritesPerDaemon, cd.Conflicts)
+	}
+	if cd.Reconciles < 1 || cd.ReconcileSeconds <= 0 || cd.ControllerWrites < 2 {
+		t.Errorf("cdplane: %v reconciles in %vs, %d controller writes", cd.Reconciles, cd.ReconcileSeconds, cd.ControllerWrites)
+	}
+	if cd.Requests["PATCH pods"] < n || cd.Requests["PATCH pods/status"] < 2*n || cd.WatchEvents["computedomaincliques"] < n {
+		t.Errorf("cdplane: the apiserver's counters miss the registration: requests %v, watch events %v", cd.Requests, cd.WatchEvents)
+	}
+	last := 0
+	for _, s := range cd.Joined {
+		if s.Count < last || s.Seconds < 0 || s.Seconds > cd.Seconds+1 {
+			t.Errorf("cdplane join curve not a rising count over the run: %+v", cd.Joined)
+			break
+		}
+		last = s.Count
+	}
+	if last != n {
+		t.Errorf("cdplane join curve ends at %d, want %d", last, n)
+	}
+	if pc := rep.Modes[ModePeerCliques]; pc.TimedOut || pc.WritesPerDaemon < 2 || pc.Joined[len(pc.Joined)-1].Count != n {
+		t.Errorf("peer-cliques: %+v", pc)
+	}
+	for _, f := range []string{"floor.bench.pprof", "floor.apiserver.pprof", "cdplane.bench.pprof", "cdplane.apiserver.pprof"} {
+		if st, err := os.Stat(filepath.Join(profiles, f)); err != nil || st.Size() == 0 {
+			t.Errorf("profile %s not written: %v", f, err)
+		}
+	}
+	if s := joinedModes(rep); s != "cdplane,peer-cliques" {
+		t.Errorf("modes reported: %s", s)
+	}
+}
+
+func joinedModes(rep *Report) string {
+	var out []string
+	for _, m := range AllModes {
+		if _, ok := rep.Modes[m]; ok {
+			out = append(out, m)
+		}
+	}
+	return strings.Join(out, ",")
+}

@@ -22,6 +22,10 @@ import (
 // cliqueWriters bounds the concurrent clique writes of one reconcile.
 const cliqueWriters = 64
 
+// listCliquesAbove is how many changed cliques a pass reads one by one before it reads them all
+// in one list instead.
+const listCliquesAbove = 4
+
 func (r *Reconciler) listCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain) ([]cdv1beta1.ComputeDomainClique, error) {
 	list := &cdv1beta1.ComputeDomainCliqueList{}
 	if err := r.client.List(ctx, list, client.InNamespace(r.opts.DriverNamespace),
@@ -54,13 +58,28 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 		}
 		changed = append(changed, desired)
 	}
+	// Every clique is read fresh from the apiserver before it is written (the cache is scoped
+	// to this plane's labels and cannot show a foreign object of the same name). A pass writing
+	// many reads them all in one list of the driver namespace, not one GET each: a burst of joins
+	// writes most of a large domain's cliques in every pass.
+	var onServer map[string]*cdv1beta1.ComputeDomainClique
+	if len(changed) > listCliquesAbove {
+		list := &cdv1beta1.ComputeDomainCliqueList{}
+		if err := r.reader.List(ctx, list, client.InNamespace(r.opts.DriverNamespace)); err != nil {
+			return fmt.Errorf("re-reading cliques: %w", err)
+		}
+		onServer = make(map[string]*cdv1beta1.ComputeDomainClique, len(list.Items))
+		for i := range list.Items {
+			onServer[list.Items[i].Name] = &list.Items[i]
+		}
+	}
 	// Cliques are independent objects: write the changed ones concurrently, so that a large
 	// domain's pass costs a few round trips rather than one per clique.
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(cliqueWriters)
 	for _, c := range changed {
 		g.Go(func() error {
-			if err := r.applyClique(gctx, c); err != nil {
+			if err := r.applyClique(gctx, c, onServer); err != nil {
 				return err
 			}
 			ctrl.LoggerFrom(ctx).V(1).Info("Wrote clique", "clique", klog.KObj(c), "daemons", len(c.Daemons))
@@ -113,9 +132,17 @@ func cliqueUpToDate(cur, desired *cdv1beta1.ComputeDomainClique) bool {
 		cur.ReadyDaemons == desired.ReadyDaemons && cur.TotalDaemons == desired.TotalDaemons
 }
 
-func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomainClique) error {
-	if ok, err := r.ownedOnServer(ctx, &cdv1beta1.ComputeDomainClique{}, client.ObjectKeyFromObject(c), c.Labels[cdv1beta1.ComputeDomainLabel], true); !ok || err != nil {
-		return err
+// applyClique writes c unless the apiserver holds an object of its name that was not created for
+// its domain by this plane. onServer is the driver namespace's cliques as just listed from the
+// apiserver, or nil: then c is read fresh by itself.
+func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomainClique, onServer map[string]*cdv1beta1.ComputeDomainClique) error {
+	if onServer == nil {
+		if ok, err := r.ownedOnServer(ctx, &cdv1beta1.ComputeDomainClique{}, client.ObjectKeyFromObject(c), c.Labels[cdv1beta1.ComputeDomainLabel], true); !ok || err != nil {
+			return err
+		}
+	} else if cur, ok := onServer[c.Name]; ok && !r.createdFor(cur.Labels, c.Labels[cdv1beta1.ComputeDomainLabel]) {
+		refuse(ctx, r.opts.ControlPlaneID, "v1beta1.ComputeDomainClique", client.ObjectKeyFromObject(c).String())
+		return nil
 	}
 	if err := r.client.Apply(ctx, cliqueApply(c), client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("writing clique %s: %w", c.Name, err)

@@ -46,11 +46,12 @@ func TestDefaultPublishesOneSliceOfTwoDevices(t *testing.T) {
 
 	cd := e.createCD(e.ns, "default-devices")
 	e.setClique(cd, n, cdv1beta1.StatusReady)
-	first := e.scheduledWorkload(t, n, cd, "first")
-	if !e.waitScheduled(first, 60*time.Second) {
-		t.Fatalf("the first pod of the domain was not scheduled on %s", n.name)
+	_, first := e.scheduledWorkload(t, n, cd, "first")
+	e.waitScheduled(first, 60*time.Second)
+	if first.Spec.NodeName != n.name {
+		t.Fatalf("the first pod of the domain was scheduled on %q, want %s", first.Spec.NodeName, n.name)
 	}
-	second := e.scheduledWorkload(t, n, cd, "second")
+	_, second := e.scheduledWorkload(t, n, cd, "second")
 	// The scheduler tries the pod and reports it unschedulable: the node's one channel is taken.
 	e.eventually(60*time.Second, "the second pod reported unschedulable", func() (bool, error) {
 		if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(second), second); err != nil {
@@ -78,8 +79,8 @@ func TestDefaultPublishesOneSliceOfTwoDevices(t *testing.T) {
 }
 
 // scheduledWorkload creates a claim of domain cd with the default channel class and a pod on
-// node n that uses it, left to the scheduler.
-func (e *env) scheduledWorkload(t *testing.T, n *node, cd *cdv1beta1.ComputeDomain, name string) *corev1.Pod {
+// node n that uses it, both named name, left to the scheduler.
+func (e *env) scheduledWorkload(t *testing.T, n *node, cd *cdv1beta1.ComputeDomain, name string) (*resourcev1.ResourceClaim, *corev1.Pod) {
 	t.Helper()
 	claim := &resourcev1.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
@@ -105,17 +106,16 @@ func (e *env) scheduledWorkload(t *testing.T, n *node, cd *cdv1beta1.ComputeDoma
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.c.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
-	return pod
+	return claim, pod
 }
 
-// waitScheduled reports whether pod is bound to a node within timeout.
-func (e *env) waitScheduled(pod *corev1.Pod, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(pod), pod); err == nil && pod.Spec.NodeName != "" {
-			return true
+// waitScheduled waits until the scheduler has bound pod to a node, and reads it.
+func (e *env) waitScheduled(pod *corev1.Pod, timeout time.Duration) {
+	e.t.Helper()
+	e.eventually(timeout, "pod "+pod.Name+" scheduled", func() (bool, error) {
+		if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(pod), pod); err != nil {
+			return false, err
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return false
+		return pod.Spec.NodeName != "", fmt.Errorf("pod conditions %+v", pod.Status.Conditions)
+	})
 }

@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -79,36 +76,8 @@ func TestPublishedSlicesAreScheduled(t *testing.T) {
 
 	cd := e.createCD(e.ns, "sched")
 	e.setClique(cd, n, cdv1beta1.StatusReady)
-	claim := &resourcev1.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "workload", Namespace: e.ns},
-		Spec:       claimSpec("channel", cdv1beta1.ChannelDeviceClass, rawJSON(t, cdv1beta1.NewChannelConfig(string(cd.UID), ""))),
-	}
-	if err := e.c.Create(e.ctx(), claim); err != nil {
-		t.Fatal(err)
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "workload", Namespace: e.ns},
-		Spec: corev1.PodSpec{
-			NodeSelector:                  map[string]string{corev1.LabelHostname: n.name},
-			TerminationGracePeriodSeconds: ptr.To(int64(0)),
-			Containers: []corev1.Container{{
-				Name: "main", Image: "workload:test",
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "channel"}}},
-			}},
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "channel", ResourceClaimName: ptr.To(claim.Name)}},
-		},
-	}
-	if err := e.c.Create(e.ctx(), pod); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.c.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
-
-	e.eventually(60*time.Second, "pod scheduled", func() (bool, error) {
-		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
-			return false, err
-		}
-		return pod.Spec.NodeName != "", fmt.Errorf("pod conditions %+v", pod.Status.Conditions)
-	})
+	claim, pod := e.scheduledWorkload(t, n, cd, "workload")
+	e.waitScheduled(pod, 60*time.Second)
 	if pod.Spec.NodeName != n.name {
 		t.Fatalf("pod scheduled on %s, want %s", pod.Spec.NodeName, n.name)
 	}

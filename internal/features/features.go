@@ -105,9 +105,9 @@ func NewGatesForTest(t interface {
 // daemonGates are the gates the daemons read. ComputeDomainCliques tells a daemon where to look
 // for its entry first: with it on, the daemon waits for its clique object instead of also
 // watching the domain, whose status every daemon of a large domain would otherwise receive on
-// every change (see daemon.Config.Cliques). A flip changes the DaemonSet template; with the
-// default OnDelete update strategy running daemons keep theirs, and they follow the flip
-// either way (a daemon whose clique goes reads the domain's status).
+// every change (see daemon.Config.Cliques). A domain's DaemonSet keeps the value it was
+// created with, so a flip never changes a live DaemonSet; its daemons follow the flip either
+// way (a daemon whose clique goes reads the domain's status).
 var daemonGates = []featuregate.Feature{IMEXDaemonsWithDNSNames, CrashOnNVLinkFabricErrors, ComputeDomainCliques}
 
 // DaemonGates renders the daemon-relevant gates of g as a --feature-gates value.

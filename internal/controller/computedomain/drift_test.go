@@ -369,3 +369,19 @@ func TestDaemonUpdateStrategyOption(t *testing.T) {
 		})
 	}
 }
+
+// TestWithCliquesGateOf: a live DaemonSet's ComputeDomainCliques value (or its absence) replaces
+// the rendered one; the other gates keep their values and order.
+func TestWithCliquesGateOf(t *testing.T) {
+	for name, tc := range map[string]struct{ gates, live, want string }{
+		"flipped off, live on":   {"A=true,ComputeDomainCliques=false", "A=true,ComputeDomainCliques=true", "A=true,ComputeDomainCliques=true"},
+		"flipped on, live off":   {"A=true,ComputeDomainCliques=true", "A=false,ComputeDomainCliques=false", "A=true,ComputeDomainCliques=false"},
+		"live from before":       {"A=true,B=false,ComputeDomainCliques=true", "A=true,B=false", "A=true,B=false"},
+		"same":                   {"A=true,ComputeDomainCliques=true", "A=true,ComputeDomainCliques=true", "A=true,ComputeDomainCliques=true"},
+		"other gates go as told": {"A=false,ComputeDomainCliques=true", "A=true,ComputeDomainCliques=true", "A=false,ComputeDomainCliques=true"},
+	} {
+		if got := withCliquesGateOf(tc.gates, tc.live); got != tc.want {
+			t.Errorf("%s: withCliquesGateOf(%q, %q) = %q, want %q", name, tc.gates, tc.live, got, tc.want)
+		}
+	}
+}

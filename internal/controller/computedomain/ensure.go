@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/daemonenv"
 	"cdplane/internal/features"
 )
 
@@ -49,7 +50,9 @@ func (r *Reconciler) ensureResources(ctx context.Context, cd *cdv1beta1.ComputeD
 		clashes = append(clashes, clash)
 	}
 	ds := &appsv1.DaemonSet{TypeMeta: metav1.TypeMeta{Kind: "DaemonSet"}}
-	clash, err := r.ensure(ctx, cd, r.daemonSet(cd), ds)
+	desired := r.daemonSet(cd)
+	r.keepCliquesGate(ctx, desired)
+	clash, err := r.ensure(ctx, cd, desired, ds)
 	if err != nil {
 		return cond, nil, err
 	}
@@ -108,4 +111,52 @@ func copyInto(src, dst client.Object) {
 
 func newRCT() *resourcev1.ResourceClaimTemplate {
 	return &resourcev1.ResourceClaimTemplate{TypeMeta: metav1.TypeMeta{Kind: "ResourceClaimTemplate"}}
+}
+
+// keepCliquesGate gives desired the ComputeDomainCliques value of the domain's DaemonSet as it
+// stands (none when it has none), so that flipping the gate never changes a live DaemonSet and
+// never rolls its daemons, whatever the update strategy: the gate tells a daemon only where to
+// wait for its entry first, and a daemon of either value follows the controller either way
+// (daemon.Config.Cliques). A DaemonSet created after the flip gets the new value.
+func (r *Reconciler) keepCliquesGate(ctx context.Context, desired *appsv1.DaemonSet) {
+	live := &appsv1.DaemonSet{}
+	if err := r.client.Get(ctx, client.ObjectKeyFromObject(desired), live); err != nil {
+		return // none yet (or unreadable: ensure reports it)
+	}
+	liveGates, _ := featureGatesEnv(live)
+	if gates, ok := featureGatesEnv(desired); ok {
+		*gates = withCliquesGateOf(*gates, *liveGates)
+	}
+}
+
+// featureGatesEnv returns the FEATURE_GATES value of ds's daemon container, to read or set.
+func featureGatesEnv(ds *appsv1.DaemonSet) (*string, bool) {
+	for i := range ds.Spec.Template.Spec.Containers {
+		c := &ds.Spec.Template.Spec.Containers[i]
+		for j := range c.Env {
+			if c.Env[j].Name == daemonenv.FeatureGates {
+				return &c.Env[j].Value, true
+			}
+		}
+	}
+	empty := ""
+	return &empty, false
+}
+
+// withCliquesGateOf returns gates with its ComputeDomainCliques item replaced by live's (removed
+// when live has none); the other gates keep their order.
+func withCliquesGateOf(gates, live string) string {
+	prefix := string(features.ComputeDomainCliques) + "="
+	var out []string
+	for _, g := range strings.Split(gates, ",") {
+		if g != "" && !strings.HasPrefix(g, prefix) {
+			out = append(out, g)
+		}
+	}
+	for _, g := range strings.Split(live, ",") {
+		if strings.HasPrefix(g, prefix) {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, ",")
 }

@@ -40,8 +40,8 @@ type Options struct {
 	DaemonLogVerbosity   int
 	// DaemonFeatureGates is passed to the daemons (FEATURE_GATES): features.DaemonGates, with
 	// ComputeDomainCliques, which tells a daemon whether to wait for its clique before reading
-	// the domain's status. A flip changes the template; running daemons are replaced only as
-	// DaemonUpdateStrategy says, and follow the flip either way.
+	// the domain's status. An existing DaemonSet keeps the ComputeDomainCliques value it was
+	// created with (keepCliquesGate): a flip never changes a live DaemonSet.
 	DaemonFeatureGates string
 	// DaemonMetricsPort is the port of the daemons' metrics endpoint on their pod's IP, declared
 	// as the container port "metrics"; 0: off (no argument, no port).

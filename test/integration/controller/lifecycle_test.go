@@ -53,7 +53,7 @@ func TestCreatedObjects(t *testing.T) {
 		t.Errorf("daemon pod claims %+v, want template %s", pod.ResourceClaims, name)
 	}
 	// The daemons learn ComputeDomainCliques (they wait for their clique rather than read the
-	// domain's status); a flip changes the template but replaces no running daemon (OnDelete).
+	// domain's status); a flip leaves this DaemonSet as it is (TestGateFlipKeepsDomainsReady).
 	gates := ""
 	for _, env := range ctr.Env {
 		if env.Name == "FEATURE_GATES" {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,20 +45,22 @@ func newClient(cfg *rest.Config) (client.WithWatch, error) {
 // runInstance plays one node: the kubelet starts the pod (IP), the daemon registers by the
 // mode's protocol, and the kubelet marks the pod Ready once the daemon's check passes. It
 // returns once the pod is Ready.
-func runInstance(ctx context.Context, w *world, inst instance, mode string, o Options, joined *atomic.Int64) error {
+func runInstance(ctx context.Context, w *world, inst instance, mode string, o Options, joined *atomic.Int64, tr *trace) error {
 	kc, err := newClient(inst.kubelet)
 	if err != nil {
 		return err
 	}
-	dc, err := newClient(inst.daemon)
+	raw, err := newClient(inst.daemon)
 	if err != nil {
 		return err
 	}
+	var dc client.WithWatch = tracedClient{WithWatch: raw, t: tr}
 	pod := w.pods[inst.i].DeepCopy()
 	ip := w.ip(inst.i)
 	if err := setPodStatus(ctx, kc, pod, ip, false); err != nil {
 		return err
 	}
+	tr.mark(phaseRunning)
 	cfg := daemon.Config{
 		NodeName: w.nodes[inst.i], PodIP: ip, PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: string(pod.UID),
 		CliqueID: w.clique(inst.i, o.CliqueSize), CDUID: string(w.cd.UID), CDName: w.cd.Name, CDNamespace: w.cd.Namespace,
@@ -98,7 +101,12 @@ func runInstance(ctx context.Context, w *world, inst instance, mode string, o Op
 	// The kubelet's readiness probe, every 100ms.
 	for {
 		if x.Ready(ctx) == nil {
-			return setPodStatus(ctx, kc, pod, ip, true)
+			tr.mark(phaseReady)
+			if err := setPodStatus(ctx, kc, pod, ip, true); err != nil {
+				return err
+			}
+			tr.mark(phaseJoined)
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -133,27 +141,66 @@ func setPodStatus(ctx context.Context, c client.Client, pod *corev1.Pod, ip stri
 	return nil
 }
 
-// floorDaemon opens the watches a daemon opens and makes its one write (the pod label).
+// floorDaemon opens the one watch a daemon needs (its clique, by name) and makes its one write
+// (the pod label): no protocol makes fewer requests. Like an informer, it retries a watch that
+// could not be opened, with backoff, and opens it again when it ends: with tens of thousands of
+// instances in one process, a watch may fail to open, and a stand-in that gave up would fail
+// the floor where a daemon would have carried on.
 func floorDaemon(ctx context.Context, c client.WithWatch, cfg daemon.Config) error {
-	for _, l := range []client.ObjectList{&cdv1beta1.ComputeDomainCliqueList{}, &cdv1beta1.ComputeDomainList{}} {
-		ns, name := cfg.PodNamespace, cfg.CliqueObjectName()
-		if _, ok := l.(*cdv1beta1.ComputeDomainList); ok {
-			ns, name = cfg.CDNamespace, cfg.CDName
-		}
-		wi, err := c.Watch(ctx, l, client.InNamespace(ns), client.MatchingFields{"metadata.name": name})
-		if err != nil {
-			return err
-		}
-		go func() {
-			<-ctx.Done()
-			wi.Stop()
-		}()
-		go func() {
-			for range wi.ResultChan() {
-			}
-		}()
+	open := func() (watch.Interface, error) {
+		return openWatch(ctx, c, &cdv1beta1.ComputeDomainCliqueList{},
+			client.InNamespace(cfg.PodNamespace), client.MatchingFields{"metadata.name": cfg.CliqueObjectName()})
 	}
+	wi, err := open()
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			drain(ctx, wi)
+			if ctx.Err() != nil {
+				return
+			}
+			next, err := open()
+			if err != nil {
+				return
+			}
+			wi = next
+		}
+	}()
 	return daemon.LabelPod(ctx, c, cfg)
+}
+
+// watchBackoff is client-go's reflector backoff: 800 ms doubling to 30 s, with jitter.
+var watchBackoff = wait.Backoff{Duration: 800 * time.Millisecond, Factor: 2, Jitter: 1, Steps: 1 << 30, Cap: 30 * time.Second}
+
+// openWatch opens a watch, retrying failures with the reflector's backoff until ctx ends.
+func openWatch(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+	var wi watch.Interface
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, watchBackoff, func(ctx context.Context) (bool, error) {
+		wi, last = c.Watch(ctx, l.DeepCopyObject().(client.ObjectList), opts...)
+		return last == nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening a watch: %w (last error: %v)", err, last)
+	}
+	return wi, nil
+}
+
+// drain reads wi until it ends or ctx does, then stops it.
+func drain(ctx context.Context, wi watch.Interface) {
+	defer wi.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-wi.ResultChan():
+			if !ok {
+				return
+			}
+		}
+	}
 }
 
 // instantIMEX stands in for IMEX in the benchmark, which measures the registration protocol:

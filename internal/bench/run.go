@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -57,6 +60,10 @@ type Options struct {
 	// kube-apiserver over its first ProfileSeconds, <mode>.apiserver.pprof.
 	ProfileDir     string
 	ProfileSeconds int
+	// MaxRSSGiB stops a mode once this process's resident memory passes it (zero: no limit): a protocol whose every daemon receives every change (gate off, peer-legacy) holds
+	// a copy of a domain of N entries per daemon, which at tens of thousands of nodes is more
+	// than a machine has. The mode is then reported as not finished, with how many joined.
+	MaxRSSGiB float64
 }
 
 // Result is one mode's figures.
@@ -89,6 +96,19 @@ type Result struct {
 	// TimedOut is set when the domain was not Ready within the timeout; Seconds is then the
 	// timeout, a lower bound.
 	TimedOut bool `json:"timed_out,omitempty"`
+	// StoppedBy says what ended a mode that did not finish: "timeout" or "memory" (this
+	// process's resident memory passed Options.MemoryLimit).
+	StoppedBy string `json:"stopped_by,omitempty"`
+	// PeakRSSBytes is this process's highest resident memory seen during the mode (sampled
+	// every second): the controller and every daemon instance together.
+	PeakRSSBytes uint64 `json:"peak_rss_bytes,omitempty"`
+	// JoinedAtEnd is how many daemons had joined when the mode ended: all of them, unless it
+	// timed out.
+	JoinedAtEnd int `json:"joined"`
+	// Phases is when the instances got through each step of their registration, and
+	// InstancesRetrying how many had at least one of their daemon's calls fail (and retried).
+	Phases            []Phase `json:"phases,omitempty"`
+	InstancesRetrying int     `json:"instances_retrying"`
 }
 
 // Sample is a count at a time, in seconds since the mode started.
@@ -117,6 +137,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--clique-size must be between 1 and %d, got %d", cdv1beta1.MaxDaemonsPerClique, o.CliqueSize)
 	case o.Arrival != "burst" && o.Arrival != "ramp":
 		return fmt.Errorf("--arrival must be burst or ramp, got %q", o.Arrival)
+	case o.MaxRSSGiB < 0:
+		return fmt.Errorf("--max-rss-gib must not be negative, got %g", o.MaxRSSGiB)
 	}
 	for _, m := range o.Modes {
 		switch m {
@@ -165,6 +187,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 	return rep, nil
 }
 
+// errMemoryLimit stops a mode whose instances hold more memory than Options.MaxRSSGiB.
+var errMemoryLimit = errors.New("the benchmark's memory limit was reached")
+
 // instance is one simulated daemon plus the kubelet's part for its node.
 type instance struct {
 	i       int
@@ -186,6 +211,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	}
 	daemonWrites, ctrlWrites := &writeCounter{}, &writeCounter{}
 	insts := make([]instance, o.Nodes)
+	traces := make([]*trace, o.Nodes)
 	for i := range insts {
 		du, dg := daemonUser(w.driverNS)
 		nu, ng := nodeUser(w.nodes[i])
@@ -244,7 +270,9 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 				}
 			}
 			t0 := time.Now()
-			err := runInstance(ictx, w, inst, mode, o, joined)
+			tr := newTrace()
+			traces[inst.i] = tr
+			err := runInstance(ictx, w, inst, mode, o, joined, tr)
 			if err != nil && ictx.Err() == nil {
 				failed.CompareAndSwap(nil, &err)
 				return
@@ -262,11 +290,29 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
 	}
+	var (
+		polls     int
+		peakRSS   uint64
+		overLimit bool
+	)
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if p := failed.Load(); p != nil {
 			return false, *p
 		}
+		if polls++; polls%20 == 1 {
+			if rss, err := controlplane.ResidentMemory(os.Getpid()); err == nil {
+				peakRSS = max(peakRSS, rss)
+				if o.MaxRSSGiB > 0 && float64(rss) > o.MaxRSSGiB*(1<<30) {
+					overLimit = true
+					return false, errMemoryLimit
+				}
+			}
+		}
 		n, done := joinedCount(domain, o.Nodes, joined)
+		if polls%200 == 0 { // every 10 s
+			fmt.Fprintf(o.Progress, "== %s: %d of %d joined after %.0fs (this process: %.1f GiB resident at most)\n",
+				mode, n, o.Nodes, time.Since(started).Seconds(), float64(peakRSS)/(1<<30))
+		}
 		if n != samples[len(samples)-1].Count {
 			samples = append(samples, Sample{Seconds: time.Since(started).Seconds(), Count: n})
 		}
@@ -279,12 +325,15 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	stopInstances()
 	wg.Wait()
 	stopMgr()
+	// What the instances held goes before the next mode starts, so that each mode's peak is
+	// its own.
+	defer debug.FreeOSMemory()
 	if mode == ModeCdplane || mode == ModeCdplaneGateOff {
 		if merr := <-mgrDone; merr != nil {
 			return Result{}, fmt.Errorf("controller manager: %w", merr)
 		}
 	}
-	timedOut := wait.Interrupted(err) && ctx.Err() == nil
+	timedOut := (wait.Interrupted(err) && ctx.Err() == nil) || overLimit
 	if err != nil && !timedOut {
 		return Result{}, fmt.Errorf("waiting for the domain to be Ready: %w", err)
 	}
@@ -304,8 +353,17 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		WatchEventBytes:  delta(after.watchBytes, before.watchBytes),
 		TimedOut:         timedOut,
 		Joined:           samples,
+		PeakRSSBytes:     peakRSS,
+	}
+	switch {
+	case overLimit:
+		res.StoppedBy = "memory"
+	case timedOut:
+		res.StoppedBy = "timeout"
 	}
 	res.P50Ms, res.P99Ms = percentile(lats, 50), percentile(lats, 99)
+	res.JoinedAtEnd = samples[len(samples)-1].Count
+	res.Phases, res.InstancesRetrying = summarize(traces)
 	if domain != nil {
 		n, sec := reconcileTotals()
 		res.Reconciles, res.ReconcileSeconds = n-recBefore, sec-recSecBefore

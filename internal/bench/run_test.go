@@ -87,6 +87,40 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 	if s := joinedModes(rep); s != "cdplane,peer-cliques" {
 		t.Errorf("modes reported: %s", s)
 	}
+	// Every daemon went through every step of the registration, in order, and each step is
+	// traced where it happened.
+	for name, r := range map[string]Result{"floor": rep.Floor, ModeCdplane: cd} {
+		if r.JoinedAtEnd != n || r.StoppedBy != "" || r.PeakRSSBytes == 0 {
+			t.Errorf("%s: joined %d, stopped by %q, peak RSS %d", name, r.JoinedAtEnd, r.StoppedBy, r.PeakRSSBytes)
+		}
+		reached := map[string]Phase{}
+		for _, p := range r.Phases {
+			reached[p.Name] = p
+		}
+		prev := 0.0
+		for _, want := range []string{phaseRunning, phaseLabel, phaseReady, phaseJoined} {
+			p, ok := reached[want]
+			if !ok || p.Reached != n || p.P50Ms < prev || p.MaxMs < p.P99Ms {
+				t.Errorf("%s: phase %s: %+v (phases %+v)", name, want, p, r.Phases)
+			}
+			prev = p.P50Ms
+		}
+		if reached[phaseWatch].Reached != n {
+			t.Errorf("%s: %d daemons opened their watch, want %d", name, reached[phaseWatch].Reached, n)
+		}
+	}
+
+	// A mode that passes the memory limit stops, and says so with how many had joined.
+	small, err := Run(ctx, cfg, Options{Nodes: n, CliqueSize: 18, Arrival: "burst", Modes: []string{ModeCdplane},
+		Timeout: 3 * time.Minute, MaxRSSGiB: 1.0 / 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]Result{"floor": small.Floor, ModeCdplane: small.Modes[ModeCdplane]} {
+		if r.StoppedBy != "memory" || !r.TimedOut || r.JoinedAtEnd >= n {
+			t.Errorf("%s with a 1 MiB limit: stopped by %q, timed out %v, joined %d", name, r.StoppedBy, r.TimedOut, r.JoinedAtEnd)
+		}
+	}
 }
 
 func joinedModes(rep *Report) string {

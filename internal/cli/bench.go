@@ -37,7 +37,10 @@ func newBenchCommand() *cobra.Command {
 node's kubelet (pod IP, Ready once the daemon's check passes; per-node identities). IMEX is an
 instant stand-in: the benchmark measures registration through the API. Each mode runs on fresh
 objects in the same control plane. The floor is the time for N instances to make the writes no
-protocol avoids (pod label, pod status) with the same identities, QPS and watches open.
+protocol avoids (pod label, pod status) with the same identities and QPS, and the one watch a
+daemon needs (its clique). Each mode reports, per step of a daemon's registration (pod
+running, label, watch, daemon ready, pod ready), when the instances got there. A mode that
+passes --timeout or --max-rss-gib is reported with how many daemons had joined.
 Conflicts (409) and throttling (429) come from the apiserver's own metrics.
 
 Without --kubeconfig it starts its own etcd and kube-apiserver from the cached builds
@@ -52,9 +55,9 @@ Without --kubeconfig it starts its own etcd and kube-apiserver from the cached b
 					return err
 				}
 			}
-			if !asJSON {
-				o.Progress = cmd.ErrOrStderr()
-			}
+			// Progress goes to stderr, also with --json (the figures go to stdout): a run at
+			// tens of thousands of nodes takes many minutes.
+			o.Progress = cmd.ErrOrStderr()
 			// Thousands of in-process watches log every reconnect; keep the figures readable.
 			klog.SetOutput(io.Discard)
 			klog.LogToStderr(false)
@@ -89,6 +92,7 @@ Without --kubeconfig it starts its own etcd and kube-apiserver from the cached b
 	f.DurationVar(&o.Ramp, "ramp", 10*time.Second, "Spread of the starts with --arrival ramp")
 	f.StringVar(&modes, "modes", strings.Join(bench.AllModes, ","), "Modes to run, comma-separated")
 	f.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "Longest wait for one mode's domain to be Ready; a mode that takes longer is reported with this as a lower bound")
+	f.Float64Var(&o.MaxRSSGiB, "max-rss-gib", 12, "Stop a mode once this process (controller and daemon instances) uses this much resident memory, and report how many had joined; 0: no limit")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "Use this cluster instead of starting one")
 	f.BoolVar(&asJSON, "json", false, "Print the figures as JSON")
 	f.StringVar(&plotPath, "plot", "", "Write a picture (.svg) of daemons joined over time, one line per mode and the floor")
@@ -195,11 +199,29 @@ func printReport(cmd *cobra.Command, rep *bench.Report) {
 			continue
 		}
 		more := ""
-		if r.TimedOut {
-			more = "  (not Ready within the timeout: seconds is a lower bound)"
+		switch r.StoppedBy {
+		case "memory":
+			more = fmt.Sprintf("  (stopped at the memory limit with %d of %d joined: seconds is a lower bound)", r.JoinedAtEnd, rep.Nodes)
+		case "timeout":
+			more = fmt.Sprintf("  (%d of %d joined within the timeout: seconds is a lower bound)", r.JoinedAtEnd, rep.Nodes)
 		}
 		fmt.Fprintf(w, "%-18s %9.2f %8.2f %12.2f %10d %8.0f %8.0f %9.0f %9.0f%s\n", m, r.Seconds, r.RatioToFloor, r.WritesPerDaemon,
 			r.ControllerWrites, r.Conflicts, r.Throttled, r.P50Ms, r.P99Ms, more)
+	}
+	fmt.Fprintf(w, "\nwhere each daemon's time went (ms from its start to the first success of each step: p50 / p99 / max)\n")
+	for _, m := range append([]string{"floor"}, bench.AllModes...) {
+		r, ok := rep.Modes[m]
+		if m == "floor" {
+			r, ok = rep.Floor, true
+		}
+		if !ok || len(r.Phases) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%-18s", m)
+		for _, p := range r.Phases {
+			fmt.Fprintf(w, " %s %.0f/%.0f/%.0f", p.Name, p.P50Ms, p.P99Ms, p.MaxMs)
+		}
+		fmt.Fprintf(w, "  (%d with a failed call)\n", r.InstancesRetrying)
 	}
 }
 

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Phases of one instance's registration, in the order they happen; each is the time from the
+// instance's start to the first success of that step.
+const (
+	phaseRunning = "pod_running"  // the kubelet's first status patch (pod IP)
+	phaseLabel   = "label"        // the daemon's one write: the clique label on its pod
+	phaseList    = "list"         // the daemon's first successful list (its informer's)
+	phaseWatch   = "watch"        // the daemon's first watch opened
+	phaseReady   = "daemon_ready" // the daemon's readiness check passed (IMEX started)
+	phaseJoined  = "pod_ready"    // the kubelet's patch marking the pod Ready
+)
+
+var phaseOrder = []string{phaseRunning, phaseLabel, phaseList, phaseWatch, phaseReady, phaseJoined}
+
+// trace records when one instance first completed each phase, and how many of its calls failed.
+type trace struct {
+	start  time.Time
+	mu     sync.Mutex
+	at     map[string]time.Duration
+	failed int
+}
+
+func newTrace() *trace { return &trace{start: time.Now(), at: map[string]time.Duration{}} }
+
+func (t *trace) mark(phase string) {
+	d := time.Since(t.start)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.at[phase]; !ok {
+		t.at[phase] = d
+	}
+}
+
+func (t *trace) record(phase string, err error) {
+	if err != nil {
+		t.mu.Lock()
+		t.failed++
+		t.mu.Unlock()
+		return
+	}
+	t.mark(phase)
+}
+
+// tracedClient is a daemon's client that marks its trace's label, list and watch phases. It
+// adds no request: it only notes the results of the daemon's own.
+type tracedClient struct {
+	client.WithWatch
+	t *trace
+}
+
+func (c tracedClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	err := c.WithWatch.Patch(ctx, obj, patch, opts...)
+	c.t.record(phaseLabel, err)
+	return err
+}
+
+func (c tracedClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	err := c.WithWatch.List(ctx, list, opts...)
+	c.t.record(phaseList, err)
+	return err
+}
+
+func (c tracedClient) Watch(ctx context.Context, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+	w, err := c.WithWatch.Watch(ctx, list, opts...)
+	c.t.record(phaseWatch, err)
+	return w, err
+}
+
+// Phase is one phase's spread over the instances that reached it, in milliseconds since each
+// instance started.
+type Phase struct {
+	Name    string  `json:"name"`
+	Reached int     `json:"reached"`
+	P50Ms   float64 `json:"p50_ms"`
+	P99Ms   float64 `json:"p99_ms"`
+	MaxMs   float64 `json:"max_ms"`
+}
+
+// summarize returns the phases in order, with the instances whose calls failed at least once
+// (retried by the daemon, its informer or client-go).
+func summarize(traces []*trace) (phases []Phase, withFailures int) {
+	by := map[string][]time.Duration{}
+	for _, t := range traces {
+		if t == nil {
+			continue
+		}
+		t.mu.Lock()
+		for p, d := range t.at {
+			by[p] = append(by[p], d)
+		}
+		if t.failed > 0 {
+			withFailures++
+		}
+		t.mu.Unlock()
+	}
+	for _, name := range phaseOrder {
+		d := by[name]
+		if len(d) == 0 {
+			continue
+		}
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		phases = append(phases, Phase{Name: name, Reached: len(d),
+			P50Ms: percentile(d, 50), P99Ms: percentile(d, 99), MaxMs: float64(d[len(d)-1].Microseconds()) / 1000})
+	}
+	return phases, withFailures
+}

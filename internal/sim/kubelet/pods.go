@@ -20,13 +20,9 @@ func (k *Kubelet) watchPods(ctx context.Context, wg *sync.WaitGroup) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName!=" }))
 	inf := factory.Core().V1().Pods().Informer()
-	// Only what the workers read is kept: managed fields are dropped.
-	if err := inf.SetTransform(func(obj any) (any, error) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			p.ManagedFields = nil
-		}
-		return obj, nil
-	}); err != nil {
+	// Only what the workers read is kept: managed fields are dropped, and of a pod on a node of
+	// another kubelet process (the sim's nodes are shared among several) only what names it.
+	if err := inf.SetTransform(k.keepOfPod); err != nil {
 		return err
 	}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -56,6 +52,28 @@ func (k *Kubelet) watchPods(ctx context.Context, wg *sync.WaitGroup) error {
 		return fmt.Errorf("pod informer did not sync")
 	}
 	return nil
+}
+
+// keepOfPod is the pod informer's transform: what of a pod is kept in its cache.
+func (k *Kubelet) keepOfPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	if k.nodes[p.Spec.NodeName] == nil {
+		return foreignPod(p), nil
+	}
+	p.ManagedFields = nil
+	return p, nil
+}
+
+// foreignPod is what the pod informer keeps of a pod that is not on one of this kubelet's
+// nodes: its name, UID, version and node, which podChanged ignores.
+func foreignPod(p *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion},
+		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName},
+	}
 }
 
 func (k *Kubelet) podChanged(ctx context.Context, obj any) {

@@ -15,8 +15,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
-
-	"cdplane/internal/atomicfile"
 )
 
 // DefaultTokenExpiration is the lifetime of the tokens requested for pods.
@@ -77,7 +75,7 @@ func (t *podTokens) refresh(ctx context.Context, f *tokenFile) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := atomicfile.Write(p, []byte(got.Status.Token), 0o600); err != nil {
+		if err := writePodFile(p, []byte(got.Status.Token), 0o600); err != nil {
 			return err
 		}
 	}
@@ -144,7 +142,7 @@ func (w *podWorker) setupCredentials(ctx context.Context, pod *corev1.Pod) (saDi
 		return "", "", err
 	}
 	kubeconfig = filepath.Join(w.dir, "kubeconfig")
-	if err := atomicfile.Write(kubeconfig, data, 0o600); err != nil {
+	if err := writePodFile(kubeconfig, data, 0o600); err != nil {
 		return "", "", err
 	}
 	return saDir, kubeconfig, nil

@@ -10,8 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
-	"cdplane/internal/atomicfile"
 )
 
 // ServiceAccountMountPath is where Kubernetes pods find their service-account credentials.
@@ -124,7 +122,7 @@ func writeFiles(dir string, files map[string][]byte, perm os.FileMode) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := atomicfile.Write(p, data, perm); err != nil {
+		if err := writePodFile(p, data, perm); err != nil {
 			return err
 		}
 	}

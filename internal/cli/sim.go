@@ -88,8 +88,10 @@ stopped one is removed first.`,
 		Short: "Run a ComputeDomain job across the sim's nodes and report time to Ready and peak memory",
 		Long: `Creates a ComputeDomain with numNodes --nodes and an Indexed Job of --nodes pods (one per
 node, each claiming the domain's channel, as in the README sample) on the running sim, waits with
-progress for the domain to be Ready and every pod Running, prints both times and the peak
-resident memory (VmHWM) of every process of the sim, then deletes the job unless --keep.
+progress for the domain to be Ready and every pod Running, prints both times, where the time
+went (from the API's timestamps: pods created, scheduled, started, daemons registered and Ready,
+the domain's Ready condition; median, p99 and max over the pods) and the peak resident memory
+(VmHWM) of every process of the sim, then deletes the job unless --keep.
 With --plot FILE.svg it also draws the nodes Ready in the domain and the pods Running, sampled
 every second, over the seconds since the apply (on failure too: it shows where it stalled).
 This is the scale smoke: cdplane sim up --nodes 1152 && cdplane sim job.`,
@@ -131,7 +133,12 @@ This is the scale smoke: cdplane sim up --nodes 1152 && cdplane sim job.`,
 					fmt.Fprintf(out, "  simulated IMEX DNS lookups since sim up: %d\n", n)
 				}
 			}
-			// The memory table comes on failure too: it is what one looks at first.
+			// The breakdown and the memory table come on failure too: they are what one looks
+			// at first.
+			if res != nil && res.Breakdown != nil {
+				fmt.Fprintln(out)
+				res.Breakdown.Write(out)
+			}
 			mem, err := sim.PeakMemory(st)
 			if err != nil {
 				return errors.Join(jobErr, plotErr, err)

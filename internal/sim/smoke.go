@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,6 +50,9 @@ type JobResult struct {
 	// Samples are the counts RunJob saw while it waited, in time order: at the apply, about
 	// once a second after, and at the moment it saw the domain Ready.
 	Samples []JobSample
+	// Breakdown is where the time went, from the API's timestamps; nil when the objects could
+	// not be read.
+	Breakdown *Breakdown
 }
 
 // JobSample is what RunJob saw at one moment.
@@ -161,6 +165,12 @@ func RunJob(ctx context.Context, st *State, o JobOptions) (*JobResult, error) {
 			cur.Status.ReadyNodes, o.Nodes, phases[corev1.PodRunning], phases[corev1.PodPending])
 		return res.Ready > 0 && res.Running > 0, status, nil
 	})
+	// Read before the deletion, and on failure too: it shows which step stalled.
+	if b, berr := readBreakdown(ctx, c, cd, o); berr == nil {
+		res.Breakdown = b
+	} else if err == nil {
+		fmt.Fprintf(o.Out, "Reading the timestamps for the breakdown: %v\n", berr)
+	}
 	if err != nil {
 		// What was seen until then is returned too: the samples show where it stalled.
 		return res, err
@@ -175,6 +185,27 @@ func RunJob(ctx context.Context, st *State, o JobOptions) (*JobResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// readBreakdown reads the domain, its daemon pods and the job's pods, and computes where the
+// time went.
+func readBreakdown(ctx context.Context, c client.Client, cd *cdv1beta1.ComputeDomain, o JobOptions) (*Breakdown, error) {
+	cur := &cdv1beta1.ComputeDomain{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cd), cur); err != nil {
+		return nil, err
+	}
+	workloads := &corev1.PodList{}
+	if err := c.List(ctx, workloads, client.InNamespace(o.Namespace), client.MatchingLabels{"job-name": o.Name}); err != nil {
+		return nil, err
+	}
+	// The daemon pods carry the domain's UID, in the plane's driver namespace.
+	labelled := &corev1.PodList{}
+	if err := c.List(ctx, labelled, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cur.UID)}); err != nil {
+		return nil, err
+	}
+	daemons := slices.DeleteFunc(labelled.Items, func(p corev1.Pod) bool { return p.Namespace == o.Namespace && p.Labels["job-name"] == o.Name })
+	b := ComputeBreakdown(cur, daemons, workloads.Items)
+	return &b, nil
 }
 
 func orNotReady(s string) string {

@@ -245,7 +245,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 		close(d.done)
 	}()
 
-	scheme := scheme.New()
+	scheme := scheme.Shared()
 	if d.api, err = client.New(opts.Config, client.Options{Scheme: scheme}); err != nil {
 		return nil, fmt.Errorf("creating the API client: %w", err)
 	}

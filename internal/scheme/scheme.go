@@ -3,6 +3,8 @@
 package scheme
 
 import (
+	"sync"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
@@ -19,3 +21,11 @@ func New() *runtime.Scheme {
 	}
 	return s
 }
+
+var shared = sync.OnceValue(New)
+
+// Shared returns one scheme for the whole process, built on first use. A scheme is safe for
+// concurrent use once built, so the daemon and kubelet-plugin instances a simulated node runs in
+// one process share it instead of building hundreds of identical ones; callers must not add
+// kinds to it.
+func Shared() *runtime.Scheme { return shared() }

@@ -205,7 +205,7 @@ func TestEventsOfABurstAreBounded(t *testing.T) {
 	var evs []eventsv1.Event
 	var count map[string]int
 	var joins int
-	e.eventually(limits.Interval+30*time.Second, "events counting every join", func() (bool, error) {
+	e.eventually(limits.Interval+3*time.Minute, "events counting every join", func() (bool, error) {
 		var err error
 		if evs, err = e.domainEvents(cd); err != nil {
 			return false, err

@@ -209,7 +209,7 @@ func TestForeignClaimTemplateIsLeftAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	cd := e.createCD("clash", 0)
-	e.eventually(10*time.Second, "the clash is reported", func() (bool, error) {
+	e.eventually(2*time.Minute, "the clash is reported", func() (bool, error) {
 		for _, c := range e.getCD(cd).Status.Conditions {
 			if c.Type == cdv1beta1.ConditionResourcesCreated && c.Status == metav1.ConditionFalse && c.Reason == cdv1beta1.ReasonNameClash {
 				return true, nil

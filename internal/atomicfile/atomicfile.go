@@ -16,7 +16,17 @@ import (
 // missing), syncs it, renames it over path and syncs the directory. A target that cannot be
 // replaced by rename because it is a mount point (a container's /etc/hosts, bind-mounted by the
 // kubelet) is rewritten in place instead.
-func Write(path string, data []byte, perm fs.FileMode) (err error) {
+func Write(path string, data []byte, perm fs.FileMode) error {
+	return write(path, data, perm, true)
+}
+
+// WriteVolatile replaces path like Write, seen at once by a reader, but without syncing to disk:
+// for files on tmpfs, which a reboot loses anyway (a pod's token and volume files).
+func WriteVolatile(path string, data []byte, perm fs.FileMode) error {
+	return write(path, data, perm, false)
+}
+
+func write(path string, data []byte, perm fs.FileMode, sync bool) (err error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating directory for %s: %w", path, err)
@@ -38,7 +48,7 @@ func Write(path string, data []byte, perm fs.FileMode) (err error) {
 		_ = tmp.Close()
 		return fmt.Errorf("setting mode of %s: %w", tmp.Name(), err)
 	}
-	if err := tmp.Sync(); err != nil {
+	if err := syncFile(tmp, sync); err != nil {
 		_ = tmp.Close()
 		return fmt.Errorf("syncing %s: %w", tmp.Name(), err)
 	}
@@ -55,6 +65,9 @@ func Write(path string, data []byte, perm fs.FileMode) (err error) {
 	}
 	if err != nil {
 		return fmt.Errorf("replacing %s: %w", path, err)
+	}
+	if !sync {
+		return nil
 	}
 	d, err := os.Open(dir)
 	if err != nil {
@@ -77,4 +90,11 @@ func WriteIfChanged(path string, data []byte, perm fs.FileMode) (bool, error) {
 		return false, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return true, Write(path, data, perm)
+}
+
+func syncFile(f *os.File, sync bool) error {
+	if !sync {
+		return nil
+	}
+	return f.Sync()
 }

@@ -29,6 +29,7 @@ import (
 	"cdplane/internal/controller"
 	"cdplane/internal/controller/computedomain"
 	"cdplane/internal/features"
+	"cdplane/internal/metrics"
 	"cdplane/internal/sim/controlplane"
 )
 
@@ -81,6 +82,9 @@ type Result struct {
 	// own metrics).
 	Reconciles       float64 `json:"reconciles,omitempty"`
 	ReconcileSeconds float64 `json:"reconcile_seconds,omitempty"`
+	// ReconcileSteps splits ReconcileSeconds by step of the reconcile (resources, membership,
+	// cliques, status: cdplane_computedomain_reconcile_step_seconds).
+	ReconcileSteps map[string]float64 `json:"reconcile_steps,omitempty"`
 	// Requests counts the apiserver's requests during the registration by "VERB resource"
 	// (its apiserver_request_total), and WatchEvents the watch events it sent by resource
 	// with their bytes (apiserver_watch_events_total, apiserver_watch_events_sizes).
@@ -240,7 +244,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	if err != nil {
 		return Result{}, err
 	}
-	recBefore, recSecBefore := reconcileTotals()
+	recBefore, recSecBefore, stepsBefore := reconcileTotals()
 	stopProfiles, err := startProfiles(ctx, cfg, o, mode)
 	if err != nil {
 		return Result{}, err
@@ -365,8 +369,14 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	res.JoinedAtEnd = samples[len(samples)-1].Count
 	res.Phases, res.InstancesRetrying = summarize(traces)
 	if domain != nil {
-		n, sec := reconcileTotals()
+		n, sec, steps := reconcileTotals()
 		res.Reconciles, res.ReconcileSeconds = n-recBefore, sec-recSecBefore
+		res.ReconcileSteps = map[string]float64{}
+		for step, s := range steps {
+			if d := s - stepsBefore[step]; d > 0 {
+				res.ReconcileSteps[step] = d
+			}
+		}
 	}
 	return res, nil
 }
@@ -549,24 +559,34 @@ func readServerCounters(ctx context.Context, cfg *rest.Config) (serverCounters, 
 }
 
 // reconcileTotals reads the count and summed seconds of the computedomain controller's
-// reconciles from controller-runtime's registry (the in-process controller's).
-func reconcileTotals() (count, seconds float64) {
+// reconciles from controller-runtime's registry (the in-process controller's), and the seconds
+// of each step.
+func reconcileTotals() (count, seconds float64, steps map[string]float64) {
+	steps = map[string]float64{}
 	fams, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
-		return 0, 0
+		return 0, 0, steps
 	}
 	for _, f := range fams {
-		if f.GetName() != "controller_runtime_reconcile_time_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == "computedomain" {
-					count += float64(m.GetHistogram().GetSampleCount())
-					seconds += m.GetHistogram().GetSampleSum()
+		switch f.GetName() {
+		case "controller_runtime_reconcile_time_seconds":
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "controller" && l.GetValue() == "computedomain" {
+						count += float64(m.GetHistogram().GetSampleCount())
+						seconds += m.GetHistogram().GetSampleSum()
+					}
+				}
+			}
+		case metrics.ReconcileStepName:
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == metrics.LabelStep {
+						steps[l.GetValue()] += m.GetHistogram().GetSampleSum()
+					}
 				}
 			}
 		}
 	}
-	return count, seconds
+	return count, seconds, steps
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"cdplane/internal/metrics"
 	"cdplane/internal/sim/controlplane"
 )
 
@@ -61,6 +62,11 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 	}
 	if cd.Reconciles < 1 || cd.ReconcileSeconds <= 0 || cd.ControllerWrites < 2 {
 		t.Errorf("cdplane: %v reconciles in %vs, %d controller writes", cd.Reconciles, cd.ReconcileSeconds, cd.ControllerWrites)
+	}
+	for _, step := range []string{metrics.ReconcileStepResources, metrics.ReconcileStepMembership, metrics.ReconcileStepCliques, metrics.ReconcileStepStatus} {
+		if cd.ReconcileSteps[step] <= 0 {
+			t.Errorf("cdplane: no time for the reconcile step %s: %v", step, cd.ReconcileSteps)
+		}
 	}
 	if cd.Requests["PATCH pods"] < n || cd.Requests["PATCH pods/status"] < 2*n || cd.WatchEvents["computedomaincliques"] < n {
 		t.Errorf("cdplane: the apiserver's counters miss the registration: requests %v, watch events %v", cd.Requests, cd.WatchEvents)

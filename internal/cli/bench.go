@@ -16,6 +16,7 @@ import (
 
 	"cdplane/internal/bench"
 	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/metrics"
 	"cdplane/internal/plot"
 	"cdplane/internal/sim/controlplane"
 )
@@ -222,6 +223,19 @@ func printReport(cmd *cobra.Command, rep *bench.Report) {
 			fmt.Fprintf(w, " %s %.0f/%.0f/%.0f", p.Name, p.P50Ms, p.P99Ms, p.MaxMs)
 		}
 		fmt.Fprintf(w, "  (%d with a failed call)\n", r.InstancesRetrying)
+	}
+	for _, m := range bench.AllModes {
+		r, ok := rep.Modes[m]
+		if !ok || len(r.ReconcileSteps) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%-18s controller: %.0f passes, %.1fs:", m, r.Reconciles, r.ReconcileSeconds)
+		for _, step := range []string{metrics.ReconcileStepResources, metrics.ReconcileStepMembership, metrics.ReconcileStepCliques, metrics.ReconcileStepStatus} {
+			if s, ok := r.ReconcileSteps[step]; ok {
+				fmt.Fprintf(w, " %s %.1fs", step, s)
+			}
+		}
+		fmt.Fprintln(w)
 	}
 }
 

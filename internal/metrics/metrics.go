@@ -31,6 +31,7 @@ const (
 	ComputeDomainsName               = "cdplane_computedomains"
 	ComputeDomainsOldestNotReadyName = "cdplane_computedomains_oldest_not_ready_timestamp_seconds"
 	NodeJoinToReadyName              = "cdplane_node_join_to_ready_seconds"
+	ReconcileStepName                = "cdplane_computedomain_reconcile_step_seconds"
 	APIWritesName                    = "cdplane_api_writes_total"
 	ControllerLeaderName             = "cdplane_controller_leader"
 )
@@ -45,6 +46,23 @@ const (
 	LabelVerb = "verb"
 	// LabelSubresource is the subresource a write went to ("status"), empty for the object.
 	LabelSubresource = "subresource"
+	// LabelStep is a step of a ComputeDomain reconcile (ReconcileStep*).
+	LabelStep = "step"
+)
+
+// The steps of a ComputeDomain reconcile, as cdplane_computedomain_reconcile_step_seconds
+// labels them.
+const (
+	// ReconcileStepResources: the finalizer, a takeover, the claim templates and the DaemonSet.
+	ReconcileStepResources = "resources"
+	// ReconcileStepMembership: reading the daemon pods, nodes, claims and existing entries from
+	// the cache and computing the membership.
+	ReconcileStepMembership = "membership"
+	// ReconcileStepCliques: writing the changed cliques (with their fresh read) and deleting
+	// the empty ones.
+	ReconcileStepCliques = "cliques"
+	// ReconcileStepStatus: writing the status.
+	ReconcileStepStatus = "status"
 )
 
 // Labels of the kubelet plugin's metrics, besides control_plane_id.
@@ -152,6 +170,15 @@ var (
 		Help:    "Time from a node's entry first appearing in a ComputeDomain's membership to that entry being Ready, once per join seen by this controller.",
 		Buckets: NodeJoinToReadyBuckets,
 	}, []string{LabelControlPlaneID})
+
+	// ReconcileStep observes how long each step of a ComputeDomain reconcile took; labels
+	// control_plane_id, step. The cliques and status steps run at the same time, each timed
+	// from the end of the membership step.
+	ReconcileStep = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    ReconcileStepName,
+		Help:    "Time one step of a ComputeDomain reconcile took: resources (finalizer, takeover, claim templates, DaemonSet), membership (read from the cache and computed), then cliques and status (written at the same time, each timed from the end of membership).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+	}, []string{LabelControlPlaneID, LabelStep})
 
 	// APIWrites counts the controller's write requests (CountWrites); labels control_plane_id,
 	// kind, verb, subresource.
@@ -263,5 +290,5 @@ func (c *DomainsCollector) Collect(ch chan<- prometheus.Metric) {
 func init() {
 	crmetrics.Registry.MustRegister(KubeletPlugin.Collectors()...)
 	crmetrics.Registry.MustRegister(ForeignRefusals, SecretMirrorForeignTargets, SecretMirrorWriteConflicts, DomainsLabelled)
-	crmetrics.Registry.MustRegister(NodeJoinToReady, APIWrites, ControllerLeader, ComputeDomains)
+	crmetrics.Registry.MustRegister(NodeJoinToReady, ReconcileStep, APIWrites, ControllerLeader, ComputeDomains)
 }

@@ -62,13 +62,15 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	// to this plane's labels and cannot show a foreign object of the same name). A pass writing
 	// many reads them all in one list of the driver namespace, not one GET each: a burst of joins
 	// writes most of a large domain's cliques in every pass.
-	var onServer map[string]*cdv1beta1.ComputeDomainClique
+	// Only their metadata is read: whose they are is all the check needs.
+	var onServer map[string]*metav1.PartialObjectMetadata
 	if len(changed) > listCliquesAbove {
-		list := &cdv1beta1.ComputeDomainCliqueList{}
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomainCliqueList"))
 		if err := r.reader.List(ctx, list, client.InNamespace(r.opts.DriverNamespace)); err != nil {
 			return fmt.Errorf("re-reading cliques: %w", err)
 		}
-		onServer = make(map[string]*cdv1beta1.ComputeDomainClique, len(list.Items))
+		onServer = make(map[string]*metav1.PartialObjectMetadata, len(list.Items))
 		for i := range list.Items {
 			onServer[list.Items[i].Name] = &list.Items[i]
 		}
@@ -135,7 +137,7 @@ func cliqueUpToDate(cur, desired *cdv1beta1.ComputeDomainClique) bool {
 // applyClique writes c unless the apiserver holds an object of its name that was not created for
 // its domain by this plane. onServer is the driver namespace's cliques as just listed from the
 // apiserver, or nil: then c is read fresh by itself.
-func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomainClique, onServer map[string]*cdv1beta1.ComputeDomainClique) error {
+func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomainClique, onServer map[string]*metav1.PartialObjectMetadata) error {
 	if onServer == nil {
 		if ok, err := r.ownedOnServer(ctx, &cdv1beta1.ComputeDomainClique{}, client.ObjectKeyFromObject(c), c.Labels[cdv1beta1.ComputeDomainLabel], true); !ok || err != nil {
 			return err

@@ -38,6 +38,29 @@ func (r *Reconciler) observeJoins(cd *cdv1beta1.ComputeDomain, res membership.Re
 	}
 }
 
+// stepTimer times the steps of one reconcile into metrics.ReconcileStep.
+func (r *Reconciler) stepTimer() *stepTimer {
+	return &stepTimer{planeID: r.opts.ControlPlaneID, last: time.Now()}
+}
+
+type stepTimer struct {
+	planeID string
+	last    time.Time
+}
+
+// since observes the time since the previous step ended as step's, for steps that run at the
+// same time as others: it does not end a step.
+func (t *stepTimer) since(step string) {
+	metrics.ReconcileStep.WithLabelValues(t.planeID, step).Observe(time.Since(t.last).Seconds())
+}
+
+// done observes the time since the previous step ended (or the timer was made) as step's.
+func (t *stepTimer) done(step string) {
+	now := time.Now()
+	metrics.ReconcileStep.WithLabelValues(t.planeID, step).Observe(now.Sub(t.last).Seconds())
+	t.last = now
+}
+
 // joinTracker remembers, per domain UID and node, when the controller first saw the node's
 // entry and whether its join was observed. It lives in memory only: after a restart (or a
 // failover) the entries present at a domain's first reconcile are not measured, as their join

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,8 +18,12 @@ import (
 // domainOwnedOnServer re-reads the domain from the apiserver before a write: the write goes
 // ahead only when the object there is the same domain and belongs to this plane, whatever the
 // cache said. A refusal is logged and counted, and no write of any kind follows.
+//
+// Only the metadata is read: a large domain's status (one entry per node) would cost the
+// apiserver and the controller its serialization before every status write.
 func (r *Reconciler) domainOwnedOnServer(ctx context.Context, cd *cdv1beta1.ComputeDomain) (bool, error) {
-	fresh := &cdv1beta1.ComputeDomain{}
+	fresh := &metav1.PartialObjectMetadata{}
+	fresh.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
 	if err := r.reader.Get(ctx, client.ObjectKeyFromObject(cd), fresh); err != nil {
 		return false, client.IgnoreNotFound(fmt.Errorf("re-reading ComputeDomain %s: %w", klog.KObj(cd), err))
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -25,6 +26,7 @@ import (
 	"cdplane/internal/controller/membership"
 	"cdplane/internal/daemonenv"
 	"cdplane/internal/features"
+	"cdplane/internal/metrics"
 	"cdplane/internal/plane"
 )
 
@@ -152,6 +154,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !cd.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, cd)
 	}
+	step := r.stepTimer()
 	if !controllerutil.ContainsFinalizer(cd, cdv1beta1.Finalizer) {
 		if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
 			return ctrl.Result{}, err
@@ -175,6 +178,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	step.done(metrics.ReconcileStepResources)
 
 	// Host-managed: no DaemonSet owns clique objects, so membership lives in status.nodes, as
 	// with the ComputeDomainCliques gate off.
@@ -183,14 +187,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if useCliques {
-		if err := r.writeCliques(ctx, cd, ds, res); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
+	step.done(metrics.ReconcileStepMembership)
 	st := membership.Aggregate(res, cd.Spec.NumNodes, cd.Generation, cd.Status.Conditions)
 	meta.SetStatusCondition(&st.Conditions, created)
-	if err := r.writeStatus(ctx, cd, st); err != nil {
+	// The cliques and the status are written at the same time: both follow from the membership
+	// just computed and neither reads the other, and in a burst of joins each takes seconds
+	// (a hundred clique applies; one status of thousands of entries), time every daemon waiting
+	// for its clique would otherwise spend behind the previous pass's status write.
+	var writes errgroup.Group
+	if useCliques {
+		writes.Go(func() error {
+			defer step.since(metrics.ReconcileStepCliques)
+			return r.writeCliques(ctx, cd, ds, res)
+		})
+	}
+	writes.Go(func() error {
+		defer step.since(metrics.ReconcileStepStatus)
+		return r.writeStatus(ctx, cd, st)
+	})
+	if err := writes.Wait(); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.opts.Events.Observe(ctx, cd, res, st)

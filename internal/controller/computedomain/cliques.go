@@ -40,21 +40,27 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	if ds == nil {
 		return nil // no DaemonSet to own them yet: nothing can be running
 	}
-	existing, err := r.listCliques(ctx, cd)
+	cached, err := r.listCliques(ctx, cd)
 	if err != nil {
 		return err
 	}
+	existing := r.written.cliques(cd, cached)
 	current := map[string]*cdv1beta1.ComputeDomainClique{}
 	for i := range existing {
 		current[existing[i].Name] = &existing[i]
 	}
 	keep := sets.New[string]()
 	var changed []*cdv1beta1.ComputeDomainClique
+	replaced := map[string]string{} // the version each changed clique replaces ("" for none)
 	for cliqueID, entries := range res.Cliques {
 		desired := r.clique(cd, ds, cliqueID, entries)
 		keep.Insert(desired.Name)
-		if cur, ok := current[desired.Name]; ok && cliqueUpToDate(cur, desired) {
+		cur, ok := current[desired.Name]
+		if ok && cliqueUpToDate(cur, desired) {
 			continue
+		}
+		if ok {
+			replaced[desired.Name] = cur.ResourceVersion
 		}
 		changed = append(changed, desired)
 	}
@@ -81,8 +87,13 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	g.SetLimit(cliqueWriters)
 	for _, c := range changed {
 		g.Go(func() error {
-			if err := r.applyClique(gctx, c, onServer); err != nil {
+			wrote, err := r.applyClique(gctx, c, onServer)
+			switch {
+			case err != nil:
+				r.written.unknownClique(cd, c.Name)
 				return err
+			case wrote:
+				r.written.wroteClique(cd, c, replaced[c.Name])
 			}
 			ctrl.LoggerFrom(ctx).V(1).Info("Wrote clique", "clique", klog.KObj(c), "daemons", len(c.Daemons))
 			return nil
@@ -136,28 +147,32 @@ func cliqueUpToDate(cur, desired *cdv1beta1.ComputeDomainClique) bool {
 
 // applyClique writes c unless the apiserver holds an object of its name that was not created for
 // its domain by this plane. onServer is the driver namespace's cliques as just listed from the
-// apiserver, or nil: then c is read fresh by itself.
-func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomainClique, onServer map[string]*metav1.PartialObjectMetadata) error {
+// apiserver, or nil: then c is read fresh by itself. It reports whether it wrote c, and then
+// sets c's UID and resourceVersion from the apiserver's answer.
+func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomainClique, onServer map[string]*metav1.PartialObjectMetadata) (bool, error) {
 	if onServer == nil {
 		if ok, err := r.ownedOnServer(ctx, &cdv1beta1.ComputeDomainClique{}, client.ObjectKeyFromObject(c), c.Labels[cdv1beta1.ComputeDomainLabel], true); !ok || err != nil {
-			return err
+			return false, err
 		}
 	} else if cur, ok := onServer[c.Name]; ok && !r.createdFor(cur.Labels, c.Labels[cdv1beta1.ComputeDomainLabel]) {
 		refuse(ctx, r.opts.ControlPlaneID, "v1beta1.ComputeDomainClique", client.ObjectKeyFromObject(c).String())
-		return nil
+		return false, nil
 	}
-	if err := r.client.Apply(ctx, cliqueApply(c), client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
-		return fmt.Errorf("writing clique %s: %w", c.Name, err)
+	ac := cliqueApply(c)
+	if err := r.client.Apply(ctx, ac, client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
+		return false, fmt.Errorf("writing clique %s: %w", c.Name, err)
 	}
-	return nil
+	c.UID, c.ResourceVersion = ptr.Deref(ac.UID, ""), ptr.Deref(ac.ResourceVersion, "")
+	return true, nil
 }
 
 // deleteCliques deletes the domain's cliques whose names are not in keep.
 func (r *Reconciler) deleteCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain, keep sets.Set[string]) error {
-	existing, err := r.listCliques(ctx, cd)
+	cached, err := r.listCliques(ctx, cd)
 	if err != nil {
 		return err
 	}
+	existing := r.written.cliques(cd, cached)
 	for i := range existing {
 		c := &existing[i]
 		if keep.Has(c.Name) {
@@ -170,8 +185,10 @@ func (r *Reconciler) deleteCliques(ctx context.Context, cd *cdv1beta1.ComputeDom
 			continue
 		}
 		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
+			r.written.unknownClique(cd, c.Name)
 			return fmt.Errorf("deleting clique %s: %w", c.Name, err)
 		}
+		r.written.deletedClique(cd, c.Name, c.ResourceVersion)
 		ctrl.LoggerFrom(ctx).V(1).Info("Deleted clique", "clique", klog.KObj(c))
 	}
 	return nil

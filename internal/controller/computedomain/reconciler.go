@@ -13,11 +13,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -131,13 +133,15 @@ type Reconciler struct {
 	opts   Options
 	// tookOver holds the UIDs of domains that takeOver found nothing left for.
 	tookOver sync.Map
+	// written is what this controller last wrote per domain, read over a cache that lags it.
+	written *written
 }
 
 // New returns a reconciler reading from the cache through c, from the apiserver through reader,
 // and writing through c.
 func New(c client.Client, reader client.Reader, opts Options) *Reconciler {
 	opts.Defaults()
-	return &Reconciler{client: c, reader: reader, opts: opts}
+	return &Reconciler{client: c, reader: reader, opts: opts, written: newWritten()}
 }
 
 // Reconcile brings one ComputeDomain's objects, membership and status up to date.
@@ -145,6 +149,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log := ctrl.LoggerFrom(ctx)
 	cd := &cdv1beta1.ComputeDomain{}
 	if err := r.client.Get(ctx, req.NamespacedName, cd); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.written.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !plane.Owns(r.opts.ControlPlaneID, cd.Labels) {
@@ -152,8 +159,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	if !cd.DeletionTimestamp.IsZero() {
+		r.written.forget(req.NamespacedName)
 		return r.finalize(ctx, cd)
 	}
+	// The version the cache showed, before this pass's own writes (the finalizer) change it.
+	cachedVersion := cd.ResourceVersion
 	step := r.stepTimer()
 	if !controllerutil.ContainsFinalizer(cd, cdv1beta1.Finalizer) {
 		if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
@@ -203,7 +213,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	writes.Go(func() error {
 		defer step.since(metrics.ReconcileStepStatus)
-		return r.writeStatus(ctx, cd, st)
+		return r.writeStatus(ctx, cd, st, cachedVersion)
 	})
 	if err := writes.Wait(); err != nil {
 		return ctrl.Result{}, err
@@ -265,14 +275,14 @@ func (r *Reconciler) computeMembership(ctx context.Context, cd *cdv1beta1.Comput
 	// Existing entries: status.nodes, overridden by cliques (they are the source of truth when
 	// they exist). Reading both lets either gate setting take over the other's indexes.
 	byNode := map[string]membership.Entry{}
-	for _, n := range cd.Status.Nodes {
+	for _, n := range r.written.status(cd).Nodes {
 		byNode[n.Name] = membership.Entry{NodeName: n.Name, IPAddress: n.IPAddress, CliqueID: n.CliqueID, Index: n.Index, Status: n.Status}
 	}
 	cliques, err := r.listCliques(ctx, cd)
 	if err != nil {
 		return membership.Result{}, err
 	}
-	for _, c := range cliques {
+	for _, c := range r.written.cliques(cd, cliques) {
 		for _, d := range c.Daemons {
 			byNode[d.NodeName] = d
 		}
@@ -302,17 +312,22 @@ func podInfo(p *corev1.Pod, ds *appsv1.DaemonSet) membership.Pod {
 	return out
 }
 
-// writeStatus applies the status when it differs from what the cache holds.
-func (r *Reconciler) writeStatus(ctx context.Context, cd *cdv1beta1.ComputeDomain, st cdv1beta1.ComputeDomainStatus) error {
-	if equality.Semantic.DeepEqual(cd.Status, st) {
+// writeStatus applies the status when it differs from what the domain holds (as cached, or as
+// last written when the cache has not seen that write yet). cachedVersion is the domain's
+// version in the cache when the pass began.
+func (r *Reconciler) writeStatus(ctx context.Context, cd *cdv1beta1.ComputeDomain, st cdv1beta1.ComputeDomainStatus, cachedVersion string) error {
+	if equality.Semantic.DeepEqual(r.written.status(cd), st) {
 		return nil
 	}
 	if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
 		return err
 	}
-	if err := r.client.Status().Apply(ctx, StatusApply(cd, st), client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
+	ac := StatusApply(cd, st)
+	if err := r.client.Status().Apply(ctx, ac, client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
+		r.written.unknownStatus(cd)
 		return fmt.Errorf("writing status: %w", err)
 	}
+	r.written.wroteStatus(cd, st, ptr.Deref(ac.ResourceVersion, ""), cachedVersion, cd.ResourceVersion)
 	ctrl.LoggerFrom(ctx).V(1).Info("Wrote status", "computeDomain", klog.KObj(cd), "status", st.Status,
 		"readyNodes", st.ReadyNodes, "totalNodes", st.TotalNodes)
 	return nil

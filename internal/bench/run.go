@@ -239,6 +239,15 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		if domain, err = watchDomain(mctx, cfg, w.cd); err != nil {
 			return Result{}, err
 		}
+		// In a cluster, daemons start only after the controller's first pass over the domain
+		// (it creates their DaemonSet): the clock starts once that pass wrote the status, not
+		// while the controller is still starting, listing the cluster into its cache next to
+		// thousands of daemons' first requests.
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+			return domain.hasBeenTaken(), nil
+		}); err != nil {
+			return Result{}, fmt.Errorf("waiting for the controller's first pass over the domain: %w", err)
+		}
 	}
 	before, err := readServerCounters(ctx, cfg)
 	if err != nil {
@@ -424,6 +433,8 @@ type domainWatch struct {
 	mu      sync.Mutex
 	ready   int
 	isReady bool
+	// taken: the controller has written the domain's status once (its first pass is done).
+	taken bool
 }
 
 func (d *domainWatch) state() (int, bool) {
@@ -440,6 +451,13 @@ func (d *domainWatch) observe(obj any) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ready, d.isReady = int(cd.Status.ReadyNodes), cd.Status.Status == cdv1beta1.StatusReady
+	d.taken = d.taken || cd.Status.Status != ""
+}
+
+func (d *domainWatch) hasBeenTaken() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.taken
 }
 
 // watchDomain starts following cd until ctx ends, and waits for the watch to have synced.

@@ -25,21 +25,25 @@ import (
 )
 
 var (
-	mapperOnce sync.Once
-	mapper     meta.RESTMapper
-	mapperErr  error
+	mapperMu sync.Mutex
+	mappers  = map[string]meta.RESTMapper{}
 )
 
-// newClient returns a client for cfg sharing one REST mapper, so that thousands of instances do
-// not each run discovery.
+// newClient returns a client for cfg sharing one REST mapper per apiserver, so that thousands of
+// instances do not each run discovery.
 func newClient(cfg *rest.Config) (client.WithWatch, error) {
-	mapperOnce.Do(func() {
-		mapper, mapperErr = newMapper(cfg)
-	})
-	if mapperErr != nil {
-		return nil, mapperErr
+	mapperMu.Lock()
+	m, ok := mappers[cfg.Host]
+	if !ok {
+		var err error
+		if m, err = newMapper(cfg); err != nil {
+			mapperMu.Unlock()
+			return nil, err
+		}
+		mappers[cfg.Host] = m
 	}
-	return client.NewWithWatch(cfg, client.Options{Scheme: newScheme(), Mapper: mapper})
+	mapperMu.Unlock()
+	return client.NewWithWatch(cfg, client.Options{Scheme: newScheme(), Mapper: m})
 }
 
 // runInstance plays one node: the kubelet starts the pod (IP), the daemon registers by the

@@ -56,6 +56,11 @@ type Options struct {
 	Timeout time.Duration
 	// Progress receives one line per phase; nil discards.
 	Progress io.Writer
+	// FreshCluster, when set, starts a control plane of its own for the floor and for each mode
+	// (and returns its administrator config and how to stop it), so that every mode starts on
+	// the same empty cluster rather than on one still holding the previous modes' objects, and
+	// Run's cfg is not used. The benchmark sets it when it starts its own control plane.
+	FreshCluster func(context.Context) (*rest.Config, func(), error)
 	// ProfileDir, when set, receives per mode a CPU profile of this process (the controller and
 	// every daemon instance) over the whole registration, <mode>.bench.pprof, and one of the
 	// kube-apiserver over its first ProfileSeconds, <mode>.apiserver.pprof.
@@ -162,18 +167,10 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	c, err := setupClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := ensureRBAC(ctx, c); err != nil {
-		return nil, err
-	}
 	rep := &Report{Nodes: o.Nodes, CliqueSize: o.CliqueSize, Arrival: o.Arrival, Modes: map[string]Result{}}
 	prefix := fmt.Sprintf("bench-%d", time.Now().Unix()%100000)
 	for i, mode := range append([]string{modeFloor}, o.Modes...) {
-		fmt.Fprintf(o.Progress, "== %s: setting up %d nodes and daemon pods\n", mode, o.Nodes)
-		res, err := runMode(ctx, cfg, c, fmt.Sprintf("%s-%d", prefix, i), mode, o)
+		res, err := runOn(ctx, cfg, fmt.Sprintf("%s-%d", prefix, i), mode, o)
 		if err != nil {
 			return rep, fmt.Errorf("mode %s: %w", mode, err)
 		}
@@ -191,6 +188,27 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 	return rep, nil
 }
 
+// runOn runs one mode on cfg's cluster, or on a fresh one when o.FreshCluster is set.
+func runOn(ctx context.Context, cfg *rest.Config, run, mode string, o Options) (Result, error) {
+	if o.FreshCluster != nil {
+		fresh, stop, err := o.FreshCluster(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		defer stop()
+		cfg = fresh
+	}
+	c, err := setupClient(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := ensureRBAC(ctx, c); err != nil {
+		return Result{}, err
+	}
+	fmt.Fprintf(o.Progress, "== %s: setting up %d nodes and daemon pods\n", mode, o.Nodes)
+	return runMode(ctx, cfg, c, run, mode, o)
+}
+
 // errMemoryLimit stops a mode whose instances hold more memory than Options.MaxRSSGiB.
 var errMemoryLimit = errors.New("the benchmark's memory limit was reached")
 
@@ -206,7 +224,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if w != nil {
+		if w != nil && o.FreshCluster == nil { // a fresh cluster goes with everything in it
 			w.cleanup(cctx, admin)
 		}
 	}()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"cdplane/internal/metrics"
@@ -29,24 +30,31 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: t.TempDir(), BinDir: binDir, InstallCRDs: true,
-		APIServerArgs: map[string][]string{"authorization-mode": {"RBAC"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.Stop(15 * time.Second); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
+	// A fresh control plane for the floor and each mode, as the command starts them.
+	var hosts []string
+	fresh := func(ctx context.Context) (*rest.Config, func(), error) {
+		cp, err := controlplane.Start(ctx, controlplane.Options{Dir: t.TempDir(), BinDir: binDir, InstallCRDs: true,
+			APIServerArgs: map[string][]string{"authorization-mode": {"RBAC"}}})
+		if err != nil {
+			return nil, nil, err
 		}
-	})
-	cfg, err := cp.AdminConfig()
-	if err != nil {
-		t.Fatal(err)
+		stop := func() {
+			if err := cp.Stop(15 * time.Second); err != nil {
+				t.Errorf("stopping the control plane: %v", err)
+			}
+		}
+		cfg, err := cp.AdminConfig()
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		hosts = append(hosts, cfg.Host)
+		return cfg, stop, nil
 	}
 	const n = 36
 	profiles := t.TempDir()
-	rep, err := Run(ctx, cfg, Options{Nodes: n, CliqueSize: 18, Arrival: "burst", Modes: []string{ModeCdplane, ModePeerCliques},
-		Timeout: 3 * time.Minute, ProfileDir: profiles, ProfileSeconds: 1})
+	rep, err := Run(ctx, nil, Options{Nodes: n, CliqueSize: 18, Arrival: "burst", Modes: []string{ModeCdplane, ModePeerCliques},
+		Timeout: 3 * time.Minute, ProfileDir: profiles, ProfileSeconds: 1, FreshCluster: fresh})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +101,9 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 	if s := joinedModes(rep); s != "cdplane,peer-cliques" {
 		t.Errorf("modes reported: %s", s)
 	}
+	if len(hosts) != 3 || hosts[0] == hosts[1] || hosts[1] == hosts[2] || hosts[0] == hosts[2] {
+		t.Errorf("the floor and the two modes ran on control planes %v, want three fresh ones", hosts)
+	}
 	// Every daemon went through every step of the registration, in order, and each step is
 	// traced where it happened.
 	for name, r := range map[string]Result{"floor": rep.Floor, ModeCdplane: cd} {
@@ -116,7 +127,13 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 		}
 	}
 
-	// A mode that passes the memory limit stops, and says so with how many had joined.
+	// A mode that passes the memory limit stops, and says so with how many had joined. This
+	// run is on one given cluster (--kubeconfig), every mode on it in turn.
+	cfg, stop, err := fresh(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
 	small, err := Run(ctx, cfg, Options{Nodes: n, CliqueSize: 18, Arrival: "burst", Modes: []string{ModeCdplane},
 		Timeout: 3 * time.Minute, MaxRSSGiB: 1.0 / 1024})
 	if err != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -37,7 +38,7 @@ func newBenchCommand() *cobra.Command {
 (daemon service-account identity, the daemon's client QPS/burst) while the benchmark plays each
 node's kubelet (pod IP, Ready once the daemon's check passes; per-node identities). IMEX is an
 instant stand-in: the benchmark measures registration through the API. Each mode runs on fresh
-objects in the same control plane. The floor is the time for N instances to make the writes no
+objects (see below for the control plane). The floor is the time for N instances to make the writes no
 protocol avoids (pod label, pod status) with the same identities and QPS, and the one watch a
 daemon needs (its clique). Each mode reports, per step of a daemon's registration (pod
 running, label, watch, daemon ready, pod ready), when the instances got there. A mode that
@@ -45,8 +46,10 @@ passes --timeout or --max-rss-gib is reported with how many daemons had joined.
 Conflicts (409) and throttling (429) come from the apiserver's own metrics.
 
 Without --kubeconfig it starts its own etcd and kube-apiserver from the cached builds
-(hack/k8s-bins.sh builds them on first use).`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+(hack/k8s-bins.sh builds them on first use), a fresh pair for the floor and for each mode, so
+that every mode starts on the same empty cluster; with --kubeconfig every mode runs on that
+cluster, one after the other, each on fresh objects.`,
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			o.Modes = splitModes(modes)
 			if err := o.Validate(); err != nil {
 				return err
@@ -62,11 +65,18 @@ Without --kubeconfig it starts its own etcd and kube-apiserver from the cached b
 			// Thousands of in-process watches log every reconnect; keep the figures readable.
 			klog.SetOutput(io.Discard)
 			klog.LogToStderr(false)
-			cfg, stop, err := benchCluster(cmd, kubeconfig)
-			if err != nil {
-				return err
+			var cfg *rest.Config
+			if kubeconfig == "" {
+				// Its own control plane for the floor and for each mode: every one starts on
+				// the same empty cluster.
+				o.FreshCluster = func(context.Context) (*rest.Config, func(), error) { return benchCluster(cmd, "") }
+			} else {
+				var stop func()
+				if cfg, stop, err = benchCluster(cmd, kubeconfig); err != nil {
+					return err
+				}
+				defer stop()
 			}
-			defer stop()
 			rep, err := bench.Run(cmd.Context(), cfg, o)
 			if err != nil {
 				return err

@@ -177,7 +177,7 @@ var (
 	ReconcileStep = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    ReconcileStepName,
 		Help:    "Time one step of a ComputeDomain reconcile took: resources (finalizer, takeover, claim templates, DaemonSet), membership (read from the cache and computed), then cliques and status (written at the same time, each timed from the end of membership).",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
 	}, []string{LabelControlPlaneID, LabelStep})
 
 	// APIWrites counts the controller's write requests (CountWrites); labels control_plane_id,

@@ -26,13 +26,16 @@ const cliqueWriters = 64
 // in one list instead.
 const listCliquesAbove = 4
 
+// listCliques returns the domain's cliques as this controller knows them: from the cache, each
+// replaced by this controller's last write of it while the cache has not seen that write yet
+// (written.go).
 func (r *Reconciler) listCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain) ([]cdv1beta1.ComputeDomainClique, error) {
 	list := &cdv1beta1.ComputeDomainCliqueList{}
 	if err := r.client.List(ctx, list, client.InNamespace(r.opts.DriverNamespace),
 		client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}); err != nil {
 		return nil, fmt.Errorf("listing cliques: %w", err)
 	}
-	return list.Items, nil
+	return r.written.cliques(cd, list.Items), nil
 }
 
 // writeCliques applies each clique whose entries changed and deletes cliques left empty.
@@ -40,11 +43,10 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	if ds == nil {
 		return nil // no DaemonSet to own them yet: nothing can be running
 	}
-	cached, err := r.listCliques(ctx, cd)
+	existing, err := r.listCliques(ctx, cd)
 	if err != nil {
 		return err
 	}
-	existing := r.written.cliques(cd, cached)
 	current := map[string]*cdv1beta1.ComputeDomainClique{}
 	for i := range existing {
 		current[existing[i].Name] = &existing[i]
@@ -168,11 +170,10 @@ func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomain
 
 // deleteCliques deletes the domain's cliques whose names are not in keep.
 func (r *Reconciler) deleteCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain, keep sets.Set[string]) error {
-	cached, err := r.listCliques(ctx, cd)
+	existing, err := r.listCliques(ctx, cd)
 	if err != nil {
 		return err
 	}
-	existing := r.written.cliques(cd, cached)
 	for i := range existing {
 		c := &existing[i]
 		if keep.Has(c.Name) {

@@ -49,17 +49,16 @@ type stepTimer struct {
 }
 
 // since observes the time since the previous step ended as step's, for steps that run at the
-// same time as others: it does not end a step.
-func (t *stepTimer) since(step string) {
-	metrics.ReconcileStep.WithLabelValues(t.planeID, step).Observe(time.Since(t.last).Seconds())
-}
-
-// done observes the time since the previous step ended (or the timer was made) as step's.
-func (t *stepTimer) done(step string) {
+// same time as others: it does not end a step. It returns the time it observed at.
+func (t *stepTimer) since(step string) time.Time {
 	now := time.Now()
 	metrics.ReconcileStep.WithLabelValues(t.planeID, step).Observe(now.Sub(t.last).Seconds())
-	t.last = now
+	return now
 }
+
+// done observes the time since the previous step ended (or the timer was made) as step's, and
+// ends the step.
+func (t *stepTimer) done(step string) { t.last = t.since(step) }
 
 // joinTracker remembers, per domain UID and node, when the controller first saw the node's
 // entry and whether its join was observed. It lives in memory only: after a restart (or a

@@ -162,8 +162,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.written.forget(req.NamespacedName)
 		return r.finalize(ctx, cd)
 	}
-	// The version the cache showed, before this pass's own writes (the finalizer) change it.
+	// The version the cache showed, before this pass's own writes (the finalizer) change it,
+	// and the status as this controller last wrote it, should the cache not show that write yet:
+	// the pass computes, compares and reports from what was written, not from a lagging copy.
 	cachedVersion := cd.ResourceVersion
+	cd.Status = r.written.status(cd)
 	step := r.stepTimer()
 	if !controllerutil.ContainsFinalizer(cd, cdv1beta1.Finalizer) {
 		if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
@@ -275,14 +278,14 @@ func (r *Reconciler) computeMembership(ctx context.Context, cd *cdv1beta1.Comput
 	// Existing entries: status.nodes, overridden by cliques (they are the source of truth when
 	// they exist). Reading both lets either gate setting take over the other's indexes.
 	byNode := map[string]membership.Entry{}
-	for _, n := range r.written.status(cd).Nodes {
+	for _, n := range cd.Status.Nodes {
 		byNode[n.Name] = membership.Entry{NodeName: n.Name, IPAddress: n.IPAddress, CliqueID: n.CliqueID, Index: n.Index, Status: n.Status}
 	}
 	cliques, err := r.listCliques(ctx, cd)
 	if err != nil {
 		return membership.Result{}, err
 	}
-	for _, c := range r.written.cliques(cd, cliques) {
+	for _, c := range cliques {
 		for _, d := range c.Daemons {
 			byNode[d.NodeName] = d
 		}
@@ -312,11 +315,11 @@ func podInfo(p *corev1.Pod, ds *appsv1.DaemonSet) membership.Pod {
 	return out
 }
 
-// writeStatus applies the status when it differs from what the domain holds (as cached, or as
-// last written when the cache has not seen that write yet). cachedVersion is the domain's
-// version in the cache when the pass began.
+// writeStatus applies the status when it differs from what the domain holds (cd.Status: as
+// cached, or as last written when the cache has not seen that write yet). cachedVersion is the
+// domain's version in the cache when the pass began.
 func (r *Reconciler) writeStatus(ctx context.Context, cd *cdv1beta1.ComputeDomain, st cdv1beta1.ComputeDomainStatus, cachedVersion string) error {
-	if equality.Semantic.DeepEqual(r.written.status(cd), st) {
+	if equality.Semantic.DeepEqual(cd.Status, st) {
 		return nil
 	}
 	if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {

@@ -12,8 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
-	"cdplane/internal/controller/computedomain"
-	"cdplane/internal/features"
 	"cdplane/internal/metrics"
 	"cdplane/internal/testutil"
 )
@@ -43,13 +41,7 @@ func TestManyCliquesInOnePassAreReadFreshInOneList(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	gates := features.NewGates()
-	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): true}); err != nil {
-		t.Fatal(err)
-	}
-	r := computedomain.New(testCluster.Client, testCluster.Client, computedomain.Options{
-		DriverNamespace: e.driverNS, DaemonImage: "cdplane:test", Gates: gates, DaemonFeatureGates: features.DaemonGates(gates),
-	})
+	r := e.reconciler(testCluster.Client, true)
 	refused := promtest.ToFloat64(metrics.ForeignRefusals.WithLabelValues("", "v1beta1.ComputeDomainClique"))
 	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}}); err != nil {
 		t.Fatalf("reconcile: %v", err)

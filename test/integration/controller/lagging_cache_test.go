@@ -57,13 +57,7 @@ func TestIndexesHoldWhileTheCacheLags(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.stopMgr() // the reconciler below makes every pass
-			gates := features.NewGates()
-			if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): cliques}); err != nil {
-				t.Fatal(err)
-			}
-			r := computedomain.New(laggingCache{Client: testCluster.Client}, testCluster.Client, computedomain.Options{
-				DriverNamespace: e.driverNS, DaemonImage: "cdplane:test", Gates: gates, DaemonFeatureGates: features.DaemonGates(gates),
-			})
+			r := e.reconciler(laggingCache{Client: testCluster.Client}, cliques)
 			req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}}
 
 			late := e.addNode(cd, "zz-late")
@@ -117,4 +111,18 @@ func (e *env) indexOf(cd *cdv1beta1.ComputeDomain, cliques bool, node string) in
 		}
 	}
 	return -2
+}
+
+// reconciler returns a reconciler of e's driver namespace that reads its cache through cache and
+// the apiserver through the test cluster's client, with ComputeDomainCliques set to cliques: for
+// tests that make the passes themselves (after e.stopMgr).
+func (e *env) reconciler(cache client.Client, cliques bool) *computedomain.Reconciler {
+	e.t.Helper()
+	gates := features.NewGates()
+	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): cliques}); err != nil {
+		e.t.Fatal(err)
+	}
+	return computedomain.New(cache, testCluster.Client, computedomain.Options{
+		DriverNamespace: e.driverNS, DaemonImage: "cdplane:test", Gates: gates, DaemonFeatureGates: features.DaemonGates(gates),
+	})
 }

@@ -216,7 +216,7 @@ func Main(ctx context.Context, inv component.Invocation, o *Options, host Host) 
 	if err != nil {
 		return err
 	}
-	c, err := client.NewWithWatch(restCfg, client.Options{Scheme: scheme.Shared()})
+	c, err := client.NewWithWatch(restCfg, client.Options{Scheme: scheme.Shared(), Mapper: inv.Mapper})
 	if err != nil {
 		return fmt.Errorf("creating the API client: %w", err)
 	}

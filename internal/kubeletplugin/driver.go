@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,6 +51,9 @@ type Options struct {
 	DriverNamespace string
 	// Config reaches the apiserver. Required.
 	Config *rest.Config
+	// Mapper is the REST mapper of the plugin's API client and watch cache; nil: each discovers
+	// its own (component.Invocation.Mapper).
+	Mapper meta.RESTMapper
 	// Discoverer finds the node's clique. Required.
 	Discoverer nvml.Discoverer
 	// ReadHostFile reads the host's /proc files (ProcDevices, IMEXMgmtCapability); nil:
@@ -246,7 +250,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	}()
 
 	scheme := scheme.Shared()
-	if d.api, err = client.New(opts.Config, client.Options{Scheme: scheme}); err != nil {
+	if d.api, err = client.New(opts.Config, client.Options{Scheme: scheme, Mapper: opts.Mapper}); err != nil {
 		return nil, fmt.Errorf("creating the API client: %w", err)
 	}
 	kube, err := kubernetes.NewForConfig(opts.Config)
@@ -345,6 +349,7 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 	cliqueSel := labels.SelectorFromSet(labels.Set{cdv1beta1.CliqueIDLabel: cliqueID})
 	c, err := cache.New(d.opts.Config, cache.Options{
 		Scheme:           scheme,
+		Mapper:           d.opts.Mapper,
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&cdv1beta1.ComputeDomainClique{}: {Namespaces: map[string]cache.Config{d.opts.DriverNamespace: {}}, Label: cliqueSel},

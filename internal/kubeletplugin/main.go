@@ -221,6 +221,7 @@ func Main(ctx context.Context, inv component.Invocation, o *CommandOptions, host
 	if o.Config, err = inv.KubeConfig(&o.Kube); err != nil {
 		return err
 	}
+	o.Mapper = inv.Mapper
 	ctx = klog.NewContext(ctx, logger)
 	d, err := Start(ctx, o.Options)
 	if err != nil {

@@ -16,9 +16,12 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"cdplane/internal/atomicfile"
 	"cdplane/internal/component"
@@ -58,6 +61,10 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 	if err != nil {
 		return err
 	}
+	runner, err := router(st, cfg)
+	if err != nil {
+		return err
+	}
 	specs := make([]kubelet.NodeSpec, 0, len(nodes))
 	for _, n := range nodes {
 		specs = append(specs, kubelet.NodeSpec{Name: n.Name, Labels: n.Labels, Capacity: capacity(), InternalIP: n.InternalIP})
@@ -69,7 +76,7 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		RESTConfig: cfg,
 		StateDir:   stateDir,
 		Nodes:      specs,
-		Runner:     router(st),
+		Runner:     runner,
 		PodCIDR:    podCIDR(shard),
 		// Zero (state of an older sim): the kubelet's defaults.
 		LeaseRenewInterval: st.NodeLeaseRenew.Duration,
@@ -148,11 +155,21 @@ func podCIDR(shard int) string {
 }
 
 // router routes image "cdplane" to the sim's binaries, or to in-process instances of the plugin
-// and the daemon.
-func router(st *State) kubelet.Runner {
+// and the daemon. In-process instances share one REST mapper, built on the kubelet's connection
+// cfg: discovery is the same for every identity, and a mapper per instance was an eighth of a
+// simulated node's memory.
+func router(st *State, cfg *rest.Config) (kubelet.Runner, error) {
 	r := kubelet.NewProcessRouter(map[string]string{"cdplane": st.BinDir})
 	if !st.InProcess {
-		return r
+		return r, nil
+	}
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("HTTP client for the shared REST mapper: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("shared REST mapper: %w", err)
 	}
 	// Instances log through loggers of their own; what the libraries log through the
 	// controller-runtime logger goes to the kubelet's log.
@@ -160,19 +177,19 @@ func router(st *State) kubelet.Runner {
 	raiseFileLimit()
 	r.ByRepository["cdplane"] = &kubelet.InProcessRunner{
 		Programs: map[string]kubelet.Program{
-			"cdplane-kubelet-plugin": program(nodehost.RunPlugin),
-			"cdplane-daemon": program(func(ctx context.Context, inv component.Invocation) error {
+			"cdplane-kubelet-plugin": program(mapper, nodehost.RunPlugin),
+			"cdplane-daemon": program(mapper, func(ctx context.Context, inv component.Invocation) error {
 				return daemon.Run(ctx, inv, nodehost.InProcessDaemon(inv))
 			}),
 		},
 		Fallback: r.ByRepository["cdplane"],
 	}
-	return r
+	return r, nil
 }
 
-func program(run func(context.Context, component.Invocation) error) kubelet.Program {
+func program(mapper meta.RESTMapper, run func(context.Context, component.Invocation) error) kubelet.Program {
 	return func(ctx context.Context, args []string, env func(string) (string, bool), out io.Writer) error {
-		return run(ctx, component.Invocation{Args: args, LookupEnv: env, Stdout: out, Stderr: out})
+		return run(ctx, component.Invocation{Args: args, LookupEnv: env, Stdout: out, Stderr: out, Mapper: mapper})
 	}
 }
 

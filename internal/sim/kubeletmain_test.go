@@ -1,12 +1,17 @@
 package sim
 
 import (
+	"context"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"cdplane/internal/component"
 	"cdplane/internal/sim/kubelet"
 )
 
@@ -109,5 +114,23 @@ func TestIMEXDNSLookupsSumsTheShards(t *testing.T) {
 	}
 	if _, err := IMEXDNSLookups(dir); err == nil {
 		t.Error("a garbled count was summed")
+	}
+}
+
+// Every in-process instance is invoked with the REST mapper the kubelet process shares.
+func TestProgramsGetTheSharedMapper(t *testing.T) {
+	shared := meta.NewDefaultRESTMapper(nil)
+	var got []meta.RESTMapper
+	p := program(shared, func(_ context.Context, inv component.Invocation) error {
+		got = append(got, inv.Mapper)
+		return nil
+	})
+	for range 2 {
+		if err := p(context.Background(), nil, nil, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 2 || got[0] != meta.RESTMapper(shared) || got[1] != meta.RESTMapper(shared) {
+		t.Errorf("instances got mappers %v, want the shared one twice", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,10 +18,14 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/component"
@@ -33,11 +38,41 @@ import (
 
 const rack = 3
 
+// recordingMapper is a REST mapper that records the kinds it was asked for.
+type recordingMapper struct {
+	meta.RESTMapper
+	mu    sync.Mutex
+	asked map[schema.GroupKind]bool
+}
+
+func (m *recordingMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
+	m.mu.Lock()
+	m.asked[gk] = true
+	m.mu.Unlock()
+	return m.RESTMapper.RESTMapping(gk, versions...)
+}
+
+func (m *recordingMapper) wasAsked(gk schema.GroupKind) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.asked[gk]
+}
+
 // startPlugin runs the compute-domain.nvidia.com kubelet plugin for node A in this process,
 // with its host directories inside the node's directory where the simulated kubelet looks for
-// them: the registry, the CDI directory, /dev and its state.
-func startPlugin(t *testing.T, driverNS string) string {
+// them: the registry, the CDI directory, /dev and its state. Like an in-process instance of
+// the simulated kubelet, it is given a REST mapper (returned) instead of discovering its own.
+func startPlugin(t *testing.T, driverNS string) (string, *recordingMapper) {
 	t.Helper()
+	httpClient, err := rest.HTTPClientFor(testCluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm, err := apiutil.NewDynamicRESTMapper(testCluster.Config, httpClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := &recordingMapper{RESTMapper: dm, asked: map[schema.GroupKind]bool{}}
 	nodeDir := sim.NodeDir(nodeA)
 	dataDir := filepath.Join(nodeDir, "var/lib/kubelet/plugins", cdv1beta1.DriverName)
 	logger := testr.NewWithOptions(t, testr.Options{Verbosity: 1}).WithValues("node", nodeA)
@@ -52,7 +87,7 @@ func startPlugin(t *testing.T, driverNS string) string {
 		t.Fatal(err)
 	}
 	drv, err := kubeletplugin.Start(ctx, kubeletplugin.Options{
-		NodeName: nodeA, DriverNamespace: driverNS, Config: testCluster.Config,
+		NodeName: nodeA, DriverNamespace: driverNS, Config: testCluster.Config, Mapper: mapper,
 		Discoverer: host.Discoverer, ReadHostFile: host.ReadHostFile,
 		RegistrarDir:  filepath.Join(nodeDir, "var/lib/kubelet/plugins_registry"),
 		PluginDataDir: dataDir, CDIRoot: filepath.Join(nodeDir, "var/run/cdi"),
@@ -67,7 +102,7 @@ func startPlugin(t *testing.T, driverNS string) string {
 		drv.Stop()
 		cancel()
 	})
-	return filepath.Join(dataDir, "state")
+	return filepath.Join(dataDir, "state"), mapper
 }
 
 func ensureDaemonClass(t *testing.T) {
@@ -118,7 +153,11 @@ func TestClaimPreparedAndUnprepared(t *testing.T) {
 	ctx := ctxFor(t)
 	ensureDaemonClass(t)
 	ns := testCluster.Namespace(t, nil)
-	pluginState := startPlugin(t, ns)
+	pluginState, mapper := startPlugin(t, ns)
+	// The plugin's watch cache of domains was built on the mapper it was given.
+	if gk := cdv1beta1.GroupVersion.WithKind("ComputeDomain").GroupKind(); !mapper.wasAsked(gk) {
+		t.Errorf("the plugin did not map %s through the REST mapper it was given", gk)
+	}
 	testutil.Eventually(t, 60*time.Second, "daemon device of "+nodeA+" published", func() (bool, error) {
 		slices, err := kube.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeA})
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -63,8 +64,7 @@ cluster, one after the other, each on fresh objects.`,
 			// tens of thousands of nodes takes many minutes.
 			o.Progress = cmd.ErrOrStderr()
 			// Thousands of in-process watches log every reconnect; keep the figures readable.
-			klog.SetOutput(io.Discard)
-			klog.LogToStderr(false)
+			silenceKlog()
 			var cfg *rest.Config
 			if kubeconfig == "" {
 				// Its own control plane for the floor and for each mode: every one starts on
@@ -126,8 +126,7 @@ caches synced and reads the Go heap after two GCs: first on an empty cluster, th
 Secrets, daemon pods and cliques of plane-b present. As a control it measures plane-b's controller,
 which does cache those objects. Without --kubeconfig it starts its own etcd and kube-apiserver.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			klog.SetOutput(io.Discard)
-			klog.LogToStderr(false)
+			silenceKlog()
 			o.Progress = cmd.ErrOrStderr()
 			cfg, stop, err := benchCluster(cmd, kubeconfig)
 			if err != nil {
@@ -298,8 +297,7 @@ printing the figures.
 				return err
 			}
 			o.Progress = cmd.ErrOrStderr()
-			klog.SetOutput(io.Discard)
-			klog.LogToStderr(false)
+			silenceKlog()
 			clusters, err := slicesClusters(cmd, kubeconfig)
 			if err != nil {
 				return err
@@ -432,4 +430,12 @@ func joinedChart(rep *bench.Report) plot.Chart {
 		}
 	}
 	return c
+}
+
+// silenceKlog discards what the Kubernetes libraries log through klog, errors included: the
+// benchmarks report what failed themselves. Output and stderr settings alone still let errors
+// through (klog copies them to stderr above its threshold), such as client-go's "Unexpected
+// error when reading response body" from every watch a mode's deadline cancels.
+func silenceKlog() {
+	klog.SetLogger(logr.Discard())
 }

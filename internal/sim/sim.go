@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -436,11 +437,16 @@ func (st *State) PlaneValues() map[string]any {
 }
 
 func (st *State) client() (client.Client, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", st.ControlPlane.Kubeconfig)
+	cfg, err := st.restConfig()
 	if err != nil {
 		return nil, err
 	}
 	return client.New(cfg, client.Options{Scheme: scheme.New()})
+}
+
+// restConfig is the sim administrator's client configuration.
+func (st *State) restConfig() (*rest.Config, error) {
+	return clientcmd.BuildConfigFromFlags("", st.ControlPlane.Kubeconfig)
 }
 
 // Clientset returns a clientset for the sim's administrator.

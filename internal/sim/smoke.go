@@ -147,8 +147,7 @@ func RunJob(ctx context.Context, st *State, o JobOptions) (*JobResult, error) {
 	defer stopWatch()
 	err = progress.Wait(ctx, o.Out, o.Timeout, time.Second, "the ComputeDomain to be Ready and every pod Running", func(ctx context.Context) (bool, string, error) {
 		// Read from the watch: a poll that listed the job's pods every second was, at 2,304
-		// nodes, a list of 2,304 pods (about 14 MB of JSON) a second, more than the job's own
-		// requests on a 2-core apiserver.
+		// nodes, a list of 2,304 pods a second from the apiserver the job measures.
 		cur := &cdv1beta1.ComputeDomain{}
 		if err := watched.Get(ctx, client.ObjectKeyFromObject(cd), cur); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -233,11 +232,17 @@ func (st *State) watchJob(ctx context.Context, o JobOptions) (client.Reader, fun
 		<-done
 	}
 	for _, obj := range []client.Object{&corev1.Pod{}, &cdv1beta1.ComputeDomain{}} {
-		// GetInformer starts the informer and, by default, waits for its first list.
+		// GetInformer registers the informer; it waits for the first list only when the cache
+		// has already started, which the goroutine above may not have done yet.
 		if _, err := c.GetInformer(ctx, obj); err != nil {
 			stop()
 			return nil, nil, fmt.Errorf("watching the job: %w", err)
 		}
+	}
+	// Waits for the start, then for both informers' first lists.
+	if !c.WaitForCacheSync(ctx) {
+		stop()
+		return nil, nil, fmt.Errorf("watching the job: the watch did not fill: %w", context.Cause(ctx))
 	}
 	return c, stop, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -20,6 +21,19 @@ import (
 func TestSimJob(t *testing.T) {
 	e2eOnly(t)
 	waitPlanesIdle(t, planeA)
+	ns := planeA + "-workloads"
+	// RunJob leaves the job in place when it fails; the scenarios after this one need the
+	// plane idle.
+	t.Cleanup(func() {
+		for _, obj := range []client.Object{
+			&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "e2e-sim-job"}},
+			&cdv1beta1.ComputeDomain{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "e2e-sim-job"}},
+		} {
+			if err := c.Delete(ctx(), obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting %s: %v", obj.GetName(), err)
+			}
+		}
+	})
 	var out strings.Builder
 	res, err := sim.RunJob(ctx(), simState, sim.JobOptions{Nodes: 3, Name: "e2e-sim-job", Out: &out, Timeout: 4 * time.Minute})
 	t.Logf("sim job:\n%s", out.String())
@@ -45,7 +59,6 @@ func TestSimJob(t *testing.T) {
 			t.Errorf("breakdown step %q counted %d, want %d (steps: %v)", step, counted[step], want, counted)
 		}
 	}
-	ns := planeA + "-workloads"
 	eventually(t, 2*time.Minute, "the job and its domain deleted", func() (bool, error) {
 		for _, obj := range []client.Object{&batchv1.Job{}, &cdv1beta1.ComputeDomain{}} {
 			if err := c.Get(ctx(), client.ObjectKey{Namespace: ns, Name: "e2e-sim-job"}, obj); !apierrors.IsNotFound(err) {

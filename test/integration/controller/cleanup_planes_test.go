@@ -52,7 +52,7 @@ func TestNodeLabelCleanupStaysInItsPlane(t *testing.T) {
 	// had plane-b's node in view if they could see it at all have run to their end.
 	for round := range 2 {
 		own := []*corev1.Node{labelledNode(fmt.Sprintf("plane-a-%d", round), planeA), labelledNode(fmt.Sprintf("legacy-%d", round), "")}
-		e.eventually(20*time.Second, fmt.Sprintf("round %d: the orphan labels of plane-a's and the legacy plane's nodes removed", round), func() (bool, error) {
+		e.eventually(2*time.Minute, fmt.Sprintf("round %d: the orphan labels of plane-a's and the legacy plane's nodes removed", round), func() (bool, error) {
 			for _, n := range own {
 				if l, err := domainLabel(n); err != nil || l != "" {
 					return false, err

@@ -47,13 +47,13 @@ func TestControllerLabelsDomainsWithoutMutatingPolicy(t *testing.T) {
 	inAssigned := create("assigned", assigned)
 	inLegacy := create("legacy", e.ns)
 
-	e.eventually(30*time.Second, "the domain in the assigned namespace labelled for the plane and taken (finalizer)", func() (bool, error) {
+	e.eventually(2*time.Minute, "the domain in the assigned namespace labelled for the plane and taken (finalizer)", func() (bool, error) {
 		cur, err := get(inAssigned)
 		return err == nil && cur.Labels[cdv1beta1.ControlPlaneLabel] == id && controllerutil.ContainsFinalizer(cur, cdv1beta1.Finalizer), err
 	})
 	// The legacy plane takes the domain of the unassigned namespace: it has reconciled what it
 	// was given by then (the foreign one was created first).
-	e.eventually(30*time.Second, "the domain in the unassigned namespace taken by the legacy plane", func() (bool, error) {
+	e.eventually(2*time.Minute, "the domain in the unassigned namespace taken by the legacy plane", func() (bool, error) {
 		cur, err := get(inLegacy)
 		return err == nil && controllerutil.ContainsFinalizer(cur, cdv1beta1.Finalizer), err
 	})

@@ -54,7 +54,7 @@ func (e *env) waitCreated(cd *cdv1beta1.ComputeDomain) (*appsv1.DaemonSet, *reso
 	e.t.Helper()
 	keys := e.objectsOf(cd)
 	ds, daemonRCT, workloadRCT := &appsv1.DaemonSet{}, &resourcev1.ResourceClaimTemplate{}, &resourcev1.ResourceClaimTemplate{}
-	e.eventually(20*time.Second, "the domain's DaemonSet and claim templates created", func() (bool, error) {
+	e.eventually(2*time.Minute, "the domain's DaemonSet and claim templates created", func() (bool, error) {
 		for key, obj := range map[client.ObjectKey]client.Object{keys.ds: ds, keys.workloadTemplate: workloadRCT} {
 			if err := e.c.Get(context.Background(), key, obj); err != nil {
 				return false, client.IgnoreNotFound(err)
@@ -123,7 +123,7 @@ func TestDriftHandEditsAreRestored(t *testing.T) {
 		editObject(e, keys.workloadTemplate, &resourcev1.ResourceClaimTemplate{}, func(rct *resourcev1.ResourceClaimTemplate) {
 			rct.Annotations[computedomain.DesiredHashAnnotation] = fmt.Sprintf("edited-%d", i)
 		})
-		e.eventually(10*time.Second, "the workload template's hash restored in place", func() (bool, error) {
+		e.eventually(2*time.Minute, "the workload template's hash restored in place", func() (bool, error) {
 			got := &resourcev1.ResourceClaimTemplate{}
 			err := e.c.Get(context.Background(), keys.workloadTemplate, got)
 			return err == nil && got.UID == workloadRCT.UID &&
@@ -211,7 +211,7 @@ func TestDriftHandEditsAreRestored(t *testing.T) {
 	}
 	for _, tc := range edits {
 		editObject(e, keys.ds, &appsv1.DaemonSet{}, tc.edit)
-		e.eventually(10*time.Second, "the DaemonSet restored after a hand edit of "+tc.name, func() (bool, error) {
+		e.eventually(2*time.Minute, "the DaemonSet restored after a hand edit of "+tc.name, func() (bool, error) {
 			got := &appsv1.DaemonSet{}
 			err := e.c.Get(context.Background(), keys.ds, got)
 			return err == nil && tc.restored(got), err
@@ -266,7 +266,7 @@ func TestDriftUpgradeMovesDaemonSet(t *testing.T) {
 	e.startManager(true)
 
 	got := &appsv1.DaemonSet{}
-	e.eventually(20*time.Second, "the DaemonSet's template on the new image", func() (bool, error) {
+	e.eventually(2*time.Minute, "the DaemonSet's template on the new image", func() (bool, error) {
 		err := e.c.Get(context.Background(), keys.ds, got)
 		return err == nil && got.Spec.Template.Spec.Containers[0].Image == "cdplane:v2", err
 	})
@@ -335,7 +335,7 @@ func TestDriftClaimTemplatesOfAnOlderVersion(t *testing.T) {
 			Spec:       *rct.Spec.DeepCopy(),
 		}
 		change(old)
-		e.eventually(10*time.Second, "the older template created in place of "+rct.Name, func() (bool, error) {
+		e.eventually(2*time.Minute, "the older template created in place of "+rct.Name, func() (bool, error) {
 			err := e.c.Create(context.Background(), old)
 			return err == nil, client.IgnoreAlreadyExists(err)
 		})
@@ -348,14 +348,14 @@ func TestDriftClaimTemplatesOfAnOlderVersion(t *testing.T) {
 	oldDaemon := replace(daemonRCT, func(*resourcev1.ResourceClaimTemplate) {})
 
 	e.startManager(true)
-	e.eventually(20*time.Second, "the workload template recreated with the desired spec", func() (bool, error) {
+	e.eventually(2*time.Minute, "the workload template recreated with the desired spec", func() (bool, error) {
 		got := &resourcev1.ResourceClaimTemplate{}
 		if err := e.c.Get(context.Background(), keys.workloadTemplate, got); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		return got.UID != oldWorkload.UID && equality.Semantic.DeepEqual(got.Spec, workloadRCT.Spec), nil
 	})
-	e.eventually(20*time.Second, "the daemon template's hash added in place", func() (bool, error) {
+	e.eventually(2*time.Minute, "the daemon template's hash added in place", func() (bool, error) {
 		got := &resourcev1.ResourceClaimTemplate{}
 		if err := e.c.Get(context.Background(), keys.daemonTemplate, got); err != nil {
 			return false, err
@@ -402,7 +402,7 @@ func TestDriftLeavesOtherOwnersAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e.eventually(20*time.Second, "both clashes reported", func() (bool, error) {
+	e.eventually(2*time.Minute, "both clashes reported", func() (bool, error) {
 		for _, c := range e.getCD(cd).Status.Conditions {
 			if c.Type == cdv1beta1.ConditionResourcesCreated && c.Status == metav1.ConditionFalse && c.Reason == cdv1beta1.ReasonNameClash {
 				return strings.Contains(c.Message, "DaemonSet "+keys.ds.String()) && strings.Contains(c.Message, "ResourceClaimTemplate "+keys.daemonTemplate.String()), nil

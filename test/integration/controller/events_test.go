@@ -100,7 +100,7 @@ func TestEventsOnAComputeDomain(t *testing.T) {
 	var evs []eventsv1.Event
 	waitEvents := func(what string, cond func(count map[string]int, joins int) bool) {
 		t.Helper()
-		e.eventually(30*time.Second, what, func() (bool, error) {
+		e.eventually(2*time.Minute, what, func() (bool, error) {
 			var err error
 			if evs, err = e.domainEvents(cd); err != nil {
 				return false, err

@@ -49,13 +49,13 @@ func TestHostIMEXHoldsTheNodesSession(t *testing.T) {
 		defer cancel()
 		return imexsim.ReadyUnix(ctx, filepath.Join(dir, nodehost.HostIMEXSocketPath)) == nil, nil
 	}
-	e.eventually(30*time.Second, "the host IMEX is READY: it holds the node's session", hostReady)
+	e.eventually(2*time.Minute, "the host IMEX is READY: it holds the node's session", hostReady)
 
 	d := e.startDaemon(cd, blockedNode, testClique)
 	e.startDaemon(cd, fine, testClique)
 
 	var cond metav1.Condition
-	e.eventually(30*time.Second, "NodesBlocked names the node", func() (bool, error) {
+	e.eventually(2*time.Minute, "NodesBlocked names the node", func() (bool, error) {
 		c := meta.FindStatusCondition(e.getCD(cd).Status.Conditions, cdv1beta1.ConditionNodesBlocked)
 		if c == nil {
 			return false, nil
@@ -121,7 +121,7 @@ func TestFailedFabricIsReported(t *testing.T) {
 	}
 	e.startDaemon(cd, fine, testClique)
 	e.waitStatus(cd, cdv1beta1.StatusReady, 30*time.Second)
-	e.eventually(30*time.Second, "NodesBlocked names the node with the failed fabric", func() (bool, error) {
+	e.eventually(2*time.Minute, "NodesBlocked names the node with the failed fabric", func() (bool, error) {
 		c := meta.FindStatusCondition(e.getCD(cd).Status.Conditions, cdv1beta1.ConditionNodesBlocked)
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == cdv1beta1.ReasonFabricError &&
 			strings.Contains(c.Message, broken) && !strings.Contains(c.Message, fine), nil
@@ -176,7 +176,7 @@ func TestNoIMEXNameReachesDNS(t *testing.T) {
 	settings := imex.Settings{DomainUID: string(cd.UID)}
 	want := imex.SentinelAddr(old.Index).String() + "\t" + settings.Name(old.Index) + "\n"
 	for _, d := range daemons[:2] {
-		e.eventually(30*time.Second, d.name+" maps the gone daemon's name to its sentinel", func() (bool, error) {
+		e.eventually(2*time.Minute, d.name+" maps the gone daemon's name to its sentinel", func() (bool, error) {
 			hosts, err := os.ReadFile(d.config().HostsPath)
 			return err == nil && strings.Contains(string(hosts), want) && !strings.Contains(string(hosts), old.IPAddress+"\t"), err
 		})

@@ -26,7 +26,7 @@ func TestCreatedObjects(t *testing.T) {
 	name := "computedomain-daemon-" + uid
 
 	ds := &appsv1.DaemonSet{}
-	e.eventually(10*time.Second, "DaemonSet created", func() (bool, error) {
+	e.eventually(2*time.Minute, "DaemonSet created", func() (bool, error) {
 		return e.c.Get(context.Background(), client.ObjectKey{Namespace: e.driverNS, Name: name}, ds) == nil, nil
 	})
 	wantLabels := map[string]string{cdv1beta1.ComputeDomainLabel: uid, "app.kubernetes.io/managed-by": "cdplane"}
@@ -127,7 +127,7 @@ func TestReadinessAndDeletion(t *testing.T) {
 		t.Errorf("status counts: ready=%d total=%d cliques=%+v", got.Status.ReadyNodes, got.Status.TotalNodes, got.Status.Cliques)
 	}
 	// Both IMEX instances are connected to each other.
-	e.eventually(10*time.Second, "IMEX peers connected", func() (bool, error) {
+	e.eventually(2*time.Minute, "IMEX peers connected", func() (bool, error) {
 		st, err := d1.status()
 		return err == nil && cmp.Equal(st.Connected, []string{d2.ip}) && cmp.Equal(st.Inbound, []string{d2.ip}), err
 	})
@@ -139,7 +139,7 @@ func TestReadinessAndDeletion(t *testing.T) {
 		t.Errorf("node %s still listed after losing the label", n2)
 	}
 	// The remaining IMEX drops the peer that left.
-	e.eventually(10*time.Second, "IMEX dropped the departed peer", func() (bool, error) {
+	e.eventually(2*time.Minute, "IMEX dropped the departed peer", func() (bool, error) {
 		st, err := d1.status()
 		return err == nil && len(st.Connected) == 0, err
 	})
@@ -148,7 +148,7 @@ func TestReadinessAndDeletion(t *testing.T) {
 	if err := e.c.Delete(e.ctx(), cd); err != nil {
 		t.Fatal(err)
 	}
-	e.eventually(20*time.Second, "ComputeDomain deleted", func() (bool, error) {
+	e.eventually(2*time.Minute, "ComputeDomain deleted", func() (bool, error) {
 		err := e.c.Get(context.Background(), client.ObjectKeyFromObject(cd), &cdv1beta1.ComputeDomain{})
 		return apierrors.IsNotFound(err), nil
 	})
@@ -173,7 +173,7 @@ func TestReadinessAndDeletion(t *testing.T) {
 func waitPodReady(t *testing.T, e *env, n *node) time.Time {
 	t.Helper()
 	var at time.Time
-	e.eventually(20*time.Second, "daemon pod on "+n.name+" Ready", func() (bool, error) {
+	e.eventually(2*time.Minute, "daemon pod on "+n.name+" Ready", func() (bool, error) {
 		pod := &corev1.Pod{}
 		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(n.pod), pod); err != nil {
 			return false, err

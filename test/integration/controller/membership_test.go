@@ -55,7 +55,7 @@ func TestIndexSurvivesPodReplacementAndIPChange(t *testing.T) {
 	old, _ := entryOf(before, victim.name)
 
 	victim.forceDeletePod()
-	e.eventually(10*time.Second, "entry NotReady after force deletion", func() (bool, error) {
+	e.eventually(2*time.Minute, "entry NotReady after force deletion", func() (bool, error) {
 		cur := e.getCD(cd)
 		en, ok := entryOf(cur, victim.name)
 		return ok && en.Status == cdv1beta1.StatusNotReady && en.Index == old.Index, nil
@@ -67,7 +67,7 @@ func TestIndexSurvivesPodReplacementAndIPChange(t *testing.T) {
 		t.Errorf("after replacement: entry %+v, want index %d and the new IP %s (old %s)", now, old.Index, replacement.ip, old.IPAddress)
 	}
 	for _, d := range []*node{daemons[0], daemons[2]} {
-		e.eventually(10*time.Second, "peers reconnect to the new address", func() (bool, error) {
+		e.eventually(2*time.Minute, "peers reconnect to the new address", func() (bool, error) {
 			st, err := d.status()
 			return err == nil && sets.New(st.Connected...).Has(replacement.ip), err
 		})
@@ -125,7 +125,7 @@ func TestEighteenJoinAtOnce(t *testing.T) {
 	// Every daemon has seen the whole membership (its IMEX is connected to its 17 peers), so
 	// whatever a daemon writes in response to membership has been written by now.
 	for _, d := range daemons {
-		e.eventually(30*time.Second, "IMEX on "+d.name+" connected to its 17 peers", func() (bool, error) {
+		e.eventually(2*time.Minute, "IMEX on "+d.name+" connected to its 17 peers", func() (bool, error) {
 			st, err := d.status()
 			return err == nil && len(st.Connected) == 17, err
 		})
@@ -151,7 +151,7 @@ func TestIMEXCrashRestartsAndReloadsOnlyOnChange(t *testing.T) {
 		t.Fatalf("after the first start: reloads=%d (err=%v), want 0", st.Reloads, err)
 	}
 	d2 := e.startDaemon(cd, e.addNode(cd, "n2"), testClique)
-	e.eventually(20*time.Second, "a reload after a peer joined", func() (bool, error) {
+	e.eventually(2*time.Minute, "a reload after a peer joined", func() (bool, error) {
 		st, err := d1.status()
 		return err == nil && st.Reloads == 1 && sets.New(st.Connected...).Has(d2.ip), err
 	})
@@ -167,7 +167,7 @@ func TestIMEXCrashRestartsAndReloadsOnlyOnChange(t *testing.T) {
 	// The daemon handles its clique's events in order, and the touch, one watch event, comes
 	// well before the entry of a node whose daemon starts only now.
 	d3 := e.startDaemon(cd, e.addNode(cd, "n3"), testClique)
-	e.eventually(20*time.Second, "n3 connected", func() (bool, error) {
+	e.eventually(2*time.Minute, "n3 connected", func() (bool, error) {
 		st, err := d1.status()
 		return err == nil && sets.New(st.Connected...).Has(d3.ip), err
 	})
@@ -188,7 +188,7 @@ func TestIMEXCrashRestartsAndReloadsOnlyOnChange(t *testing.T) {
 	e.waitStatus(cd, cdv1beta1.StatusNotReady, 20*time.Second)
 	d2.starts.held.Store(false)
 	e.waitStatus(cd, cdv1beta1.StatusReady, 30*time.Second)
-	e.eventually(10*time.Second, "restarted IMEX reconnected", func() (bool, error) {
+	e.eventually(2*time.Minute, "restarted IMEX reconnected", func() (bool, error) {
 		st, err := d2.status()
 		return err == nil && sets.New(st.Connected...).Has(d1.ip), err
 	})
@@ -220,7 +220,7 @@ func TestForeignClaimTemplateIsLeftAlone(t *testing.T) {
 	if err := e.c.Delete(e.ctx(), cd); err != nil {
 		t.Fatal(err)
 	}
-	e.eventually(20*time.Second, "domain deleted", func() (bool, error) {
+	e.eventually(2*time.Minute, "domain deleted", func() (bool, error) {
 		err := e.c.Get(context.Background(), client.ObjectKeyFromObject(cd), &cdv1beta1.ComputeDomain{})
 		return client.IgnoreNotFound(err) == nil && err != nil, nil
 	})
@@ -253,7 +253,7 @@ func TestGateFlipKeepsDomainsReady(t *testing.T) {
 			// Daemons that started before all peers joined have reloaded already: count from here.
 			reloads := map[string]int{}
 			for _, d := range daemons {
-				e.eventually(10*time.Second, "IMEX connected to both peers", func() (bool, error) {
+				e.eventually(2*time.Minute, "IMEX connected to both peers", func() (bool, error) {
 					st, err := d.status()
 					reloads[d.name] = st.Reloads
 					return err == nil && len(st.Connected) == 2, err
@@ -264,7 +264,7 @@ func TestGateFlipKeepsDomainsReady(t *testing.T) {
 				gate = !gate
 				e.stopMgr()
 				e.startManager(gate)
-				e.eventually(20*time.Second, fmt.Sprintf("cliques present=%v", gate), func() (bool, error) {
+				e.eventually(2*time.Minute, fmt.Sprintf("cliques present=%v", gate), func() (bool, error) {
 					list := &cdv1beta1.ComputeDomainCliqueList{}
 					if err := e.c.List(context.Background(), list, client.InNamespace(e.driverNS)); err != nil {
 						return false, err

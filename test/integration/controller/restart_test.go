@@ -25,7 +25,7 @@ func TestMembershipFollowsChangesAfterRestart(t *testing.T) {
 	for i, suffix := range []string{"c", "b", "a"} {
 		d := e.startDaemon(cd, e.addNode(cd, suffix), testClique)
 		daemons[suffix] = d
-		e.eventually(20*time.Second, fmt.Sprintf("%s has index %d", d.name, i), func() (bool, error) {
+		e.eventually(2*time.Minute, fmt.Sprintf("%s has index %d", d.name, i), func() (bool, error) {
 			en, ok := entryOf(e.getCD(cd), d.name)
 			return ok && en.Index == i, nil
 		})
@@ -42,7 +42,7 @@ func TestMembershipFollowsChangesAfterRestart(t *testing.T) {
 	// b leaves (unprepare removed its node label): its entry goes, the domain is short of
 	// numNodes, and IMEX on a drops it.
 	e.unlabelNode(daemons["b"].name)
-	e.eventually(20*time.Second, "b's entry removed after the restart", func() (bool, error) {
+	e.eventually(2*time.Minute, "b's entry removed after the restart", func() (bool, error) {
 		_, listed := entryOf(e.getCD(cd), daemons["b"].name)
 		return !listed, nil
 	})
@@ -66,7 +66,7 @@ func TestMembershipFollowsChangesAfterRestart(t *testing.T) {
 		t.Errorf("clique indexes after the restart, b leaving and d joining (-want +got):\n%s", diff)
 	}
 	wantPeers := []string{daemons["c"].ip, daemons["d"].ip}
-	e.eventually(20*time.Second, "IMEX on a connected to c and d only", func() (bool, error) {
+	e.eventually(2*time.Minute, "IMEX on a connected to c and d only", func() (bool, error) {
 		st, err := daemons["a"].status()
 		return err == nil && cmp.Equal(wantPeers, st.Connected, cmpopts.SortSlices(func(x, y string) bool { return x < y })), err
 	})

@@ -50,17 +50,22 @@ func TestStatusSizeLimit(t *testing.T) {
 	if got.Status.TotalNodes != n || got.Status.ReadyNodes != n || len(got.Status.Cliques) != (n+17)/18 {
 		t.Errorf("counts: total=%d ready=%d cliques=%d", got.Status.TotalNodes, got.Status.ReadyNodes, len(got.Status.Cliques))
 	}
-	cliques := &cdv1beta1.ComputeDomainCliqueList{}
-	if err := e.c.List(e.ctx(), cliques, client.InNamespace(e.driverNS)); err != nil {
-		t.Fatal(err)
-	}
-	total := 0
-	for _, cl := range cliques.Items {
-		total += len(cl.Daemons)
-	}
-	if len(cliques.Items) != (n+17)/18 || total != n {
-		t.Errorf("%d cliques holding %d daemons, want %d and %d", len(cliques.Items), total, (n+17)/18, n)
-	}
+	// The cliques and the status are written side by side (neither waits for the other), so
+	// the cliques may still be on their way when the status reads Ready.
+	e.eventually(time.Minute, "every daemon in its clique", func() (bool, error) {
+		cliques := &cdv1beta1.ComputeDomainCliqueList{}
+		if err := e.c.List(e.ctx(), cliques, client.InNamespace(e.driverNS)); err != nil {
+			return false, err
+		}
+		total := 0
+		for _, cl := range cliques.Items {
+			total += len(cl.Daemons)
+		}
+		if len(cliques.Items) != (n+17)/18 || total != n {
+			return false, fmt.Errorf("%d cliques holding %d daemons, want %d and %d", len(cliques.Items), total, (n+17)/18, n)
+		}
+		return true, nil
+	})
 }
 
 // createReadyDaemons creates n Ready daemon pods of the domain (createReadyDaemon), 32 at a
@@ -149,7 +154,7 @@ func TestCleanupOfDeletedDomains(t *testing.T) {
 	t.Cleanup(func() { _ = e.c.Delete(context.Background(), staleNode) })
 
 	// This test's manager looks for orphans every 200ms.
-	e.eventually(20*time.Second, "orphans removed", func() (bool, error) {
+	e.eventually(2*time.Minute, "orphans removed", func() (bool, error) {
 		err := e.c.Get(context.Background(), client.ObjectKeyFromObject(ds), &appsv1.DaemonSet{})
 		n := &corev1.Node{}
 		if gerr := e.c.Get(context.Background(), client.ObjectKeyFromObject(staleNode), n); gerr != nil {

@@ -98,7 +98,7 @@ func TestNodeLabelAloneDoesNotJoin(t *testing.T) {
 	// the controller has seen them all (each kind's events arrive in order).
 	sentinel := e.addNode(cd, "sentinel")
 	e.fakeDaemonPod(cd, sentinel, testClique, &owner)
-	e.eventually(20*time.Second, "the sentinel node listed", func() (bool, error) {
+	e.eventually(2*time.Minute, "the sentinel node listed", func() (bool, error) {
 		st, cl := e.members(cd)
 		return st.Has(sentinel) && cl.Has(sentinel), fmt.Errorf("status %v, cliques %v", sets.List(st), sets.List(cl))
 	})
@@ -118,7 +118,7 @@ func TestNodeLabelAloneDoesNotJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.fakeDaemonPod(cd, strayPod, testClique, &owner)
-	e.eventually(20*time.Second, "both join once allocated and owned", func() (bool, error) {
+	e.eventually(2*time.Minute, "both join once allocated and owned", func() (bool, error) {
 		st, cl := e.members(cd)
 		return st.HasAll(selfLabelled, strayPod) && cl.HasAll(selfLabelled, strayPod) && !st.Has(foreignNS),
 			fmt.Errorf("status %v, cliques %v", sets.List(st), sets.List(cl))
@@ -164,7 +164,7 @@ func TestInvalidCliqueLabelWithholdsOneNode(t *testing.T) {
 	if err := e.c.Patch(e.ctx(), badPod, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
-	e.eventually(20*time.Second, "the node joins once its label is valid", func() (bool, error) {
+	e.eventually(2*time.Minute, "the node joins once its label is valid", func() (bool, error) {
 		cur := e.getCD(cd)
 		_, listed := entryOf(cur, bad1)
 		c := meta.FindStatusCondition(cur.Status.Conditions, cdv1beta1.ConditionNodesWithheld)

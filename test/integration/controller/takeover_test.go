@@ -99,13 +99,13 @@ func TestTakeOverFromNVIDIA(t *testing.T) {
 	}
 	for _, o := range append(liveObjs, goneObjs...) {
 		// Gone, or another object of its name: cdplane's channel template takes the name.
-		e.eventually(30*time.Second, "NVIDIA's "+client.ObjectKeyFromObject(o).String()+" gone", func() (bool, error) {
+		e.eventually(2*time.Minute, "NVIDIA's "+client.ObjectKeyFromObject(o).String()+" gone", func() (bool, error) {
 			cur := o.DeepCopyObject().(client.Object)
 			err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(o), cur)
 			return apierrors.IsNotFound(err) || (err == nil && cur.GetUID() != o.GetUID()), client.IgnoreNotFound(err)
 		})
 	}
-	e.eventually(30*time.Second, "the domain deleted before the take-over is gone", func() (bool, error) {
+	e.eventually(2*time.Minute, "the domain deleted before the take-over is gone", func() (bool, error) {
 		err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(gone), &cdv1beta1.ComputeDomain{})
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"sync"
@@ -33,17 +35,26 @@ var (
 // instances do not each run discovery.
 func newClient(cfg *rest.Config) (client.WithWatch, error) {
 	mapperMu.Lock()
-	m, ok := mappers[cfg.Host]
+	key := clusterKey(cfg)
+	m, ok := mappers[key]
 	if !ok {
 		var err error
 		if m, err = newMapper(cfg); err != nil {
 			mapperMu.Unlock()
 			return nil, err
 		}
-		mappers[cfg.Host] = m
+		mappers[key] = m
 	}
 	mapperMu.Unlock()
 	return client.NewWithWatch(cfg, client.Options{Scheme: newScheme(), Mapper: m})
+}
+
+// clusterKey names the cluster cfg reaches: its address and the CA it trusts. A fresh control
+// plane may come up on the port a stopped one used, but never with its CA, so a mapper (which
+// keeps its own HTTP client) is not reused across clusters.
+func clusterKey(cfg *rest.Config) string {
+	sum := sha256.Sum256(append([]byte(cfg.CAFile+"\x00"), cfg.CAData...))
+	return cfg.Host + "|" + hex.EncodeToString(sum[:8])
 }
 
 // runInstance plays one node: the kubelet starts the pod (IP), the daemon registers by the

@@ -48,7 +48,8 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 			stop()
 			return nil, nil, err
 		}
-		hosts = append(hosts, cfg.Host)
+		// Identified by address and CA: a fresh plane may reuse a stopped one's port.
+		hosts = append(hosts, clusterKey(cfg))
 		return cfg, stop, nil
 	}
 	const n = 36

@@ -388,12 +388,36 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 			d.cancel(fmt.Errorf("watch cache: %w", err))
 		}
 	}()
-	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if !c.WaitForCacheSync(syncCtx) {
-		return errors.New("the watch cache of ComputeDomains and cliques did not sync")
+	return waitForSync(ctx, c.WaitForCacheSync, cacheSyncReport)
+}
+
+// cacheSyncReport is how often a plugin still waiting for its watch cache says so.
+const cacheSyncReport = 30 * time.Second
+
+// waitForSync waits for the watch cache to sync, for as long as the plugin runs, logging every
+// report that it still waits. It has no deadline of its own: when many plugins start at once
+// (a new plane, an upgrade of every node) the apiserver may throttle their first lists and
+// watches for minutes, and a plugin that gave up and restarted would come back with a new
+// connection and list again, adding to the load that held it up. The chart's startup probe
+// bounds how long a plugin may take to start.
+func waitForSync(ctx context.Context, synced func(context.Context) bool, report time.Duration) error {
+	logger := klog.FromContext(ctx)
+	start := time.Now()
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, report)
+		ok := synced(waitCtx)
+		cancel()
+		if ok {
+			if waited := time.Since(start); waited >= report {
+				logger.Info("The watch cache of ComputeDomains and cliques synced", "after", waited.Round(time.Second))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("the watch cache of ComputeDomains and cliques did not sync: %w", context.Cause(ctx))
+		}
+		logger.Info("Waiting for the watch cache of ComputeDomains and cliques to sync (the apiserver is slow to answer)", "waited", time.Since(start).Round(time.Second))
 	}
-	return nil
 }
 
 // publish publishes the node's devices, or none while the node cannot serve ComputeDomains

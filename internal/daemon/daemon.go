@@ -45,6 +45,24 @@ func Serve(ctx context.Context, cfg Config, deps Deps) error {
 	if err := os.Remove(cfg.BlockedPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("clearing the earlier daemon's IMEX state: %w", err)
 	}
+	notify := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case notify <- struct{}{}:
+		default:
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var view *membershipView
+	if cfg.CliqueID != "" {
+		// The watch of the clique opens while the pod is labelled: the daemon needs both and
+		// neither waits for the other, and on a loaded apiserver each takes seconds (at 2,304
+		// daemons in a burst, about 5 s at the median between the label and the open watch
+		// when they went one after the other).
+		view = newMembershipView(wctx, deps.Client, cfg, signal)
+		defer view.close()
+	}
 	if err := LabelPod(ctx, deps.Client, cfg); err != nil {
 		return err
 	}
@@ -63,17 +81,6 @@ func Serve(ctx context.Context, cfg Config, deps Deps) error {
 		return nil
 	}
 
-	notify := make(chan struct{}, 1)
-	signal := func() {
-		select {
-		case notify <- struct{}{}:
-		default:
-		}
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	view := newMembershipView(wctx, deps.Client, cfg, signal)
-	defer view.close()
 	s := &supervisor{cfg: cfg, deps: deps, view: view, log: log}
 	s.report = func(ctx context.Context, reason, message string) {
 		reportBlocked(ctx, deps.Client, cfg, reason, message, log)

@@ -57,7 +57,7 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		}
 	}
 	go recordIMEXDNSLookups(ctx, IMEXDNSLookupsFile(stateDir, shard))
-	cfg, err := clientcmd.BuildConfigFromFlags("", st.ControlPlane.Kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeletKubeconfigFor(st, stateDir, shard))
 	if err != nil {
 		return err
 	}

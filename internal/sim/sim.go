@@ -53,6 +53,9 @@ type State struct {
 	// IMEXMode is the planes' IMEX mode; hostManaged: every node with a fabric runs a simulated
 	// nvidia-imex host service (run by the simulated kubelet process). Empty: driverManaged.
 	IMEXMode string `json:"imexMode,omitempty"`
+	// KubeletIdentity: each simulated-kubelet process authenticates as its own user of
+	// KubeletGroup (kubeletidentity.go); false in state written before: as the administrator.
+	KubeletIdentity bool `json:"kubeletIdentity,omitempty"`
 }
 
 // HostManaged reports whether the sim's nodes run IMEX as a host service.
@@ -203,6 +206,9 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 	st.ControlPlane = *cp
 	st.ControlPlane.Processes = nil
 	if err := st.save(o.StateDir); err != nil {
+		return nil, err
+	}
+	if err := setUpKubeletIdentity(ctx, o.StateDir, st); err != nil {
 		return nil, err
 	}
 	if err := startKubelet(ctx, &o, st); err != nil {

@@ -35,10 +35,13 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultRegistrarDir        = draplugin.KubeletRegistryDir
-	DefaultPluginDataDir       = draplugin.KubeletPluginsDir + "/" + cdv1beta1.DriverName
-	DefaultCDIRoot             = "/var/run/cdi"
-	DefaultReadyWaitTimeout    = 15 * time.Second
+	DefaultRegistrarDir     = draplugin.KubeletRegistryDir
+	DefaultPluginDataDir    = draplugin.KubeletPluginsDir + "/" + cdv1beta1.DriverName
+	DefaultCDIRoot          = "/var/run/cdi"
+	DefaultReadyWaitTimeout = 15 * time.Second
+	// DefaultStatusFallbackAfter is as long as a daemon waits for its clique before it reads
+	// its domain (daemon.CliqueWait).
+	DefaultStatusFallbackAfter = 2 * time.Minute
 	DefaultCliqueRefreshPeriod = time.Minute
 )
 
@@ -99,6 +102,11 @@ type Options struct {
 	// ReadyWaitTimeout bounds how long one prepare call waits for the node's daemon to be Ready
 	// before it returns a retryable error.
 	ReadyWaitTimeout time.Duration
+	// StatusFallbackAfter is how long a node of a clique waits for its clique object before it
+	// also reads the domain's status.nodes (a controller with ComputeDomainCliques off while
+	// this plugin's gate is on), then at most once per StatusFallbackAfter/4; zero:
+	// DefaultStatusFallbackAfter. Only with the gate on, daemons run by cdplane.
+	StatusFallbackAfter time.Duration
 	// IMEXMode is who runs IMEX on the node: cdplane's daemons (driverManaged, the default) or
 	// the administrator's host service (hostManaged: no daemon device is published, a daemon
 	// claim is refused, and a channel prepare checks the host daemon instead of waiting for a
@@ -164,6 +172,9 @@ func (o *Options) defaults() error {
 	}
 	if o.ReadyWaitTimeout <= 0 {
 		o.ReadyWaitTimeout = DefaultReadyWaitTimeout
+	}
+	if o.StatusFallbackAfter <= 0 {
+		o.StatusFallbackAfter = DefaultStatusFallbackAfter
 	}
 	if o.StaleSweepInterval == 0 {
 		o.StaleSweepInterval = DefaultStaleSweepInterval
@@ -359,7 +370,9 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 	if err != nil {
 		return fmt.Errorf("creating the watch cache: %w", err)
 	}
-	d.view = &domainView{cache: c, api: d.api, driverNS: d.opts.DriverNamespace, cachedClique: cliqueID, recheck: 5 * time.Second}
+	d.view = &domainView{cache: c, api: d.api, driverNS: d.opts.DriverNamespace, cachedClique: cliqueID, recheck: 5 * time.Second,
+		cliquesHoldEntries:  d.opts.Gates.Enabled(features.ComputeDomainCliques) && d.opts.IMEXMode == features.IMEXDriverManaged,
+		statusFallbackAfter: d.opts.StatusFallbackAfter, waitingSince: map[string]waiting{}}
 	if err := d.view.setup(ctx); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package kubeletplugin
 import (
 	"strings"
 	"testing"
+	"time"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/testutil"
@@ -41,5 +42,55 @@ func TestDaemonReady(t *testing.T) {
 				t.Errorf("DaemonReady = %v %q, want %v containing %q", got, reason, tc.want, tc.wantReason)
 			}
 		})
+	}
+}
+
+// TestStatusReadInterval: where the plane keeps cliques and the node has one, a waiter reads the
+// domain's status.nodes only as a fallback (after StatusFallbackAfter, then every quarter of it,
+// across prepare calls) and never while the clique object exists; elsewhere status.nodes is the
+// answer and is read every second (every recheck beside a clique that does not list the node).
+func TestStatusReadInterval(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
+	clique := &cdv1beta1.ComputeDomainClique{}
+	newView := func(cliques bool) *domainView {
+		return &domainView{recheck: 5 * time.Second, cliquesHoldEntries: cliques, statusFallbackAfter: 2 * time.Minute, waitingSince: map[string]waiting{}}
+	}
+
+	v := newView(false)
+	for _, tc := range []struct {
+		cliqueID string
+		clique   *cdv1beta1.ComputeDomainClique
+		want     time.Duration
+	}{{"c.1", nil, statusReadEvery}, {"c.1", clique, 5 * time.Second}, {"", nil, statusReadEvery}} {
+		if every, may := v.statusReadInterval("uid", tc.cliqueID, tc.clique, t0); !may || every != tc.want {
+			t.Errorf("cliques off, clique id %q, clique object %v: every %v may %v; want every %v", tc.cliqueID, tc.clique != nil, every, may, tc.want)
+		}
+	}
+
+	v = newView(true)
+	if every, may := v.statusReadInterval("uid", "", nil, t0); !may || every != statusReadEvery {
+		t.Errorf("cliques on, node without fabric: every %v may %v; want every %v (its entry is in status.nodes)", every, may, statusReadEvery)
+	}
+	steps := []struct {
+		at     time.Duration
+		clique *cdv1beta1.ComputeDomainClique
+		may    bool
+	}{
+		{0, nil, false},                 // began waiting: the clique will come
+		{time.Minute, clique, false},    // the clique exists: the entry comes there
+		{119 * time.Second, nil, false}, // not waited long enough
+		{2 * time.Minute, nil, true},    // fallback: maybe the controller's gate is off
+		{2*time.Minute + 10*time.Second, nil, false},
+		{2*time.Minute + 30*time.Second, nil, true}, // every quarter of the fallback
+	}
+	for _, s := range steps {
+		if _, may := v.statusReadInterval("uid", "c.1", s.clique, t0.Add(s.at)); may != s.may {
+			t.Errorf("cliques on, after %v (clique object %v): may read status %v, want %v", s.at, s.clique != nil, may, s.may)
+		}
+	}
+	// Ready: the next wait for the domain starts afresh.
+	v.ready("uid")
+	if _, may := v.statusReadInterval("uid", "c.1", nil, t0.Add(time.Hour)); may {
+		t.Error("after Ready, a new wait read the status at once")
 	}
 }

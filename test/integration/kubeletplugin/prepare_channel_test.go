@@ -8,12 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-base/featuregate"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin"
 )
 
@@ -137,18 +140,29 @@ func TestNodeServingAnotherDomainIsRefused(t *testing.T) {
 
 // TestNotReadyDaemonIsRetryable: while the node's daemon is not Ready, prepare returns a
 // retryable error and injects nothing; once it is Ready, prepare succeeds. Cliques and
-// status.nodes alike. States only: how long a call takes depends on the machine.
+// status.nodes alike: status.nodes with the plugin's ComputeDomainCliques gate off, and with it
+// on as the fallback for a controller whose gate is off (no clique comes: after
+// StatusFallbackAfter, shortened here). States only: how long a call takes depends on the
+// machine.
 func TestNotReadyDaemonIsRetryable(t *testing.T) {
 	t.Parallel()
-	for name, setReady := range map[string]func(e *env, cd *cdv1beta1.ComputeDomain, n *node, status string){
-		"clique":       func(e *env, cd *cdv1beta1.ComputeDomain, n *node, s string) { e.setClique(cd, n, s) },
-		"status.nodes": func(e *env, cd *cdv1beta1.ComputeDomain, n *node, s string) { e.setStatusNode(cd, n, 0, s) },
+	toClique := func(e *env, cd *cdv1beta1.ComputeDomain, n *node, s string) { e.setClique(cd, n, s) }
+	toStatus := func(e *env, cd *cdv1beta1.ComputeDomain, n *node, s string) { e.setStatusNode(cd, n, 0, s) }
+	cliquesOff := features.NewGatesForTest(t, map[featuregate.Feature]bool{features.ComputeDomainCliques: false})
+	for name, tc := range map[string]struct {
+		setReady func(e *env, cd *cdv1beta1.ComputeDomain, n *node, status string)
+		opts     func(*kubeletplugin.Options)
+	}{
+		"clique":                    {setReady: toClique},
+		"status.nodes, cliques off": {setReady: toStatus, opts: func(o *kubeletplugin.Options) { o.Gates = cliquesOff }},
+		"status.nodes, fallback":    {setReady: toStatus, opts: func(o *kubeletplugin.Options) { o.StatusFallbackAfter = 2 * time.Second }},
 	} {
+		setReady := tc.setReady
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			n := e.addNode(4)
-			n.start(4)
+			n.startWith(4, testr.NewWithOptions(t, testr.Options{Verbosity: 1}), tc.opts)
 			cd := e.createCD(e.ns, "notready")
 			setReady(e, cd, n, cdv1beta1.StatusNotReady)
 			claim := e.channelClaim(e.ns, "wait", n, cd, "")

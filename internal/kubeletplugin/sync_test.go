@@ -28,10 +28,17 @@ func TestWaitForSyncOutlastsASlowAPIServer(t *testing.T) {
 		t.Errorf("synced called %d times, want 4 (three periods waited, then synced)", calls)
 	}
 
+	// The plugin stops during its third period of waiting.
 	stop := errors.New("the plugin is stopping")
 	ctx, cancel := context.WithCancelCause(t.Context())
-	go func() { time.Sleep(30 * time.Millisecond); cancel(stop) }()
-	err := waitForSync(ctx, func(ctx context.Context) bool { <-ctx.Done(); return false }, 10*time.Millisecond)
+	periods := 0
+	err := waitForSync(ctx, func(ctx context.Context) bool {
+		if periods++; periods == 3 {
+			cancel(stop)
+		}
+		<-ctx.Done()
+		return false
+	}, 10*time.Millisecond)
 	if !errors.Is(err, stop) || !strings.Contains(err.Error(), "did not sync") {
 		t.Errorf("waitForSync after the plugin stopped: %v, want an error saying the cache did not sync because %v", err, stop)
 	}

@@ -51,8 +51,6 @@ func setUpKubeletIdentity(ctx context.Context, stateDir string, st *State) error
 	if err != nil {
 		return err
 	}
-	group := flowcontrolv1.Subject{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: KubeletGroup}}
-	byUser := &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType}
 	objs := []client.Object{
 		&rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "cdplane-sim-kubelets"},
@@ -60,35 +58,19 @@ func setUpKubeletIdentity(ctx context.Context, stateDir string, st *State) error
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: KubeletGroup}},
 		},
 		// As system-node-high: node and Lease writes, which keep nodes Ready.
-		&flowcontrolv1.FlowSchema{
-			ObjectMeta: metav1.ObjectMeta{Name: KubeletHighFlowSchema},
-			Spec: flowcontrolv1.FlowSchemaSpec{
-				PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: "node-high"},
-				MatchingPrecedence:         400, DistinguisherMethod: byUser,
-				Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-					Subjects: []flowcontrolv1.Subject{group},
-					ResourceRules: []flowcontrolv1.ResourcePolicyRule{
-						{Verbs: []string{"*"}, APIGroups: []string{""}, Resources: []string{"nodes", "nodes/status"}, ClusterScope: true},
-						{Verbs: []string{"*"}, APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Namespaces: []string{"*"}},
-					},
-				}},
+		kubeletFlowSchema(KubeletHighFlowSchema, "node-high", 400, flowcontrolv1.PolicyRulesWithSubjects{
+			ResourceRules: []flowcontrolv1.ResourcePolicyRule{
+				{Verbs: []string{"*"}, APIGroups: []string{""}, Resources: []string{"nodes", "nodes/status"}, ClusterScope: true},
+				{Verbs: []string{"*"}, APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Namespaces: []string{"*"}},
 			},
-		},
+		}),
 		// As system-nodes: everything else a kubelet asks.
-		&flowcontrolv1.FlowSchema{
-			ObjectMeta: metav1.ObjectMeta{Name: KubeletFlowSchema},
-			Spec: flowcontrolv1.FlowSchemaSpec{
-				PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: "system"},
-				MatchingPrecedence:         500, DistinguisherMethod: byUser,
-				Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-					Subjects: []flowcontrolv1.Subject{group},
-					ResourceRules: []flowcontrolv1.ResourcePolicyRule{
-						{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, ClusterScope: true, Namespaces: []string{"*"}},
-					},
-					NonResourceRules: []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}},
-				}},
+		kubeletFlowSchema(KubeletFlowSchema, "system", 500, flowcontrolv1.PolicyRulesWithSubjects{
+			ResourceRules: []flowcontrolv1.ResourcePolicyRule{
+				{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, ClusterScope: true, Namespaces: []string{"*"}},
 			},
-		},
+			NonResourceRules: []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}},
+		}),
 	}
 	for _, o := range objs {
 		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -97,6 +79,21 @@ func setUpKubeletIdentity(ctx context.Context, stateDir string, st *State) error
 	}
 	st.KubeletIdentity = true
 	return st.save(stateDir)
+}
+
+// kubeletFlowSchema is a FlowSchema of the simulated kubelets' (KubeletGroup's) requests
+// matching rules, at the priority level, one flow per user (per kubelet process).
+func kubeletFlowSchema(name, level string, precedence int32, rules flowcontrolv1.PolicyRulesWithSubjects) *flowcontrolv1.FlowSchema {
+	rules.Subjects = []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: KubeletGroup}}}
+	return &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: level},
+			MatchingPrecedence:         precedence,
+			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
+			Rules:                      []flowcontrolv1.PolicyRulesWithSubjects{rules},
+		},
+	}
 }
 
 // kubeletKubeconfigFor is the kubeconfig the simulated-kubelet process serving shard uses: its

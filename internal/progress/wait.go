@@ -17,6 +17,7 @@ var changedEvery, unchangedEvery = 2 * time.Second, 10 * time.Second
 // after timeout with the last status, or with cond's error.
 func Wait(ctx context.Context, out io.Writer, timeout, poll time.Duration, what string, cond func(context.Context) (done bool, status string, err error)) error {
 	start := time.Now()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	fmt.Fprintf(out, "Waiting for %s\n", what)
@@ -40,6 +41,10 @@ func Wait(ctx context.Context, out io.Writer, timeout, poll time.Duration, what 
 		}
 		select {
 		case <-ctx.Done():
+			if err := parent.Err(); err != nil {
+				// Interrupted (a signal, a caller's deadline), not this wait's own timeout.
+				return fmt.Errorf("stopped after %s waiting for %s: %w (last: %s)", time.Since(start).Round(time.Second), what, context.Cause(parent), last)
+			}
 			return fmt.Errorf("timed out after %s waiting for %s (last: %s)", timeout, what, last)
 		case <-time.After(poll):
 		}

@@ -33,6 +33,20 @@ func TestWait(t *testing.T) {
 		t.Errorf("timeout: %v", err)
 	}
 
+	// Stopped from outside (a signal): said as such, with the cause, not as this wait's timeout.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	interrupt := errors.New("interrupt")
+	polls := 0
+	err = Wait(ctx, &out, time.Hour, time.Millisecond, "a stopped wait", func(context.Context) (bool, string, error) {
+		if polls++; polls == 2 {
+			cancel(interrupt)
+		}
+		return false, "still not", nil
+	})
+	if !errors.Is(err, interrupt) || !strings.Contains(err.Error(), "stopped after") || strings.Contains(err.Error(), "timed out") {
+		t.Errorf("interrupted: %v, want it stopped with the cause", err)
+	}
+
 	boom := errors.New("boom")
 	err = Wait(context.Background(), &out, time.Minute, time.Millisecond, "failing", func(context.Context) (bool, string, error) {
 		return false, "", boom

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -179,10 +180,12 @@ func RunJob(ctx context.Context, st *State, o JobOptions) (*JobResult, error) {
 			cur.Status.ReadyNodes, o.Nodes, phases[corev1.PodRunning], phases[corev1.PodPending])
 		return res.Ready > 0 && res.Running > 0, status, nil
 	})
-	// Read before the deletion, and on failure too: it shows which step stalled.
-	if b, berr := readBreakdown(ctx, c, cd, o); berr == nil {
+	// Read before the deletion, and on failure too: it shows which step stalled. A job that
+	// timed out left an overloaded apiserver behind, whose lists can fail or time out: the
+	// reads are retried for up to two minutes, and a failure is said rather than swallowed.
+	if b, berr := readBreakdownRetrying(ctx, c, cd, o); berr == nil {
 		res.Breakdown = b
-	} else if err == nil {
+	} else {
 		fmt.Fprintf(o.Out, "Reading the timestamps for the breakdown: %v\n", berr)
 	}
 	if err != nil {
@@ -249,6 +252,27 @@ func (st *State) watchJob(ctx context.Context, o JobOptions) (client.Reader, fun
 
 // readBreakdown reads the domain, its daemon pods and the job's pods, and computes where the
 // time went.
+// breakdownReadFor bounds readBreakdownRetrying.
+const breakdownReadFor = 2 * time.Minute
+
+// readBreakdownRetrying is readBreakdown, retried with backoff while it fails for up to
+// breakdownReadFor or until ctx ends (an interrupt; the job's own --timeout does not end ctx).
+func readBreakdownRetrying(ctx context.Context, c client.Client, cd *cdv1beta1.ComputeDomain, o JobOptions) (*Breakdown, error) {
+	ctx, cancel := context.WithTimeout(ctx, breakdownReadFor)
+	defer cancel()
+	var b *Breakdown
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Cap: 20 * time.Second, Steps: 1 << 20},
+		func(ctx context.Context) (bool, error) {
+			b, last = readBreakdown(ctx, c, cd, o)
+			return last == nil, nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("%w (last error: %v)", err, last)
+	}
+	return b, nil
+}
+
 func readBreakdown(ctx context.Context, c client.Client, cd *cdv1beta1.ComputeDomain, o JobOptions) (*Breakdown, error) {
 	cur := &cdv1beta1.ComputeDomain{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(cd), cur); err != nil {

@@ -260,8 +260,10 @@ const breakdownReadFor = 2 * time.Minute
 func readBreakdownRetrying(ctx context.Context, c client.Client, cd *cdv1beta1.ComputeDomain, o JobOptions) (*Breakdown, error) {
 	ctx, cancel := context.WithTimeout(ctx, breakdownReadFor)
 	defer cancel()
-	var b *Breakdown
-	var last error
+	b, last := readBreakdown(ctx, c, cd, o)
+	if last == nil {
+		return b, nil
+	}
 	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Cap: 20 * time.Second, Steps: 1 << 20},
 		func(ctx context.Context) (bool, error) {
 			b, last = readBreakdown(ctx, c, cd, o)

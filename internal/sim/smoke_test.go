@@ -1,11 +1,20 @@
 package sim
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/plot"
+	"cdplane/internal/scheme"
 )
 
 func TestJobResultChart(t *testing.T) {
@@ -46,5 +55,40 @@ func TestJobResultChart(t *testing.T) {
 				t.Errorf("chart (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestReadBreakdownRetries: the timestamps of a job that timed out are read from an apiserver
+// still overloaded by it; a list that fails is retried rather than losing the breakdown, and
+// an interrupt ends the retries with an error that says what failed last.
+func TestReadBreakdownRetries(t *testing.T) {
+	cd := &cdv1beta1.ComputeDomain{ObjectMeta: metav1.ObjectMeta{Name: "job-2", Namespace: "default", UID: "uid-1"}}
+	o := JobOptions{Name: "job-2", Namespace: "default", Nodes: 2}
+	failing := func(fails *int) client.Client {
+		return fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(cd.DeepCopy()).WithInterceptorFuncs(interceptor.Funcs{
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				if *fails > 0 {
+					*fails--
+					return apierrors.NewTimeoutError("the server was unable to return a response in the time allotted", 1)
+				}
+				return c.List(ctx, list, opts...)
+			},
+		}).Build()
+	}
+
+	fails := 2
+	b, err := readBreakdownRetrying(context.Background(), failing(&fails), cd, o)
+	if err != nil || b == nil {
+		t.Fatalf("after two failed lists: breakdown %v, err %v", b, err)
+	}
+	if fails != 0 {
+		t.Errorf("%d failures left unread", fails)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	fails = 1 << 30
+	if _, err := readBreakdownRetrying(ctx, failing(&fails), cd, o); err == nil || !strings.Contains(err.Error(), "unable to return a response") {
+		t.Errorf("interrupted: err %v, want the last error named", err)
 	}
 }

@@ -33,6 +33,7 @@ func watchByName(ctx context.Context, c client.WithWatch, list client.ObjectList
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.FieldSelector = sel.String()
+			anyVersion(&opts)
 			return c.Watch(ctx, list.DeepCopyObject().(client.ObjectList), &client.ListOptions{Namespace: ns, Raw: &opts})
 		},
 	}
@@ -45,6 +46,21 @@ func watchByName(ctx context.Context, c client.WithWatch, list client.ObjectList
 	s := &source{store: store, ctrl: ctrl}
 	go ctrl.RunWithContext(ctx)
 	return s
+}
+
+// anyVersion lets a watch that streams its initial state (client-go's watch-list, on by default)
+// start from whatever the apiserver's watch cache holds rather than at etcd's latest revision.
+// The reflector asks for the latest (resourceVersion "") on its first watch and after its
+// version expired, which costs the apiserver a read of etcd's revision and holds the request,
+// and its seat, until the cache has caught up with it; under a burst of thousands of daemons
+// starting at once, that wait is seconds. A daemon needs no such guarantee: it acts on what its
+// clique says and on every later change, which the watch delivers in order from the version it
+// started at (resourceVersion "0", "not older than any", as a classic informer's first list
+// reads). A resumed watch (a version the reflector saw) is left alone.
+func anyVersion(opts *metav1.ListOptions) {
+	if opts.SendInitialEvents != nil && *opts.SendInitialEvents && opts.ResourceVersion == "" {
+		opts.ResourceVersion = "0"
+	}
 }
 
 func (s *source) get() any {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -142,5 +143,29 @@ func TestMembershipViewReadsTheDomainOnlyWhenTheCliqueCannotCarryTheEntry(t *tes
 	}
 	if m.wantDomain(true) {
 		t.Errorf("cliques off, clique present: the domain is read")
+	}
+}
+
+// TestAnyVersion: a first watch that streams its initial state starts from the watch cache's
+// version, not etcd's latest; a resumed watch and a plain watch keep what the reflector asked.
+func TestAnyVersion(t *testing.T) {
+	yes := true
+	cases := map[string]struct {
+		in   metav1.ListOptions
+		want string
+	}{
+		"first watch-list":   {in: metav1.ListOptions{SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}, want: "0"},
+		"resumed watch-list": {in: metav1.ListOptions{SendInitialEvents: &yes, ResourceVersion: "123", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}, want: "123"},
+		"plain watch":        {in: metav1.ListOptions{}, want: ""},
+		"resumed plain":      {in: metav1.ListOptions{ResourceVersion: "7"}, want: "7"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			opts := tc.in
+			anyVersion(&opts)
+			if opts.ResourceVersion != tc.want {
+				t.Errorf("resourceVersion %q, want %q", opts.ResourceVersion, tc.want)
+			}
+		})
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -135,13 +134,15 @@ type Reconciler struct {
 	tookOver sync.Map
 	// written is what this controller last wrote per domain, read over a cache that lags it.
 	written *written
+	// statusWrites writes the domains' statuses apart from their passes (cliques on).
+	statusWrites *statusWrites
 }
 
 // New returns a reconciler reading from the cache through c, from the apiserver through reader,
 // and writing through c.
 func New(c client.Client, reader client.Reader, opts Options) *Reconciler {
 	opts.Defaults()
-	return &Reconciler{client: c, reader: reader, opts: opts, written: newWritten()}
+	return &Reconciler{client: c, reader: reader, opts: opts, written: newWritten(), statusWrites: newStatusWrites()}
 }
 
 // Reconcile brings one ComputeDomain's objects, membership and status up to date.
@@ -203,23 +204,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	step.done(metrics.ReconcileStepMembership)
 	st := membership.Aggregate(res, cd.Spec.NumNodes, cd.Generation, cd.Status.Conditions)
 	meta.SetStatusCondition(&st.Conditions, created)
-	// The cliques and the status are written at the same time: both follow from the membership
-	// just computed and neither reads the other, and in a burst of joins each takes seconds
-	// (a hundred clique applies; one status of thousands of entries), time every daemon waiting
-	// for its clique would otherwise spend behind the previous pass's status write.
-	var writes errgroup.Group
 	if useCliques {
-		writes.Go(func() error {
-			defer step.since(metrics.ReconcileStepCliques)
-			return r.writeCliques(ctx, cd, ds, res)
-		})
-	}
-	writes.Go(func() error {
-		defer step.since(metrics.ReconcileStepStatus)
-		return r.writeStatus(ctx, cd, st, cachedVersion)
-	})
-	if err := writes.Wait(); err != nil {
-		return ctrl.Result{}, err
+		// The daemons wait for their cliques; the status is written apart from the pass (see
+		// statusWrites), so that the next pass's cliques need not wait for a status apply of
+		// thousands of entries. It starts first, to be written at the same time as the cliques
+		// (neither reads the other), from a copy: the pass goes on with cd.
+		own, statusStep := cd.DeepCopy(), *step
+		if err := r.statusWrites.write(ctx, req.NamespacedName, st, func(ctx context.Context) error {
+			defer statusStep.since(metrics.ReconcileStepStatus)
+			return r.writeStatus(ctx, own, st, cachedVersion)
+		}); err != nil {
+			return ctrl.Result{}, err
+		}
+		err := r.writeCliques(ctx, cd, ds, res)
+		step.since(metrics.ReconcileStepCliques)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+	} else {
+		// status.nodes is the membership the daemons read: written within the pass.
+		err := r.writeStatus(ctx, cd, st, cachedVersion)
+		step.since(metrics.ReconcileStepStatus)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	r.opts.Events.Observe(ctx, cd, res, st)
 	r.observeJoins(cd, res)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 )
@@ -35,9 +36,20 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	if r.hostManaged() {
 		pods = r.pluginPodHandler(mgr.GetCache(), byLabel)
 	}
+	// Domains whose status write ended with a newer status computed meanwhile, or failed, come
+	// back through these (see statusWrites): at once, or with the controller's backoff.
+	r.statusWrites.wire()
+	again := source.Channel(r.statusWrites.again, &handler.TypedEnqueueRequestForObject[*cdv1beta1.ComputeDomain]{})
+	failed := source.Channel(r.statusWrites.failed, handler.TypedFuncs[*cdv1beta1.ComputeDomain, reconcile.Request]{
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*cdv1beta1.ComputeDomain], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.AddRateLimited(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+		},
+	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("computedomain").
 		For(&cdv1beta1.ComputeDomain{}).
+		WatchesRawSource(again).
+		WatchesRawSource(failed).
 		Watches(&corev1.Pod{}, pods).
 		Watches(&cdv1beta1.ComputeDomainClique{}, byLabel).
 		Watches(&appsv1.DaemonSet{}, byLabel).

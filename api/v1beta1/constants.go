@@ -31,6 +31,15 @@ const (
 	ControlPlaneLabel = "resource.nvidia.com/control-plane-id"
 	// GPUCliqueNodeLabel optionally advertises a node's clique.
 	GPUCliqueNodeLabel = "nvidia.com/gpu.clique"
+	// MembershipAnnotation is set on every ComputeDomain by cdplane's controller: where it keeps
+	// the domain's membership, MembershipInCliques or MembershipInStatus. Kubelet plugins, which
+	// watch domains' metadata only, read status.nodes when it says so, and never when it says
+	// cliques; without it (another controller) they fall back to status.nodes after waiting.
+	MembershipAnnotation = "resource.nvidia.com/computeDomain.membership"
+	// MembershipInCliques: in ComputeDomainClique objects (ComputeDomainCliques on).
+	MembershipInCliques = "cliques"
+	// MembershipInStatus: in the domain's status.nodes (ComputeDomainCliques off, or host-managed IMEX).
+	MembershipInStatus = "status"
 )
 
 // Allocation modes of a channel claim.

@@ -137,14 +137,18 @@ type domainView struct {
 // the status is read only once the node has waited statusFallbackAfter, then every quarter of
 // that. At 2,304 simulated nodes in a burst, a status read per waiting node every second (of
 // a domain hundreds of KB large) kept kube-apiserver from answering anything else.
-func (v *domainView) statusReadInterval(cdUID, cliqueID string, clique *cdv1beta1.ComputeDomainClique, now time.Time) (time.Duration, bool) {
-	if !v.cliquesHoldEntries || cliqueID == "" {
+//
+// place is the domain's cdv1beta1.MembershipAnnotation, where cdplane's controller says it keeps
+// the membership: "status" is read as a plane without cliques; "cliques" means the status is
+// never read for a node with a clique; none (another controller) leaves the rules above.
+func (v *domainView) statusReadInterval(cdUID, cliqueID, place string, clique *cdv1beta1.ComputeDomainClique, now time.Time) (time.Duration, bool) {
+	if !v.cliquesHoldEntries || cliqueID == "" || place == cdv1beta1.MembershipInStatus {
 		if clique != nil {
 			return v.recheck, true
 		}
 		return statusReadEvery, true
 	}
-	if clique != nil {
+	if clique != nil || place == cdv1beta1.MembershipInCliques {
 		return 0, false
 	}
 	v.mu.Lock()
@@ -293,7 +297,7 @@ func (v *domainView) waitDaemonReady(ctx context.Context, cdUID, cliqueID, node 
 				v.ready(cdUID)
 				return nil
 			}
-			every, may := v.statusReadInterval(cdUID, cliqueID, clique, time.Now())
+			every, may := v.statusReadInterval(cdUID, cliqueID, meta.Annotations[cdv1beta1.MembershipAnnotation], clique, time.Now())
 			if may && (clique == nil || !listsNode(clique, node)) && time.Since(statusReadAt) >= every {
 				statusReadAt = time.Now()
 				cd := &cdv1beta1.ComputeDomain{}

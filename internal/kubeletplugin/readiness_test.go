@@ -62,13 +62,13 @@ func TestStatusReadInterval(t *testing.T) {
 		clique   *cdv1beta1.ComputeDomainClique
 		want     time.Duration
 	}{{"c.1", nil, statusReadEvery}, {"c.1", clique, 5 * time.Second}, {"", nil, statusReadEvery}} {
-		if every, may := v.statusReadInterval("uid", tc.cliqueID, tc.clique, t0); !may || every != tc.want {
+		if every, may := v.statusReadInterval("uid", tc.cliqueID, "", tc.clique, t0); !may || every != tc.want {
 			t.Errorf("cliques off, clique id %q, clique object %v: every %v may %v; want every %v", tc.cliqueID, tc.clique != nil, every, may, tc.want)
 		}
 	}
 
 	v = newView(true)
-	if every, may := v.statusReadInterval("uid", "", nil, t0); !may || every != statusReadEvery {
+	if every, may := v.statusReadInterval("uid", "", "", nil, t0); !may || every != statusReadEvery {
 		t.Errorf("cliques on, node without fabric: every %v may %v; want every %v (its entry is in status.nodes)", every, may, statusReadEvery)
 	}
 	steps := []struct {
@@ -84,13 +84,24 @@ func TestStatusReadInterval(t *testing.T) {
 		{2*time.Minute + 30*time.Second, nil, true}, // every quarter of the fallback
 	}
 	for _, s := range steps {
-		if _, may := v.statusReadInterval("uid", "c.1", s.clique, t0.Add(s.at)); may != s.may {
+		if _, may := v.statusReadInterval("uid", "c.1", "", s.clique, t0.Add(s.at)); may != s.may {
 			t.Errorf("cliques on, after %v (clique object %v): may read status %v, want %v", s.at, s.clique != nil, may, s.may)
 		}
 	}
 	// Ready: the next wait for the domain starts afresh.
 	v.ready("uid")
-	if _, may := v.statusReadInterval("uid", "c.1", nil, t0.Add(time.Hour)); may {
+	if _, may := v.statusReadInterval("uid", "c.1", "", nil, t0.Add(time.Hour)); may {
 		t.Error("after Ready, a new wait read the status at once")
+	}
+
+	// The controller says where it keeps the membership (MembershipAnnotation): no guessing.
+	v = newView(true)
+	for _, at := range []time.Duration{0, 2 * time.Minute, time.Hour} {
+		if _, may := v.statusReadInterval("uid2", "c.1", cdv1beta1.MembershipInCliques, nil, t0.Add(at)); may {
+			t.Errorf("membership in cliques, no clique object after %v: the status was read", at)
+		}
+	}
+	if every, may := v.statusReadInterval("uid3", "c.1", cdv1beta1.MembershipInStatus, nil, t0); !may || every != statusReadEvery {
+		t.Errorf("membership in status, plugin's gate on: every %v may %v; want every %v at once", every, may, statusReadEvery)
 	}
 }

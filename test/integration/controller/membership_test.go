@@ -249,6 +249,10 @@ func TestGateFlipKeepsDomainsReady(t *testing.T) {
 				daemons = append(daemons, e.startDaemon(cd, e.addNode(cd, fmt.Sprintf("n%d", i)), testClique))
 			}
 			before := e.waitStatus(cd, cdv1beta1.StatusReady, 30*time.Second)
+			place := map[bool]string{true: cdv1beta1.MembershipInCliques, false: cdv1beta1.MembershipInStatus}
+			if got := before.Annotations[cdv1beta1.MembershipAnnotation]; got != place[startWithCliques] {
+				t.Errorf("membership annotation %q, want %q", got, place[startWithCliques])
+			}
 			ds := daemonSetOf(t, e, cd)
 			// Daemons that started before all peers joined have reloaded already: count from here.
 			reloads := map[string]int{}
@@ -272,6 +276,10 @@ func TestGateFlipKeepsDomainsReady(t *testing.T) {
 					return (len(list.Items) == 1) == gate, nil
 				})
 				after := e.getCD(cd)
+				// The kubelet plugins read where the membership is from this annotation.
+				if got := after.Annotations[cdv1beta1.MembershipAnnotation]; got != place[gate] {
+					t.Errorf("gate=%v: membership annotation %q, want %q", gate, got, place[gate])
+				}
 				if after.Status.Status != cdv1beta1.StatusReady {
 					t.Errorf("gate=%v: status %s, want Ready", gate, after.Status.Status)
 				}

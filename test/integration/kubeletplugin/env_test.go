@@ -396,6 +396,15 @@ func createAdmitted(ctx context.Context, c client.Client, obj client.Object) err
 	return err
 }
 
+// annotateMembership sets the domain's membership annotation, as cdplane's controller does.
+func (e *env) annotateMembership(cd *cdv1beta1.ComputeDomain, place string) {
+	e.t.Helper()
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, cdv1beta1.MembershipAnnotation, place)
+	if err := e.c.Patch(e.ctx(), cd, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // setStatusNode writes the node's entry into the domain's status.nodes, as the controller does
 // for domains kept without cliques and for fabric-less nodes.
 func (e *env) setStatusNode(cd *cdv1beta1.ComputeDomain, n *node, index int, status string) {

@@ -18,6 +18,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/testutil"
 )
 
 // TestSingleAndAllInjection prepares a Single and an All channel claim of a Ready domain and
@@ -152,10 +153,15 @@ func TestNotReadyDaemonIsRetryable(t *testing.T) {
 	for name, tc := range map[string]struct {
 		setReady func(e *env, cd *cdv1beta1.ComputeDomain, n *node, status string)
 		opts     func(*kubeletplugin.Options)
+		// place is the domain's membership annotation, as cdplane's controller sets it.
+		place string
 	}{
 		"clique":                    {setReady: toClique},
 		"status.nodes, cliques off": {setReady: toStatus, opts: func(o *kubeletplugin.Options) { o.Gates = cliquesOff }},
 		"status.nodes, fallback":    {setReady: toStatus, opts: func(o *kubeletplugin.Options) { o.StatusFallbackAfter = 2 * time.Second }},
+		// The controller says status: read at once, not after the fallback's 2 minutes (the
+		// wait below is 1 minute).
+		"status.nodes, annotated": {setReady: toStatus, place: cdv1beta1.MembershipInStatus},
 	} {
 		setReady := tc.setReady
 		t.Run(name, func(t *testing.T) {
@@ -164,6 +170,9 @@ func TestNotReadyDaemonIsRetryable(t *testing.T) {
 			n := e.addNode(4)
 			n.startWith(4, testr.NewWithOptions(t, testr.Options{Verbosity: 1}), tc.opts)
 			cd := e.createCD(e.ns, "notready")
+			if tc.place != "" {
+				e.annotateMembership(cd, tc.place)
+			}
 			setReady(e, cd, n, cdv1beta1.StatusNotReady)
 			claim := e.channelClaim(e.ns, "wait", n, cd, "")
 
@@ -205,6 +214,40 @@ func TestNotReadyDaemonIsRetryable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMembershipInCliquesNeverReadsStatus: where the controller says it keeps the membership in
+// cliques, a node with a clique waits for its clique object and never falls back to the domain's
+// status.nodes, even past the fallback time; its clique then answers.
+func TestMembershipInCliquesNeverReadsStatus(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := e.addNode(7)
+	n.startWith(4, testr.New(t), func(o *kubeletplugin.Options) {
+		o.StatusFallbackAfter = time.Second
+		o.ReadyWaitTimeout = 3 * time.Second
+	})
+	// Created annotated: the plugin's cache never holds it without the annotation.
+	cd := testutil.MakeComputeDomain("incliques").Namespace(e.ns).NumNodes(1).Obj()
+	cd.Annotations = map[string]string{cdv1beta1.MembershipAnnotation: cdv1beta1.MembershipInCliques}
+	if err := createAdmitted(e.ctx(), e.c, cd); err != nil {
+		t.Fatal(err)
+	}
+	e.setStatusNode(cd, n, 0, cdv1beta1.StatusReady) // would answer, were it read
+	claim := e.channelClaim(e.ns, "incliques", n, cd, "")
+	// Two calls, as the kubelet retries: the second begins past the fallback time (the wait is
+	// counted across calls) and would read the status at once.
+	for i := range 2 {
+		got, took := n.prepare(claim)
+		if !strings.Contains(got.Error, "retryable error") || len(got.Devices) != 0 {
+			t.Fatalf("prepare call %d after %s: error %q devices %v; want a retryable error (the status is not read)", i+1, took, got.Error, got.Devices)
+		}
+	}
+	e.setClique(cd, n, cdv1beta1.StatusReady)
+	e.eventually(time.Minute, "prepare succeeds once the clique lists the node Ready", func() (bool, error) {
+		resp, _ := n.prepare(claim)
+		return resp.Error == "", errors.New(resp.Error)
+	})
 }
 
 // TestNoFabricInjectsNothing: on a node without NVLink fabric the claim is prepared once the

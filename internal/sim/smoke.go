@@ -276,17 +276,22 @@ func readBreakdownRetrying(ctx context.Context, c client.Client, cd *cdv1beta1.C
 }
 
 func readBreakdown(ctx context.Context, c client.Client, cd *cdv1beta1.ComputeDomain, o JobOptions) (*Breakdown, error) {
+	// From the apiserver's watch cache (resourceVersion 0): a consistent list waits for that
+	// cache to catch up with etcd, and after a 2,304-node job that timed out the apiserver was
+	// too far behind for a list of the job's pods to finish in two minutes. Timestamps a moment
+	// old change nothing here.
 	cur := &cdv1beta1.ComputeDomain{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(cd), cur); err != nil {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cd), cur, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}}); err != nil {
 		return nil, err
 	}
+	anyVersion := &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}
 	workloads := &corev1.PodList{}
-	if err := c.List(ctx, workloads, client.InNamespace(o.Namespace), client.MatchingLabels{"job-name": o.Name}); err != nil {
+	if err := c.List(ctx, workloads, client.InNamespace(o.Namespace), client.MatchingLabels{"job-name": o.Name}, anyVersion); err != nil {
 		return nil, err
 	}
 	// The daemon pods carry the domain's UID, in the plane's driver namespace.
 	labelled := &corev1.PodList{}
-	if err := c.List(ctx, labelled, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cur.UID)}); err != nil {
+	if err := c.List(ctx, labelled, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cur.UID)}, anyVersion); err != nil {
 		return nil, err
 	}
 	daemons := slices.DeleteFunc(labelled.Items, func(p corev1.Pod) bool { return p.Namespace == o.Namespace && p.Labels["job-name"] == o.Name })

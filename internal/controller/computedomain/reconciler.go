@@ -187,7 +187,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		log.V(1).Info("Added finalizer", "computeDomain", klog.KObj(cd))
 	}
-	if err := r.markMembership(ctx, cd, useCliques); err != nil {
+	if ok, err := r.markMembership(ctx, cd, useCliques); !ok || err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -263,17 +263,23 @@ func membershipPlace(useCliques bool) string {
 // ComputeDomainCliques gate). The kubelet plugins watch domains' metadata and read it: with it
 // they read status.nodes only where the entries are, instead of guessing from a missing clique
 // after minutes of waiting (at 2,304 nodes, thousands of reads of a status hundreds of KB large).
-func (r *Reconciler) markMembership(ctx context.Context, cd *cdv1beta1.ComputeDomain, useCliques bool) error {
+// It reports false when the domain, read from the server, is not this plane's: the pass ends.
+func (r *Reconciler) markMembership(ctx context.Context, cd *cdv1beta1.ComputeDomain, useCliques bool) (bool, error) {
 	want := membershipPlace(useCliques)
 	if cd.Annotations[cdv1beta1.MembershipAnnotation] == want {
-		return nil
+		return true, nil
+	}
+	// Checked against the server first, as before every write to a domain: the cache may still
+	// show a domain that has moved to another plane.
+	if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
+		return false, err
 	}
 	orig := cd.DeepCopy()
 	metav1.SetMetaDataAnnotation(&cd.ObjectMeta, cdv1beta1.MembershipAnnotation, want)
 	if err := r.client.Patch(ctx, cd, client.MergeFrom(orig)); err != nil {
-		return fmt.Errorf("annotating where membership is kept: %w", err)
+		return false, fmt.Errorf("annotating where membership is kept: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // computeMembership reads the domain's daemon pods, labelled nodes, allocated channel claims and

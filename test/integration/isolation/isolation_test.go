@@ -21,6 +21,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller"
 	"cdplane/internal/controller/computedomain"
+	"cdplane/internal/features"
 	"cdplane/internal/metrics"
 	"cdplane/internal/plane"
 	"cdplane/internal/testutil"
@@ -155,6 +156,9 @@ func TestPlanesAreIsolated(t *testing.T) {
 type staleCache struct {
 	client.Client
 	claim string
+	// finalized: the old copy already had the finalizer (and the membership annotation), so
+	// the pass goes past the finalizer to the domain's other writes.
+	finalized bool
 }
 
 func (s staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -169,7 +173,10 @@ func (s staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Ob
 	obj.SetLabels(l)
 	if cd, ok := obj.(*cdv1beta1.ComputeDomain); ok && cd.DeletionTimestamp == nil {
 		// An old copy: no finalizer, no status yet, so the reconciler wants to write both.
-		cd.Finalizers, cd.Status = nil, cdv1beta1.ComputeDomainStatus{}
+		if !s.finalized {
+			cd.Finalizers = nil
+		}
+		cd.Status = cdv1beta1.ComputeDomainStatus{}
 	}
 	return nil
 }
@@ -208,6 +215,17 @@ func TestStaleCacheMakesNoForeignWrites(t *testing.T) {
 	if _, err := r.Reconcile(context.Background(), req); err != nil {
 		t.Fatalf("reconcile: %v", err)
 	}
+	// With its gate off and a copy that has the finalizer, plane-b's pass would re-annotate
+	// where the membership is kept.
+	gatesOff := features.NewGates()
+	if err := gatesOff.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): false}); err != nil {
+		t.Fatal(err)
+	}
+	rOff := computedomain.New(staleCache{Client: testCluster.Client, claim: "plane-b", finalized: true}, testCluster.Client,
+		computedomain.Options{DriverNamespace: a.driverNS, DaemonImage: "x", ControlPlaneID: "plane-b", Gates: gatesOff})
+	if _, err := rOff.Reconcile(context.Background(), req); err != nil {
+		t.Fatalf("reconcile with the gate off: %v", err)
+	}
 	// And once more with the domain being deleted, which would delete the DaemonSet and clique.
 	cur := &cdv1beta1.ComputeDomain{}
 	if err := testCluster.Client.Get(context.Background(), client.ObjectKeyFromObject(cdA), cur); err != nil {
@@ -231,8 +249,10 @@ func TestStaleCacheMakesNoForeignWrites(t *testing.T) {
 	}
 	gotCD := &cdv1beta1.ComputeDomain{}
 	if err := testCluster.Client.Get(context.Background(), client.ObjectKeyFromObject(cdA), gotCD); err != nil || len(gotCD.Finalizers) != 1 ||
-		!equality.Semantic.DeepEqual(gotCD.Status, cdBefore.Status) {
-		t.Errorf("plane-a's domain was written by plane-b: finalizers=%v status %+v -> %+v err=%v", gotCD.Finalizers, cdBefore.Status, gotCD.Status, err)
+		!equality.Semantic.DeepEqual(gotCD.Status, cdBefore.Status) ||
+		gotCD.Annotations[cdv1beta1.MembershipAnnotation] != cdBefore.Annotations[cdv1beta1.MembershipAnnotation] {
+		t.Errorf("plane-a's domain was written by plane-b: finalizers=%v status %+v -> %+v annotations %v -> %v err=%v",
+			gotCD.Finalizers, cdBefore.Status, gotCD.Status, cdBefore.Annotations, gotCD.Annotations, err)
 	}
 	if d := promtest.ToFloat64(metrics.ForeignRefusals.WithLabelValues("plane-b", "ComputeDomain")) - refusalsBefore; d < 1 {
 		t.Errorf("no refusal counted (delta %v)", d)

@@ -95,10 +95,3 @@ func (s *statusWrites) write(ctx context.Context, key types.NamespacedName, st c
 	}()
 	return nil
 }
-
-// busy reports whether a status write runs for key.
-func (s *statusWrites) busy(key types.NamespacedName) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.running[key] != nil
-}

@@ -124,3 +124,10 @@ func TestStatusWrites(t *testing.T) {
 		}
 	})
 }
+
+// busy reports whether a status write runs for key.
+func (s *statusWrites) busy(key types.NamespacedName) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running[key] != nil
+}

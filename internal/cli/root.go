@@ -8,6 +8,7 @@ import (
 	"io"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -17,7 +18,13 @@ import (
 	"cdplane/internal/version"
 )
 
-// Main runs the command line and returns the exit code.
+// quietRuntimeLogs silences controller-runtime's logs once per process. The CLI runs
+// controllers and clients in-process for benchmarks; their logs are not its output. Only once:
+// controller-runtime's SetLogger is not safe to call from two goroutines (it reads its
+// promise unlocked), and tests run commands from parallel tests.
+var quietRuntimeLogs sync.Once
+
+// Main runs the command line and returns the exit code. It may run on several goroutines at once.
 func Main(args []string, stdout, stderr io.Writer) int {
 	root := &cobra.Command{
 		Use:           "cdplane",
@@ -27,8 +34,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		Version:       version.Version,
 	}
 	root.SetVersionTemplate(version.String("cdplane") + "\n")
-	// The CLI runs controllers and clients in-process for benchmarks; their logs are not its output.
-	ctrl.SetLogger(logr.Discard())
+	quietRuntimeLogs.Do(func() { ctrl.SetLogger(logr.Discard()) })
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -2,9 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"cdplane/internal/plane"
@@ -124,4 +127,24 @@ func TestBenchAndSimValidation(t *testing.T) {
 		"sim down: nothing there": {args: []string{"sim", "down", "--state-dir", "{missing}"}, stdout: "No simulated cluster in"},
 		"sim job: nothing there":  {args: []string{"sim", "job", "--state-dir", "{dir}"}, code: 1, stderr: "no simulated cluster in"},
 	})
+}
+
+// TestMainConcurrently: two commands started at once, as the first of a process (parallel
+// integration tests run the CLI this way), share no state unsynchronised. The tests run under
+// the race detector, which fails the child process otherwise; it runs in a child so that no
+// earlier command of this process has already made the first calls.
+func TestMainConcurrently(t *testing.T) {
+	if os.Getenv("CDPLANE_TEST_CONCURRENT_MAIN") == "1" {
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() { Main([]string{"--version"}, io.Discard, io.Discard) })
+		}
+		wg.Wait()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMainConcurrently$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "CDPLANE_TEST_CONCURRENT_MAIN=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("two commands at once: %v\n%s", err, out)
+	}
 }

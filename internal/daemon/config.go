@@ -7,6 +7,7 @@ package daemon
 import (
 	"fmt"
 	"path/filepath"
+	"time"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/daemonenv"
@@ -34,9 +35,14 @@ type Config struct {
 	DNSNames bool
 	// Cliques says the controller keeps membership in clique objects (ComputeDomainCliques):
 	// the daemon then waits for its clique and reads the domain's status.nodes only when its
-	// clique went after it had seen it (the gate was turned off) or never came within
-	// CliqueWait. Off, it reads the domain's status whenever its clique does not exist.
+	// clique went after it had seen it (the gate was turned off), or when it did not come within
+	// CliqueWait and the domain does not say its membership is in cliques. Off, it reads the
+	// domain's status whenever its clique does not exist.
 	Cliques bool
+	// CliqueWait is how long, with Cliques, the daemon waits for its clique before it reads
+	// where the domain's controller keeps its membership (and then again as often while that
+	// is in cliques); zero: the package's CliqueWait. Tests shorten it.
+	CliqueWait time.Duration
 	// ConfigDir holds the IMEX config files (imexd.cfg, nodes.cfg).
 	ConfigDir string
 	// HostsPath is the hosts file peer names resolve through.
@@ -108,4 +114,12 @@ func useDNSNames(gate bool, driverVersion string) (bool, string, error) {
 			imex.HostnamesMinDriverVersion, driverVersion)
 	}
 	return true, "", nil
+}
+
+// cliqueWait is CliqueWait unless the config sets its own.
+func (c Config) cliqueWait() time.Duration {
+	if c.CliqueWait > 0 {
+		return c.CliqueWait
+	}
+	return CliqueWait
 }

@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"sort"
+	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -74,9 +76,10 @@ func (s *source) get() any {
 // membershipView reads the daemon's peers from its clique when it exists, otherwise from its
 // domain's status.nodes (the entries of its clique), so the daemon follows a controller with
 // the ComputeDomainCliques gate either way. The domain is watched only while the clique does not
-// exist, and with the gate on only once the clique went or did not come (wantDomain): a domain's
-// status changes with every node of every clique, and thousands of daemons need not receive it
-// when their clique carries what they need.
+// exist, and with the gate on only once the clique went or did not come and the domain does not
+// say its membership is in cliques (wantDomain): a domain's status changes with every node of
+// every clique, and thousands of daemons need not receive it when their clique carries what
+// they need.
 type membershipView struct {
 	ctx    context.Context
 	c      client.WithWatch
@@ -88,16 +91,23 @@ type membershipView struct {
 	stopDomain context.CancelFunc
 
 	// seenClique is set once the clique existed; started is when the view began, now the clock
-	// (time.Now unless a test sets it), and waited fires notify once CliqueWait has passed.
+	// (time.Now unless a test sets it).
 	seenClique bool
 	started    time.Time
 	now        func() time.Time
-	waited     *time.Timer
+	// place follows where the domain's controller keeps its membership once CliqueWait has
+	// passed without the clique (nil with Config.Cliques off).
+	place *placeFollower
 }
 
-// CliqueWait is how long a daemon with Config.Cliques waits for its clique before it also reads
-// the domain's status (a controller whose gate is off while this daemon's is on).
+// CliqueWait is how long a daemon with Config.Cliques waits for its clique before it looks where
+// the domain's controller keeps its membership, and reads the domain's status unless that is
+// in cliques (a controller whose gate is off while this daemon's is on, or NVIDIA's, which does
+// not say); while the domain says cliques it looks again every CliqueWait.
 const CliqueWait = 2 * time.Minute
+
+// placeRetry is how soon a failed read of the domain's membership annotation is tried again.
+const placeRetry = 15 * time.Second
 
 func newMembershipView(ctx context.Context, c client.WithWatch, cfg Config, notify func()) *membershipView {
 	m := &membershipView{
@@ -106,22 +116,120 @@ func newMembershipView(ctx context.Context, c client.WithWatch, cfg Config, noti
 			cfg.PodNamespace, cfg.CliqueObjectName(), notify),
 	}
 	if cfg.Cliques {
-		m.waited = time.AfterFunc(CliqueWait, notify)
+		m.place = followPlace(ctx, cfg.cliqueWait(), placeRetry, func(ctx context.Context) (string, error) {
+			return membershipPlace(ctx, c, cfg.CDNamespace, cfg.CDName)
+		}, notify)
 	}
 	return m
 }
 
 // wantDomain says whether the domain's status is to be read: never while the clique exists;
-// without it, at once when the controller does not keep cliques (Config.Cliques off), else only
-// when the clique went after it had been seen or did not come within CliqueWait. Thousands of
-// daemons starting together before the controller wrote their cliques would otherwise each
-// receive the domain's whole status on every change until it did.
+// without it, at once when the controller does not keep cliques (Config.Cliques off) or when
+// the clique went after it had been seen (the gate was turned off under this daemon); else
+// only once the clique wait (Config.CliqueWait) has passed and the domain was read not to say its membership is in
+// cliques. Thousands of daemons starting together before the controller wrote their cliques
+// would otherwise each receive the domain's whole status on every change until it did: at
+// 20,016 nodes in a burst, daemons still waiting after 2 minutes watched a domain of 20,016
+// entries, and every status write went to each of them.
 func (m *membershipView) wantDomain(hasClique bool) bool {
 	if hasClique {
 		m.seenClique = true
+		m.place.stop() // the clique carries the membership; no more reads of the domain
 		return false
 	}
-	return !m.cfg.Cliques || m.seenClique || m.now().Sub(m.started) >= CliqueWait
+	if !m.cfg.Cliques || m.seenClique {
+		return true
+	}
+	if m.now().Sub(m.started) < m.cfg.cliqueWait() {
+		return false
+	}
+	place, known := m.place.get()
+	return known && place != cdv1beta1.MembershipInCliques
+}
+
+// membershipPlace reads the domain's MembershipAnnotation, its metadata only and from the
+// apiserver's watch cache: "" when the domain has none (NVIDIA's controller) or does not exist.
+func membershipPlace(ctx context.Context, c client.Client, ns, name string) (string, error) {
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, meta, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return meta.GetAnnotations()[cdv1beta1.MembershipAnnotation], nil
+}
+
+// placeFollower reads, off the daemon's loop, where the domain's controller keeps its
+// membership: first after wait, then again after wait while it says cliques, or after retry
+// when a read failed; it stops once the place is another (the domain is watched from
+// then on) or stop is called. Each read that completes calls notify.
+type placeFollower struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	place string
+	known bool
+}
+
+func followPlace(ctx context.Context, wait, retry time.Duration, read func(context.Context) (string, error), notify func()) *placeFollower {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &placeFollower{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, wait)
+			place, err := read(rctx)
+			rcancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				f.mu.Lock()
+				f.place, f.known = place, true
+				f.mu.Unlock()
+				notify()
+				if place != cdv1beta1.MembershipInCliques {
+					return
+				}
+			}
+			next := wait
+			if err != nil {
+				next = retry
+			}
+			timer.Reset(next)
+		}
+	}()
+	return f
+}
+
+// get returns the place last read, and whether one was (never on a nil follower).
+func (f *placeFollower) get() (string, bool) {
+	if f == nil {
+		return "", false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.place, f.known
+}
+
+// stop ends the reads and waits for the one in flight (cancelled); nothing on a nil follower.
+func (f *placeFollower) stop() {
+	if f == nil {
+		return
+	}
+	f.cancel()
+	<-f.done
 }
 
 // update starts or stops the domain watch as the clique comes and goes, and reports whether the
@@ -146,9 +254,7 @@ func (m *membershipView) update() bool {
 }
 
 func (m *membershipView) close() {
-	if m.waited != nil {
-		m.waited.Stop()
-	}
+	m.place.stop()
 	if m.stopDomain != nil {
 		m.stopDomain()
 	}

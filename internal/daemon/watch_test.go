@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -103,32 +105,57 @@ func TestMembershipViewPeers(t *testing.T) {
 
 // TestMembershipViewReadsTheDomainOnlyWhenTheCliqueCannotCarryTheEntry: with the controller
 // keeping cliques (Config.Cliques) a daemon does not read the domain's status while it waits
-// for its clique, does once the clique it saw went (the gate was turned off) or when the clique
-// did not come within CliqueWait; without cliques it reads the domain whenever the clique is
-// absent. Never while the clique exists.
+// for its clique; it does once the clique it saw went (the gate was turned off), or when the
+// clique did not come within CliqueWait and the domain, once read, does not say its membership
+// is in cliques (its controller's gate is off, or it is NVIDIA's, which does not say). Without
+// cliques it reads the domain whenever the clique is absent. Never while the clique exists.
 func TestMembershipViewReadsTheDomainOnlyWhenTheCliqueCannotCarryTheEntry(t *testing.T) {
 	start := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	view := func(cliques bool) (*membershipView, *time.Time) {
+	view := func(cliques bool, place *placeFollower) (*membershipView, *time.Time) {
 		now := start
-		return &membershipView{cfg: Config{Cliques: cliques}, started: start, now: func() time.Time { return now }}, &now
+		return &membershipView{cfg: Config{Cliques: cliques}, started: start, now: func() time.Time { return now }, place: place}, &now
 	}
 
-	m, now := view(true)
-	if m.wantDomain(false) {
-		t.Errorf("cliques on, no clique yet: the domain is read")
+	for name, tc := range map[string]struct {
+		place *placeFollower
+		want  bool
+	}{
+		"not read yet":           {place: &placeFollower{}, want: false},
+		"read: in cliques":       {place: readPlace(cdv1beta1.MembershipInCliques), want: false},
+		"read: in status":        {place: readPlace(cdv1beta1.MembershipInStatus), want: true},
+		"read: no annotation":    {place: readPlace(""), want: true},
+		"read: an unknown place": {place: readPlace("elsewhere"), want: true},
+	} {
+		m, now := view(true, tc.place)
+		if m.wantDomain(false) {
+			t.Errorf("%s: cliques on, no clique yet: the domain is read", name)
+		}
+		*now = start.Add(CliqueWait - time.Second)
+		if m.wantDomain(false) {
+			t.Errorf("%s: cliques on, no clique %v after the start: the domain is read", name, CliqueWait-time.Second)
+		}
+		*now = start.Add(CliqueWait)
+		if got := m.wantDomain(false); got != tc.want {
+			t.Errorf("%s: cliques on, no clique after %v: domain read %v, want %v", name, CliqueWait, got, tc.want)
+		}
 	}
-	*now = start.Add(CliqueWait - time.Second)
-	if m.wantDomain(false) {
-		t.Errorf("cliques on, no clique %v after the start: the domain is read", CliqueWait-time.Second)
-	}
-	*now = start.Add(CliqueWait)
+
+	m, now := view(true, readPlace(cdv1beta1.MembershipInStatus))
+	m.cfg.CliqueWait = time.Second
+	*now = start.Add(time.Second)
 	if !m.wantDomain(false) {
-		t.Errorf("cliques on, no clique after %v: the domain is not read", CliqueWait)
+		t.Errorf("Config.CliqueWait 1s, no clique after 1s, membership in status: the domain is not read")
 	}
 
-	m, _ = view(true)
+	place := readPlace(cdv1beta1.MembershipInCliques)
+	m, _ = view(true, place)
 	if m.wantDomain(true) {
 		t.Errorf("cliques on, clique present: the domain is read")
+	}
+	select {
+	case <-place.done:
+	default:
+		t.Errorf("cliques on, clique present: the reads of the domain's membership place go on")
 	}
 	if !m.wantDomain(false) {
 		t.Errorf("cliques on, the clique seen went: the domain is not read")
@@ -137,7 +164,7 @@ func TestMembershipViewReadsTheDomainOnlyWhenTheCliqueCannotCarryTheEntry(t *tes
 		t.Errorf("cliques on, the clique is back: the domain is still read")
 	}
 
-	m, _ = view(false)
+	m, _ = view(false, nil)
 	if !m.wantDomain(false) {
 		t.Errorf("cliques off, no clique: the domain is not read")
 	}
@@ -146,26 +173,70 @@ func TestMembershipViewReadsTheDomainOnlyWhenTheCliqueCannotCarryTheEntry(t *tes
 	}
 }
 
-// TestAnyVersion: a first watch that streams its initial state starts from the watch cache's
-// version, not etcd's latest; a resumed watch and a plain watch keep what the reflector asked.
-func TestAnyVersion(t *testing.T) {
-	yes := true
-	cases := map[string]struct {
-		in   metav1.ListOptions
-		want string
-	}{
-		"first watch-list":   {in: metav1.ListOptions{SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}, want: "0"},
-		"resumed watch-list": {in: metav1.ListOptions{SendInitialEvents: &yes, ResourceVersion: "123", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}, want: "123"},
-		"plain watch":        {in: metav1.ListOptions{}, want: ""},
-		"resumed plain":      {in: metav1.ListOptions{ResourceVersion: "7"}, want: "7"},
+// readPlace is a follower that has read place and stopped reading.
+func readPlace(place string) *placeFollower {
+	done := make(chan struct{})
+	var once sync.Once
+	return &placeFollower{cancel: func() { once.Do(func() { close(done) }) }, done: done, place: place, known: true}
+}
+
+// TestFollowPlace: the domain's membership place is read first after the wait, again after the
+// wait while it is in cliques and after the retry when a read failed (a failure is not a
+// place), and no more once it is elsewhere; every completed read notifies. Stopped, it reads
+// no more.
+func TestFollowPlace(t *testing.T) {
+	type answer struct {
+		place string
+		err   error
 	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			opts := tc.in
-			anyVersion(&opts)
-			if opts.ResourceVersion != tc.want {
-				t.Errorf("resourceVersion %q, want %q", opts.ResourceVersion, tc.want)
-			}
-		})
+	answers := []answer{{err: errors.New("429")}, {place: cdv1beta1.MembershipInCliques}, {place: cdv1beta1.MembershipInCliques}, {place: cdv1beta1.MembershipInStatus}}
+	var mu sync.Mutex
+	var reads, notified int
+	f := followPlace(t.Context(), 5*time.Millisecond, time.Millisecond, func(context.Context) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reads++
+		if reads > len(answers) {
+			t.Errorf("read %d: after the place was status", reads)
+			return cdv1beta1.MembershipInStatus, nil
+		}
+		return answers[reads-1].place, answers[reads-1].err
+	}, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		notified++
+	})
+	select {
+	case <-f.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the follower did not end after the place was status")
+	}
+	mu.Lock()
+	if reads != 4 || notified != 3 {
+		t.Errorf("%d reads, %d notifications; want 4 reads (one failed) and 3 notifications", reads, notified)
+	}
+	mu.Unlock()
+	if p, known := f.get(); !known || p != cdv1beta1.MembershipInStatus {
+		t.Errorf("place %q (known %v), want %q", p, known, cdv1beta1.MembershipInStatus)
+	}
+
+	// Stopped while the place is in cliques: stop returns once no read runs or will.
+	readsSoFar := make(chan int)
+	var n int
+	f = followPlace(t.Context(), time.Millisecond, time.Millisecond, func(ctx context.Context) (string, error) {
+		n++
+		select {
+		case readsSoFar <- n:
+		case <-ctx.Done():
+		}
+		return cdv1beta1.MembershipInCliques, nil
+	}, func() {})
+	for <-readsSoFar < 3 {
+	}
+	f.stop()
+	select {
+	case <-f.done: // the reader has returned: no read can follow
+	default:
+		t.Fatal("stop returned with the reader running")
 	}
 }

@@ -182,9 +182,11 @@ type node struct {
 	clique string
 	// cliques is the daemon's ComputeDomainCliques gate (the manager's when it started).
 	cliques bool
-	pod     *corev1.Pod
-	ip      string
-	dir     string
+	// cliqueWait is the daemon's Config.CliqueWait (zero: the default).
+	cliqueWait time.Duration
+	pod        *corev1.Pod
+	ip         string
+	dir        string
 	// fabricError is what the kubelet plugin would tell the daemon of a failed fabric.
 	fabricError string
 	imex        imex.Interface
@@ -393,7 +395,7 @@ func (n *node) config() daemon.Config {
 	c := daemon.Config{
 		NodeName: n.name, PodIP: n.ip, PodName: n.pod.Name, PodNamespace: n.pod.Namespace, PodUID: string(n.pod.UID),
 		CliqueID: n.clique, CDUID: string(n.cd.UID), CDName: n.cd.Name, CDNamespace: n.cd.Namespace,
-		MaxNodes: 18, DNSNames: true, Cliques: n.cliques, ConfigDir: n.dir, HostsPath: filepath.Join(n.dir, "hosts"),
+		MaxNodes: 18, DNSNames: true, Cliques: n.cliques, CliqueWait: n.cliqueWait, ConfigDir: n.dir, HostsPath: filepath.Join(n.dir, "hosts"),
 		FabricError: n.fabricError,
 	}
 	return c

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -309,4 +310,58 @@ func daemonSetOf(t *testing.T, e *env, cd *cdv1beta1.ComputeDomain) *appsv1.Daem
 		t.Fatal(err)
 	}
 	return ds
+}
+
+// TestDaemonFollowsWhereTheDomainKeepsItsMembership: a daemon with ComputeDomainCliques whose
+// clique does not come looks, each time its clique wait passes, where the domain's controller
+// keeps the membership (the domain's annotation, its metadata read alone): while that says
+// cliques it never reads the domain itself, however long it waits (at 20,016 nodes in a burst,
+// daemons that had waited 2 minutes watched the whole domain and received every status write);
+// once a controller with the gate off says status, it reads its entry there and the domain
+// becomes Ready.
+func TestDaemonFollowsWhereTheDomainKeepsItsMembership(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	cd := e.createCD("place", 1)
+	e.eventually(time.Minute, "the membership annotation says cliques, and the DaemonSet", func() (bool, error) {
+		ds := &appsv1.DaemonSet{}
+		err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.driverNS, Name: "computedomain-daemon-" + string(cd.UID)}, ds)
+		return e.getCD(cd).Annotations[cdv1beta1.MembershipAnnotation] == cdv1beta1.MembershipInCliques && err == nil, client.IgnoreNotFound(err)
+	})
+	e.stopMgr() // no controller: the clique does not come
+	d, err := e.tryStartDaemonWith(cd, e.addNode(cd, "n0"), testClique, func(n *node) {
+		n.cliques, n.cliqueWait = true, 300*time.Millisecond
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	domainPath := "/apis/resource.nvidia.com/v1beta1/namespaces/" + cd.Namespace + "/computedomains"
+	placeReads := func() (n int) {
+		for _, r := range d.writes.readList() {
+			if strings.HasPrefix(r, domainPath+"/"+cd.Name+"?") {
+				n++
+			}
+		}
+		return n
+	}
+	domainReads := func() (reads []string) {
+		for _, r := range d.writes.readList() {
+			if strings.HasPrefix(r, domainPath+"?") {
+				reads = append(reads, r)
+			}
+		}
+		return reads
+	}
+	e.eventually(time.Minute, "the daemon looked where the membership is three times", func() (bool, error) {
+		return placeReads() >= 3, nil
+	})
+	if r := domainReads(); len(r) > 0 {
+		t.Errorf("the domain says its membership is in cliques, yet the daemon read the domain: %q", r)
+	}
+
+	e.startManager(false)
+	e.waitStatus(cd, cdv1beta1.StatusReady, time.Minute)
+	if len(domainReads()) == 0 {
+		t.Errorf("the domain became Ready without the daemon reading it")
+	}
 }

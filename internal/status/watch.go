@@ -61,6 +61,11 @@ func Watch(ctx context.Context, w io.Writer, opts WatchOptions, draw func(ctx co
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			// A tick that was already due when ctx ended may win the select: no draw after
+			// an interrupt.
+			if ctx.Err() != nil {
+				return nil
+			}
 		}
 	}
 }

@@ -23,7 +23,7 @@ import (
 func (r *Reconciler) allocatedNodes(ctx context.Context, cd *cdv1beta1.ComputeDomain) (sets.Set[string], error) {
 	list := &resourcev1.ResourceClaimList{}
 	if err := r.client.List(ctx, list, client.InNamespace(cd.Namespace),
-		client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}); err != nil {
+		client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing channel claims: %w", err)
 	}
 	nodes := sets.New[string]()

@@ -28,11 +28,12 @@ const listCliquesAbove = 4
 
 // listCliques returns the domain's cliques as this controller knows them: from the cache, each
 // replaced by this controller's last write of it while the cache has not seen that write yet
-// (written.go).
+// (written.go). They are the cache's own objects, not copies (shallow copies of them): callers
+// only read them.
 func (r *Reconciler) listCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain) ([]cdv1beta1.ComputeDomainClique, error) {
 	list := &cdv1beta1.ComputeDomainCliqueList{}
 	if err := r.client.List(ctx, list, client.InNamespace(r.opts.DriverNamespace),
-		client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}); err != nil {
+		client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing cliques: %w", err)
 	}
 	return r.written.cliques(cd, list.Items), nil

@@ -45,7 +45,7 @@ func (r *Reconciler) hostMembershipPods(ctx context.Context, nodes []metav1.Part
 		cliques[n.Name] = n.Labels[NodeCliqueLabel]
 	}
 	pods := &corev1.PodList{}
-	if err := r.client.List(ctx, pods, client.InNamespace(r.opts.DriverNamespace), client.MatchingLabels(PluginPodLabels())); err != nil {
+	if err := r.client.List(ctx, pods, client.InNamespace(r.opts.DriverNamespace), client.MatchingLabels(PluginPodLabels()), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing kubelet-plugin pods: %w", err)
 	}
 	dsName := plane.Name(r.opts.ControlPlaneID, PluginComponent)

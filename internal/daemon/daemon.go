@@ -60,7 +60,7 @@ func Serve(ctx context.Context, cfg Config, deps Deps) error {
 		// neither waits for the other, and on a loaded apiserver each takes seconds (at 2,304
 		// daemons in a burst, about 5 s at the median between the label and the open watch
 		// when they went one after the other).
-		view = newMembershipView(wctx, deps.Client, cfg, signal)
+		view = newMembershipView(wctx, deps.Client, cfg, signal, deps.Log)
 		defer view.close()
 	}
 	if err := LabelPod(ctx, deps.Client, cfg); err != nil {

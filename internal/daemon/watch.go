@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -109,7 +111,7 @@ const CliqueWait = 2 * time.Minute
 // placeRetry is how soon a failed read of the domain's membership annotation is tried again.
 const placeRetry = 15 * time.Second
 
-func newMembershipView(ctx context.Context, c client.WithWatch, cfg Config, notify func()) *membershipView {
+func newMembershipView(ctx context.Context, c client.WithWatch, cfg Config, notify func(), log logr.Logger) *membershipView {
 	m := &membershipView{
 		ctx: ctx, c: c, cfg: cfg, notify: notify, started: time.Now(), now: time.Now,
 		clique: watchByName(ctx, c, &cdv1beta1.ComputeDomainCliqueList{}, &cdv1beta1.ComputeDomainClique{},
@@ -117,7 +119,11 @@ func newMembershipView(ctx context.Context, c client.WithWatch, cfg Config, noti
 	}
 	if cfg.Cliques {
 		m.place = followPlace(ctx, cfg.cliqueWait(), placeRetry, func(ctx context.Context) (string, error) {
-			return membershipPlace(ctx, c, cfg.CDNamespace, cfg.CDName)
+			place, err := membershipPlace(ctx, c, cfg.CDNamespace, cfg.CDName)
+			if err != nil && ctx.Err() == nil {
+				log.Error(err, "Reading where the domain keeps its membership; trying again", "after", placeRetry)
+			}
+			return place, err
 		}, notify)
 	}
 	return m
@@ -126,8 +132,8 @@ func newMembershipView(ctx context.Context, c client.WithWatch, cfg Config, noti
 // wantDomain says whether the domain's status is to be read: never while the clique exists;
 // without it, at once when the controller does not keep cliques (Config.Cliques off) or when
 // the clique went after it had been seen (the gate was turned off under this daemon); else
-// only once the clique wait (Config.CliqueWait) has passed and the domain was read not to say its membership is in
-// cliques. Thousands of daemons starting together before the controller wrote their cliques
+// only once the clique wait (Config.CliqueWait) has passed and the domain was read not to say
+// its membership is in cliques. Thousands of daemons starting together before the controller wrote their cliques
 // would otherwise each receive the domain's whole status on every change until it did: at
 // 20,016 nodes in a burst, daemons still waiting after 2 minutes watched a domain of 20,016
 // entries, and every status write went to each of them.

@@ -194,14 +194,11 @@ func objectWrites(o client.Object) writes {
 		if m.Subresource != "" {
 			continue
 		}
-		at, fields := "", ""
+		at := ""
 		if m.Time != nil {
 			at = m.Time.UTC().Format(time.RFC3339)
 		}
-		if m.FieldsV1 != nil {
-			fields = string(m.FieldsV1.Raw)
-		}
-		w.Managers = append(w.Managers, fmt.Sprintf("%s %s %s %s", m.Manager, m.Operation, at, fields))
+		w.Managers = append(w.Managers, fmt.Sprintf("%s %s %s %s", m.Manager, m.Operation, at, m.FieldsV1.GetRawString()))
 	}
 	return w
 }

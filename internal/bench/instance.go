@@ -69,7 +69,7 @@ func runInstance(ctx context.Context, w *world, inst instance, mode string, o Op
 	if err != nil {
 		return err
 	}
-	var dc client.WithWatch = tracedClient{WithWatch: raw, t: tr}
+	var dc client.WithWatch = tracedClient{WithWatch: raw, t: tr, node: w.nodes[inst.i]}
 	pod := w.pods[inst.i].DeepCopy()
 	ip := w.ip(inst.i)
 	if err := setPodStatus(ctx, kc, pod, ip, false); err != nil {

@@ -2,12 +2,15 @@ package bench
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
 )
 
 // Phases of one instance's registration, in the order they happen; each is the time from the
@@ -17,11 +20,12 @@ const (
 	phaseLabel   = "label"        // the daemon's one write: the clique label on its pod
 	phaseList    = "list"         // the daemon's first successful list (its informer's)
 	phaseWatch   = "watch"        // the daemon's first watch opened
+	phaseClique  = "in_clique"    // the daemon first read its clique listing its node
 	phaseReady   = "daemon_ready" // the daemon's readiness check passed (IMEX started)
 	phaseJoined  = "pod_ready"    // the kubelet's patch marking the pod Ready
 )
 
-var phaseOrder = []string{phaseRunning, phaseLabel, phaseList, phaseWatch, phaseReady, phaseJoined}
+var phaseOrder = []string{phaseRunning, phaseLabel, phaseList, phaseWatch, phaseClique, phaseReady, phaseJoined}
 
 // trace records when one instance first completed each phase, and how many of its calls failed.
 type trace struct {
@@ -52,11 +56,15 @@ func (t *trace) record(phase string, err error) {
 	t.mark(phase)
 }
 
-// tracedClient is a daemon's client that marks its trace's label, list and watch phases. It
-// adds no request: it only notes the results of the daemon's own.
+// tracedClient is a daemon's client that marks its trace's label, list and watch phases, and
+// in_clique when a clique it lists or watches names node: from label to in_clique is the
+// controller's part (its watch of the pod, its pass, the clique's write and the watch event's
+// delivery), from in_clique to daemon_ready the daemon's own. It adds no request: it only
+// notes the results of the daemon's own.
 type tracedClient struct {
 	client.WithWatch
-	t *trace
+	t    *trace
+	node string
 }
 
 func (c tracedClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
@@ -68,13 +76,33 @@ func (c tracedClient) Patch(ctx context.Context, obj client.Object, patch client
 func (c tracedClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	err := c.WithWatch.List(ctx, list, opts...)
 	c.t.record(phaseList, err)
+	if l, ok := list.(*cdv1beta1.ComputeDomainCliqueList); ok && err == nil {
+		for i := range l.Items {
+			c.sawClique(&l.Items[i])
+		}
+	}
 	return err
 }
 
 func (c tracedClient) Watch(ctx context.Context, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
 	w, err := c.WithWatch.Watch(ctx, list, opts...)
 	c.t.record(phaseWatch, err)
-	return w, err
+	if _, ok := list.(*cdv1beta1.ComputeDomainCliqueList); !ok || err != nil || c.node == "" {
+		return w, err
+	}
+	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		if cl, ok := e.Object.(*cdv1beta1.ComputeDomainClique); ok && e.Type != watch.Deleted {
+			c.sawClique(cl)
+		}
+		return e, true
+	}), nil
+}
+
+// sawClique marks in_clique when cl names this trace's node.
+func (c tracedClient) sawClique(cl *cdv1beta1.ComputeDomainClique) {
+	if c.node != "" && slices.ContainsFunc(cl.Daemons, func(d cdv1beta1.ComputeDomainDaemonInfo) bool { return d.NodeName == c.node }) {
+		c.t.mark(phaseClique)
+	}
 }
 
 // Phase is one phase's spread over the instances that reached it, in milliseconds since each

@@ -1,9 +1,15 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdv1beta1 "cdplane/api/v1beta1"
 )
 
 func TestSummarizeOrdersPhasesAndCountsRetries(t *testing.T) {
@@ -43,5 +49,82 @@ func TestTraceKeepsFirstSuccessAndCountsFailures(t *testing.T) {
 	tr.record(phaseLabel, nil)
 	if tr.at[phaseLabel] != first {
 		t.Errorf("a later success moved the phase from %v to %v", first, tr.at[phaseLabel])
+	}
+}
+
+// stubWatcher serves a clique list and a watch the test drives; nothing else is called.
+type stubWatcher struct {
+	client.WithWatch
+	items []cdv1beta1.ComputeDomainClique
+	w     *watch.FakeWatcher
+}
+
+func (s stubWatcher) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
+	list.(*cdv1beta1.ComputeDomainCliqueList).Items = s.items
+	return nil
+}
+
+func (s stubWatcher) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
+	return s.w, nil
+}
+
+func TestTracedClientMarksInCliqueWhenTheCliqueNamesItsNode(t *testing.T) {
+	clique := func(nodes ...string) *cdv1beta1.ComputeDomainClique {
+		cl := &cdv1beta1.ComputeDomainClique{}
+		for _, n := range nodes {
+			cl.Daemons = append(cl.Daemons, cdv1beta1.ComputeDomainDaemonInfo{NodeName: n})
+		}
+		return cl
+	}
+	t.Run("list", func(t *testing.T) {
+		tr := newTrace()
+		c := tracedClient{WithWatch: stubWatcher{items: []cdv1beta1.ComputeDomainClique{*clique("n1", "n2")}}, t: tr, node: "n3"}
+		must(t, c.List(context.Background(), &cdv1beta1.ComputeDomainCliqueList{}))
+		if _, ok := tr.at[phaseClique]; ok {
+			t.Fatalf("in_clique marked for a clique without the node")
+		}
+		c.WithWatch = stubWatcher{items: []cdv1beta1.ComputeDomainClique{*clique("n1", "n3")}}
+		must(t, c.List(context.Background(), &cdv1beta1.ComputeDomainCliqueList{}))
+		if _, ok := tr.at[phaseList]; !ok {
+			t.Errorf("list not marked")
+		}
+		if _, ok := tr.at[phaseClique]; !ok {
+			t.Errorf("in_clique not marked for a listed clique naming the node")
+		}
+	})
+	t.Run("watch", func(t *testing.T) {
+		tr := newTrace()
+		fw := watch.NewFake()
+		c := tracedClient{WithWatch: stubWatcher{w: fw}, t: tr, node: "n3"}
+		w, err := c.Watch(context.Background(), &cdv1beta1.ComputeDomainCliqueList{})
+		must(t, err)
+		defer w.Stop()
+		next := func() {
+			t.Helper()
+			select {
+			case <-w.ResultChan():
+			case <-time.After(time.Minute):
+				t.Fatal("the event was not passed on")
+			}
+		}
+		go fw.Add(clique("n1"))
+		next()
+		go fw.Delete(clique("n3")) // a deleted clique does not count
+		next()
+		if _, ok := tr.at[phaseClique]; ok {
+			t.Fatalf("in_clique marked before an event listed the node")
+		}
+		go fw.Modify(clique("n1", "n3"))
+		next()
+		if _, ok := tr.at[phaseClique]; !ok {
+			t.Errorf("in_clique not marked when the watched clique came to name the node")
+		}
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

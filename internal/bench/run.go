@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -66,6 +67,8 @@ type Options struct {
 	// kube-apiserver over its first ProfileSeconds, <mode>.apiserver.pprof.
 	ProfileDir     string
 	ProfileSeconds int
+	// BatchWindow is the controller's --batch-window (0: its default).
+	BatchWindow time.Duration
 	// MaxRSSGiB stops a mode once this process's resident memory passes it (zero: no limit): a protocol whose every daemon receives every change (gate off, peer-legacy) holds
 	// a copy of a domain of N entries per daemon, which at tens of thousands of nodes is more
 	// than a machine has. The mode is then reported as not finished, with how many joined.
@@ -148,6 +151,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--arrival must be burst or ramp, got %q", o.Arrival)
 	case o.MaxRSSGiB < 0:
 		return fmt.Errorf("--max-rss-gib must not be negative, got %g", o.MaxRSSGiB)
+	case o.BatchWindow < 0:
+		return fmt.Errorf("--batch-window must not be negative, got %v", o.BatchWindow)
 	}
 	for _, m := range o.Modes {
 		switch m {
@@ -246,8 +251,10 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	mctx, stopMgr := context.WithCancel(ctx)
 	defer stopMgr()
 	mgrDone := make(chan error, 1)
+	var seen *labelsSeen
 	if mode == ModeCdplane || mode == ModeCdplaneGateOff {
-		if err := startController(mctx, cfg, w, mode == ModeCdplane, ctrlWrites, mgrDone); err != nil {
+		seen = newLabelsSeen(w)
+		if err := startController(mctx, cfg, w, mode == ModeCdplane, o.BatchWindow, ctrlWrites, mgrDone, seen); err != nil {
 			return Result{}, err
 		}
 	}
@@ -394,6 +401,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	}
 	res.P50Ms, res.P99Ms = percentile(lats, 50), percentile(lats, 99)
 	res.JoinedAtEnd = samples[len(samples)-1].Count
+	seen.markInto(traces)
 	res.Phases, res.InstancesRetrying = summarize(traces)
 	if domain != nil {
 		n, sec, steps := reconcileTotals()
@@ -408,7 +416,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	return res, nil
 }
 
-func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bool, counter *writeCounter, done chan<- error) error {
+func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bool, batchWindow time.Duration, counter *writeCounter, done chan<- error, seen *labelsSeen) error {
 	gates := features.NewGates()
 	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): cliques}); err != nil {
 		return err
@@ -418,7 +426,7 @@ func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bo
 	mgr, err := controller.NewManager(ctx, ccfg, controller.Options{
 		Options: computedomain.Options{
 			DriverNamespace: w.driverNS, DaemonImage: "cdplane:bench", Gates: gates,
-			DaemonFeatureGates: features.DaemonGates(gates),
+			DaemonFeatureGates: features.DaemonGates(gates), BatchWindow: batchWindow,
 		},
 		SkipNameValidation: true,
 		DomainSelector:     labels.SelectorFromSet(labels.Set{benchEnvLabel: w.run}),
@@ -426,8 +434,70 @@ func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bo
 	if err != nil {
 		return err
 	}
+	// The pods' informer is the controller's own (it watches the daemon pods): the handler
+	// only notes when the controller's cache first showed each pod labelled.
+	inf, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    seen.observe,
+		UpdateFunc: func(_, obj any) { seen.observe(obj) },
+	}); err != nil {
+		return err
+	}
 	go func() { done <- mgr.Start(logrInto(ctx)) }()
 	return nil
+}
+
+// labelsSeen records when the controller's cache first showed each daemon pod with its clique
+// label: the phase "seen", between the daemon's label and its clique naming it.
+type labelsSeen struct {
+	index map[string]int // pod name -> instance
+	mu    sync.Mutex
+	at    map[int]time.Time
+}
+
+func newLabelsSeen(w *world) *labelsSeen {
+	s := &labelsSeen{index: make(map[string]int, len(w.pods)), at: map[int]time.Time{}}
+	for i, p := range w.pods {
+		s.index[p.Name] = i
+	}
+	return s
+}
+
+func (s *labelsSeen) observe(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if _, labelled := p.Labels[cdv1beta1.CliqueIDLabel]; !labelled {
+		return
+	}
+	i, ok := s.index[p.Name]
+	if !ok {
+		return
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.at[i]; !ok {
+		s.at[i] = now
+	}
+}
+
+// markInto sets the seen phase of each instance's trace (nothing on a nil s).
+func (s *labelsSeen) markInto(traces []*trace) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, at := range s.at {
+		if i < len(traces) && traces[i] != nil {
+			traces[i].markAt(phaseSeen, at)
+		}
+	}
 }
 
 func logrInto(ctx context.Context) context.Context { return logr.NewContext(ctx, logr.Discard()) }

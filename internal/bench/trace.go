@@ -20,12 +20,13 @@ const (
 	phaseLabel   = "label"        // the daemon's one write: the clique label on its pod
 	phaseList    = "list"         // the daemon's first successful list (its informer's)
 	phaseWatch   = "watch"        // the daemon's first watch opened
+	phaseSeen    = "seen"         // the controller's cache first showed the pod labelled
 	phaseClique  = "in_clique"    // the daemon first read its clique listing its node
 	phaseReady   = "daemon_ready" // the daemon's readiness check passed (IMEX started)
 	phaseJoined  = "pod_ready"    // the kubelet's patch marking the pod Ready
 )
 
-var phaseOrder = []string{phaseRunning, phaseLabel, phaseList, phaseWatch, phaseClique, phaseReady, phaseJoined}
+var phaseOrder = []string{phaseRunning, phaseLabel, phaseList, phaseWatch, phaseSeen, phaseClique, phaseReady, phaseJoined}
 
 // trace records when one instance first completed each phase, and how many of its calls failed.
 type trace struct {
@@ -37,8 +38,11 @@ type trace struct {
 
 func newTrace() *trace { return &trace{start: time.Now(), at: map[string]time.Duration{}} }
 
-func (t *trace) mark(phase string) {
-	d := time.Since(t.start)
+func (t *trace) mark(phase string) { t.markAt(phase, time.Now()) }
+
+// markAt marks phase as first reached at at, unless it was reached before.
+func (t *trace) markAt(phase string, at time.Time) {
+	d := at.Sub(t.start)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.at[phase]; !ok {

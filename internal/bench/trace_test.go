@@ -3,9 +3,12 @@ package bench
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -126,5 +129,64 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestLabelsSeenMarksTheFirstLabelledPodOfEachInstance(t *testing.T) {
+	pod := func(name string, labelled bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if labelled {
+			p.Labels = map[string]string{cdv1beta1.CliqueIDLabel: "c"}
+		}
+		return p
+	}
+	w := &world{pods: []*corev1.Pod{pod("d0", false), pod("d1", false), pod("d2", false)}}
+	s := newLabelsSeen(w)
+	traces := []*trace{newTrace(), newTrace(), nil}
+	s.observe(pod("d0", false)) // not labelled yet
+	s.observe(pod("d1", true))
+	s.observe(pod("other", true)) // not an instance's pod
+	s.observe(pod("d2", true))    // an instance not started: no trace
+	time.Sleep(time.Millisecond)
+	first := s.at[1]
+	s.observe(pod("d1", true)) // a later update does not move it
+	if s.at[1] != first {
+		t.Errorf("a later update moved the first sighting")
+	}
+	s.markInto(traces)
+	if _, ok := traces[0].at[phaseSeen]; ok {
+		t.Errorf("seen marked for a pod never labelled")
+	}
+	if d, ok := traces[1].at[phaseSeen]; !ok || d != first.Sub(traces[1].start) {
+		t.Errorf("seen for d1: %v, %v; want %v", d, ok, first.Sub(traces[1].start))
+	}
+	(*labelsSeen)(nil).markInto(traces) // modes without the controller
+}
+
+func TestRegistrationOptionsNameTheBadOne(t *testing.T) {
+	valid := func() Options {
+		return Options{Nodes: 4, CliqueSize: 2, Arrival: "burst", Modes: []string{ModeCdplane}}
+	}
+	cases := map[string]struct {
+		change  func(*Options)
+		wantErr string
+	}{
+		"defaults":                {change: func(*Options) {}},
+		"a batch window":          {change: func(o *Options) { o.BatchWindow = time.Second }},
+		"a negative batch window": {change: func(o *Options) { o.BatchWindow = -time.Second }, wantErr: "--batch-window must not be negative, got -1s"},
+		"an unknown mode":         {change: func(o *Options) { o.Modes = []string{"fast"} }, wantErr: `unknown mode "fast"`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o := valid()
+			tc.change(&o)
+			err := o.Validate()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
 	}
 }

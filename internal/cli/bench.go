@@ -109,6 +109,7 @@ cluster, one after the other, each on fresh objects.`,
 	f.StringVar(&plotPath, "plot", "", "Write a picture (.svg) of daemons joined over time, one line per mode and the floor")
 	f.StringVar(&o.ProfileDir, "profile", "", "Write CPU profiles per mode into this directory: this process (controller and daemon instances) and the kube-apiserver")
 	f.IntVar(&o.ProfileSeconds, "profile-seconds", 30, "Length of the kube-apiserver's profile (it is taken from the start of each mode)")
+	f.DurationVar(&o.BatchWindow, "batch-window", 0, "The controller's --batch-window in the cdplane modes (0: its default, 200ms)")
 	cmd.AddCommand(reg, newMemoryCommand(), newSlicesCommand())
 	return cmd
 }

@@ -147,15 +147,20 @@ func TestLabelsSeenMarksTheFirstLabelledPodOfEachInstance(t *testing.T) {
 	s.observe(pod("d1", true))
 	s.observe(pod("other", true)) // not an instance's pod
 	s.observe(pod("d2", true))    // an instance not started: no trace
-	time.Sleep(time.Millisecond)
-	first := s.at[1]
-	s.observe(pod("d1", true)) // a later update does not move it
+	// A later update does not move the first sighting (set an hour back, so that any new
+	// reading of the clock would differ from it).
+	first := s.at[1].Add(-time.Hour)
+	s.at[1] = first
+	s.observe(pod("d1", true))
 	if s.at[1] != first {
 		t.Errorf("a later update moved the first sighting")
 	}
 	s.markInto(traces)
 	if _, ok := traces[0].at[phaseSeen]; ok {
 		t.Errorf("seen marked for a pod never labelled")
+	}
+	if _, ok := s.at[len(w.pods)]; ok || len(s.at) != 2 {
+		t.Errorf("sightings %v, want d1's and d2's only", s.at)
 	}
 	if d, ok := traces[1].at[phaseSeen]; !ok || d != first.Sub(traces[1].start) {
 		t.Errorf("seen for d1: %v, %v; want %v", d, ok, first.Sub(traces[1].start))

@@ -118,15 +118,21 @@ func newMembershipView(ctx context.Context, c client.WithWatch, cfg Config, noti
 			cfg.PodNamespace, cfg.CliqueObjectName(), notify),
 	}
 	if cfg.Cliques {
-		m.place = followPlace(ctx, cfg.cliqueWait(), placeRetry, func(ctx context.Context) (string, error) {
-			place, err := membershipPlace(ctx, c, cfg.CDNamespace, cfg.CDName)
-			if err != nil && ctx.Err() == nil {
-				log.Error(err, "Reading where the domain keeps its membership; trying again", "after", placeRetry)
-			}
-			return place, err
-		}, notify)
+		m.place = followPlace(ctx, cfg.cliqueWait(), placeRetry, placeReader(c, cfg, log), notify)
 	}
 	return m
+}
+
+// placeReader reads the domain's membership place for the follower, and logs a read that
+// failed while the daemon runs: a Forbidden would otherwise leave the daemon waiting silently.
+func placeReader(c client.Client, cfg Config, log logr.Logger) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		place, err := membershipPlace(ctx, c, cfg.CDNamespace, cfg.CDName)
+		if err != nil && ctx.Err() == nil {
+			log.Error(err, "Reading where the domain keeps its membership; trying again", "after", placeRetry)
+		}
+		return place, err
+	}
 }
 
 // wantDomain says whether the domain's status is to be read: never while the clique exists;

@@ -3,12 +3,17 @@ package daemon
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/imex"
@@ -238,5 +243,35 @@ func TestFollowPlace(t *testing.T) {
 	case <-f.done: // the reader has returned: no read can follow
 	default:
 		t.Fatal("stop returned with the reader running")
+	}
+}
+
+// forbiddenGetter refuses every GET, as an apiserver does when RBAC lacks the grant.
+type forbiddenGetter struct{ client.Client }
+
+func (forbiddenGetter) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return apierrors.NewForbidden(schema.GroupResource{Group: cdv1beta1.GroupName, Resource: "computedomains"}, "cd", errors.New("no grant"))
+}
+
+// TestPlaceReaderLogsAFailedRead: a refused read of the domain's membership place is returned
+// to the follower (which retries it) and logged, so that a daemon left waiting says why; a read
+// ended by the daemon's own stop is not logged.
+func TestPlaceReaderLogsAFailedRead(t *testing.T) {
+	var logged []string
+	log := funcr.New(func(_, args string) { logged = append(logged, args) }, funcr.Options{})
+	read := placeReader(forbiddenGetter{}, Config{CDNamespace: "ns", CDName: "cd"}, log)
+	if _, err := read(t.Context()); !apierrors.IsForbidden(err) {
+		t.Fatalf("error %v, want the Forbidden", err)
+	}
+	if len(logged) != 1 || !strings.Contains(logged[0], "Reading where the domain keeps its membership") || !strings.Contains(logged[0], "forbidden") {
+		t.Fatalf("logged %q, want one line naming the read and the Forbidden", logged)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := read(ctx); err == nil {
+		t.Fatal("a refused read returned no error")
+	}
+	if len(logged) != 1 {
+		t.Errorf("a read during stop was logged: %q", logged[1:])
 	}
 }

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"errors"
+	"math"
+	"runtime/metrics"
 	"testing"
 	"time"
 )
@@ -55,5 +57,23 @@ func TestProbeWaitsWhileTheStandInIsStopped(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("probe of a stopped IMEX: %v, want it to wait until its context ends", err)
+	}
+}
+
+func TestSchedLatencySinceReadsTheDifference(t *testing.T) {
+	buckets := []float64{0, 0.001, 0.010, 0.100, math.Inf(1)}
+	before := &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{5, 5, 5, 5}}
+	// Since before: 50 waits under 1 ms, 40 of 1-10 ms, 9 of 10-100 ms, 1 longer.
+	after := &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{55, 45, 14, 6}}
+	got := schedLatencySince(before, after)
+	want := &SchedLatency{P50Ms: 10, P90Ms: 100, P99Ms: 100}
+	if got == nil || *got != *want {
+		t.Errorf("percentiles %+v, want %+v", got, want)
+	}
+	if got := schedLatencySince(after, after); got != nil {
+		t.Errorf("no waits between two equal readings: got %+v, want nil", got)
+	}
+	if schedLatencies() == nil {
+		t.Errorf("the runtime has no %s histogram", schedLatencyMetric)
 	}
 }

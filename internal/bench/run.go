@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -114,6 +115,9 @@ type Result struct {
 	// PeakRSSBytes is this process's highest resident memory seen during the mode (sampled
 	// every second): the controller and every daemon instance together.
 	PeakRSSBytes uint64 `json:"peak_rss_bytes,omitempty"`
+	// SchedLatency is how long this process's goroutines (every daemon instance, and the
+	// controller in the cdplane modes) waited to run during the mode.
+	SchedLatency *SchedLatency `json:"sched_latency,omitempty"`
 	// JoinedAtEnd is how many daemons had joined when the mode ended: all of them, unless it
 	// timed out.
 	JoinedAtEnd int `json:"joined"`
@@ -181,6 +185,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 		}
 		fmt.Fprintf(o.Progress, "== %s: %.2fs, %.2f writes/daemon, %d controller writes, %v conflicts, %v throttled, p50 %.0fms p99 %.0fms\n",
 			mode, res.Seconds, res.WritesPerDaemon, res.ControllerWrites, res.Conflicts, res.Throttled, res.P50Ms, res.P99Ms)
+		if l := res.SchedLatency; l != nil {
+			fmt.Fprintf(o.Progress, "== %s: this process's goroutines waited to run p50 %.2fms p90 %.2fms p99 %.2fms\n", mode, l.P50Ms, l.P90Ms, l.P99Ms)
+		}
 		if mode == modeFloor {
 			rep.FloorSeconds, rep.Floor = res.Seconds, res
 			continue
@@ -251,9 +258,9 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	mctx, stopMgr := context.WithCancel(ctx)
 	defer stopMgr()
 	mgrDone := make(chan error, 1)
-	var seen *labelsSeen
+	var seen *podsSeen
 	if mode == ModeCdplane || mode == ModeCdplaneGateOff {
-		seen = newLabelsSeen(w)
+		seen = newPodsSeen(w)
 		if err := startController(mctx, cfg, w, mode == ModeCdplane, o.BatchWindow, ctrlWrites, mgrDone, seen); err != nil {
 			return Result{}, err
 		}
@@ -279,6 +286,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		return Result{}, err
 	}
 	recBefore, recSecBefore, stepsBefore := reconcileTotals()
+	schedBefore := schedLatencies()
 	stopProfiles, err := startProfiles(ctx, cfg, o, mode)
 	if err != nil {
 		return Result{}, err
@@ -357,6 +365,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		return done, nil
 	})
 	elapsed := time.Since(started)
+	schedAfter := schedLatencies()
 	if perr := stopProfiles(); perr != nil {
 		fmt.Fprintf(o.Progress, "== %s: profile: %v\n", mode, perr)
 	}
@@ -392,6 +401,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		TimedOut:         timedOut,
 		Joined:           samples,
 		PeakRSSBytes:     peakRSS,
+		SchedLatency:     schedLatencySince(schedBefore, schedAfter),
 	}
 	switch {
 	case overLimit:
@@ -416,7 +426,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	return res, nil
 }
 
-func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bool, batchWindow time.Duration, counter *writeCounter, done chan<- error, seen *labelsSeen) error {
+func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bool, batchWindow time.Duration, counter *writeCounter, done chan<- error, seen *podsSeen) error {
 	gates := features.NewGates()
 	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): cliques}); err != nil {
 		return err
@@ -435,7 +445,7 @@ func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bo
 		return err
 	}
 	// The pods' informer is the controller's own (it watches the daemon pods): the handler
-	// only notes when the controller's cache first showed each pod labelled.
+	// only notes when the controller's cache first showed each pod labelled, and Ready.
 	inf, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
 		return err
@@ -450,52 +460,64 @@ func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bo
 	return nil
 }
 
-// labelsSeen records when the controller's cache first showed each daemon pod with its clique
-// label: the phase "seen", between the daemon's label and its clique naming it.
-type labelsSeen struct {
+// podsSeen records when the controller's cache first showed each daemon pod with its clique
+// label (the phase "seen", between the daemon's label and its clique naming it) and first
+// showed it Ready (the phase "ready_seen", between the kubelet's Ready patch and the domain's
+// status counting the node).
+type podsSeen struct {
 	index map[string]int // pod name -> instance
 	mu    sync.Mutex
-	at    map[int]time.Time
+	at    map[string]map[int]time.Time // phase -> instance -> first sighting
 }
 
-func newLabelsSeen(w *world) *labelsSeen {
-	s := &labelsSeen{index: make(map[string]int, len(w.pods)), at: map[int]time.Time{}}
+func newPodsSeen(w *world) *podsSeen {
+	s := &podsSeen{index: make(map[string]int, len(w.pods)), at: map[string]map[int]time.Time{
+		phaseSeen: {}, phaseReadySeen: {},
+	}}
 	for i, p := range w.pods {
 		s.index[p.Name] = i
 	}
 	return s
 }
 
-func (s *labelsSeen) observe(obj any) {
+func (s *podsSeen) observe(obj any) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
-		return
-	}
-	if _, labelled := p.Labels[cdv1beta1.CliqueIDLabel]; !labelled {
 		return
 	}
 	i, ok := s.index[p.Name]
 	if !ok {
 		return
 	}
+	_, labelled := p.Labels[cdv1beta1.CliqueIDLabel]
+	ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+	})
+	if !labelled && !ready {
+		return
+	}
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.at[i]; !ok {
-		s.at[i] = now
+	for phase, is := range map[string]bool{phaseSeen: labelled, phaseReadySeen: ready} {
+		if _, ok := s.at[phase][i]; is && !ok {
+			s.at[phase][i] = now
+		}
 	}
 }
 
-// markInto sets the seen phase of each instance's trace (nothing on a nil s).
-func (s *labelsSeen) markInto(traces []*trace) {
+// markInto sets the seen and ready_seen phases of each instance's trace (nothing on a nil s).
+func (s *podsSeen) markInto(traces []*trace) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, at := range s.at {
-		if i < len(traces) && traces[i] != nil {
-			traces[i].markAt(phaseSeen, at)
+	for phase, at := range s.at {
+		for i, t := range at {
+			if i < len(traces) && traces[i] != nil {
+				traces[i].markAt(phase, t)
+			}
 		}
 	}
 }

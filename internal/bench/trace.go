@@ -16,17 +16,18 @@ import (
 // Phases of one instance's registration, in the order they happen; each is the time from the
 // instance's start to the first success of that step.
 const (
-	phaseRunning = "pod_running"  // the kubelet's first status patch (pod IP)
-	phaseLabel   = "label"        // the daemon's one write: the clique label on its pod
-	phaseList    = "list"         // the daemon's first successful list (its informer's)
-	phaseWatch   = "watch"        // the daemon's first watch opened
-	phaseSeen    = "seen"         // the controller's cache first showed the pod labelled
-	phaseClique  = "in_clique"    // the daemon first read its clique listing its node
-	phaseReady   = "daemon_ready" // the daemon's readiness check passed (IMEX started)
-	phaseJoined  = "pod_ready"    // the kubelet's patch marking the pod Ready
+	phaseRunning   = "pod_running"  // the kubelet's first status patch (pod IP)
+	phaseLabel     = "label"        // the daemon's one write: the clique label on its pod
+	phaseList      = "list"         // the daemon's first successful list (its informer's)
+	phaseWatch     = "watch"        // the daemon's first watch opened
+	phaseSeen      = "seen"         // the controller's cache first showed the pod labelled
+	phaseClique    = "in_clique"    // the daemon first read its clique listing its node
+	phaseReady     = "daemon_ready" // the daemon's readiness check passed (IMEX started)
+	phaseJoined    = "pod_ready"    // the kubelet's patch marking the pod Ready
+	phaseReadySeen = "ready_seen"   // the controller's cache first showed the pod Ready
 )
 
-var phaseOrder = []string{phaseRunning, phaseLabel, phaseList, phaseWatch, phaseSeen, phaseClique, phaseReady, phaseJoined}
+var phaseOrder = []string{phaseRunning, phaseLabel, phaseList, phaseWatch, phaseSeen, phaseClique, phaseReady, phaseJoined, phaseReadySeen}
 
 // trace records when one instance first completed each phase, and how many of its calls failed.
 type trace struct {

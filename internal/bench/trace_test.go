@@ -132,40 +132,51 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func TestLabelsSeenMarksTheFirstLabelledPodOfEachInstance(t *testing.T) {
-	pod := func(name string, labelled bool) *corev1.Pod {
+func TestPodsSeenMarksTheFirstLabelledAndReadyPodOfEachInstance(t *testing.T) {
+	pod := func(name string, labelled, ready bool) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if labelled {
 			p.Labels = map[string]string{cdv1beta1.CliqueIDLabel: "c"}
 		}
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: st}}
 		return p
 	}
-	w := &world{pods: []*corev1.Pod{pod("d0", false), pod("d1", false), pod("d2", false)}}
-	s := newLabelsSeen(w)
+	w := &world{pods: []*corev1.Pod{pod("d0", false, false), pod("d1", false, false), pod("d2", false, false)}}
+	s := newPodsSeen(w)
 	traces := []*trace{newTrace(), newTrace(), nil}
-	s.observe(pod("d0", false)) // not labelled yet
-	s.observe(pod("d1", true))
-	s.observe(pod("other", true)) // not an instance's pod
-	s.observe(pod("d2", true))    // an instance not started: no trace
+	s.observe(pod("d0", false, false)) // neither labelled nor Ready yet
+	s.observe(pod("d1", true, false))
+	s.observe(pod("other", true, true)) // not an instance's pod
+	s.observe(pod("d2", true, true))    // an instance not started: no trace
 	// A later update does not move the first sighting (set an hour back, so that any new
-	// reading of the clock would differ from it).
-	first := s.at[1].Add(-time.Hour)
-	s.at[1] = first
-	s.observe(pod("d1", true))
-	if s.at[1] != first {
+	// reading of the clock would differ from it); the pod's first Ready is recorded.
+	first := s.at[phaseSeen][1].Add(-time.Hour)
+	s.at[phaseSeen][1] = first
+	s.observe(pod("d1", true, true))
+	if s.at[phaseSeen][1] != first {
 		t.Errorf("a later update moved the first sighting")
 	}
 	s.markInto(traces)
 	if _, ok := traces[0].at[phaseSeen]; ok {
 		t.Errorf("seen marked for a pod never labelled")
 	}
-	if _, ok := s.at[len(w.pods)]; ok || len(s.at) != 2 {
-		t.Errorf("sightings %v, want d1's and d2's only", s.at)
+	if _, ok := traces[0].at[phaseReadySeen]; ok {
+		t.Errorf("ready_seen marked for a pod never Ready")
+	}
+	if _, ok := s.at[phaseSeen][len(w.pods)]; ok || len(s.at[phaseSeen]) != 2 {
+		t.Errorf("sightings %v, want d1's and d2's only", s.at[phaseSeen])
 	}
 	if d, ok := traces[1].at[phaseSeen]; !ok || d != first.Sub(traces[1].start) {
 		t.Errorf("seen for d1: %v, %v; want %v", d, ok, first.Sub(traces[1].start))
 	}
-	(*labelsSeen)(nil).markInto(traces) // modes without the controller
+	if d, ok := traces[1].at[phaseReadySeen]; !ok || d < traces[1].at[phaseSeen] {
+		t.Errorf("ready_seen for d1: %v, %v; want it marked, after seen", d, ok)
+	}
+	(*podsSeen)(nil).markInto(traces) // modes without the controller
 }
 
 func TestRegistrationOptionsNameTheBadOne(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -63,16 +64,23 @@ type Options struct {
 	// the same empty cluster rather than on one still holding the previous modes' objects, and
 	// Run's cfg is not used. The benchmark sets it when it starts its own control plane.
 	FreshCluster func(context.Context) (*rest.Config, func(), error)
-	// ProfileDir, when set, receives per mode a CPU profile of this process (the controller and
-	// every daemon instance) over the whole registration, <mode>.bench.pprof, and one of the
-	// kube-apiserver over its first ProfileSeconds, <mode>.apiserver.pprof.
+	// ProfileDir, when set, receives per mode a CPU profile of this process (every daemon
+	// instance, and the controller when it runs here) over the whole registration,
+	// <mode>.bench.pprof, one of the controller's process over its life, <mode>.controller.pprof,
+	// and one of the kube-apiserver over its first ProfileSeconds, <mode>.apiserver.pprof.
 	ProfileDir     string
 	ProfileSeconds int
 	// BatchWindow is the controller's --batch-window (0: its default).
 	BatchWindow time.Duration
-	// MaxRSSGiB stops a mode once this process's resident memory passes it (zero: no limit): a protocol whose every daemon receives every change (gate off, peer-legacy) holds
-	// a copy of a domain of N entries per daemon, which at tens of thousands of nodes is more
-	// than a machine has. The mode is then reported as not finished, with how many joined.
+	// ControllerCommand, when set, runs the cdplane modes' controller in a process of its own:
+	// this command (`cdplane bench controller`) with ControllerArgs' flags. Unset: in this
+	// process, sharing its scheduler with the daemon instances.
+	ControllerCommand []string
+	// MaxRSSGiB stops a mode once this process's resident memory, with the controller
+	// process's, passes it (zero: no limit): a protocol whose every daemon receives every
+	// change (gate off, peer-legacy) holds a copy of a domain of N entries per daemon, which at
+	// tens of thousands of nodes is more than a machine has. The mode is then reported as not
+	// finished, with how many joined.
 	MaxRSSGiB float64
 }
 
@@ -112,8 +120,8 @@ type Result struct {
 	// StoppedBy says what ended a mode that did not finish: "timeout" or "memory" (this
 	// process's resident memory passed Options.MemoryLimit).
 	StoppedBy string `json:"stopped_by,omitempty"`
-	// PeakRSSBytes is this process's highest resident memory seen during the mode (sampled
-	// every second): the controller and every daemon instance together.
+	// PeakRSSBytes is the highest resident memory of this process and the controller's seen
+	// during the mode (sampled every second): the controller and every daemon instance together.
 	PeakRSSBytes uint64 `json:"peak_rss_bytes,omitempty"`
 	// SchedLatency is how long this process's goroutines (every daemon instance, and the
 	// controller in the cdplane modes) waited to run during the mode.
@@ -243,7 +251,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	if err != nil {
 		return Result{}, err
 	}
-	daemonWrites, ctrlWrites := &writeCounter{}, &writeCounter{}
+	daemonWrites := &writeCounter{}
 	insts := make([]instance, o.Nodes)
 	traces := make([]*trace, o.Nodes)
 	for i := range insts {
@@ -257,13 +265,16 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 
 	mctx, stopMgr := context.WithCancel(ctx)
 	defer stopMgr()
-	mgrDone := make(chan error, 1)
-	var seen *podsSeen
+	var ctl modeController
 	if mode == ModeCdplane || mode == ModeCdplaneGateOff {
-		seen = newPodsSeen(w)
-		if err := startController(mctx, cfg, w, mode == ModeCdplane, o.BatchWindow, ctrlWrites, mgrDone, seen); err != nil {
+		if ctl, err = startModeController(mctx, cfg, w, mode, o); err != nil {
 			return Result{}, err
 		}
+		defer func() {
+			if ctl != nil { // not stopped below: an error ended the mode
+				_, _ = ctl.stop(time.Minute)
+			}
+		}()
 	}
 
 	var domain *domainWatch
@@ -276,7 +287,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		// while the controller is still starting, listing the cluster into its cache next to
 		// thousands of daemons' first requests.
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-			return domain.hasBeenTaken(), nil
+			return domain.hasBeenTaken(), ctl.running()
 		}); err != nil {
 			return Result{}, fmt.Errorf("waiting for the controller's first pass over the domain: %w", err)
 		}
@@ -285,7 +296,9 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	if err != nil {
 		return Result{}, err
 	}
-	recBefore, recSecBefore, stepsBefore := reconcileTotals()
+	if ctl != nil {
+		ctl.markStart()
+	}
 	schedBefore := schedLatencies()
 	stopProfiles, err := startProfiles(ctx, cfg, o, mode)
 	if err != nil {
@@ -345,8 +358,16 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		if p := failed.Load(); p != nil {
 			return false, *p
 		}
+		if ctl != nil {
+			if err := ctl.running(); err != nil {
+				return false, err
+			}
+		}
 		if polls++; polls%20 == 1 {
 			if rss, err := controlplane.ResidentMemory(os.Getpid()); err == nil {
+				if ctl != nil {
+					rss += ctl.rss()
+				}
 				peakRSS = max(peakRSS, rss)
 				if o.MaxRSSGiB > 0 && float64(rss) > o.MaxRSSGiB*(1<<30) {
 					overLimit = true
@@ -371,15 +392,19 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	}
 	stopInstances()
 	wg.Wait()
-	stopMgr()
 	// What the instances held goes before the next mode starts, so that each mode's peak is
 	// its own.
 	defer debug.FreeOSMemory()
-	if mode == ModeCdplane || mode == ModeCdplaneGateOff {
-		if merr := <-mgrDone; merr != nil {
-			return Result{}, fmt.Errorf("controller manager: %w", merr)
+	var ctlRep controllerReport
+	if ctl != nil {
+		rep, cerr := ctl.stop(time.Minute)
+		ctl = nil
+		if cerr != nil {
+			return Result{}, cerr
 		}
+		ctlRep = rep
 	}
+	stopMgr()
 	timedOut := (wait.Interrupted(err) && ctx.Err() == nil) || overLimit
 	if err != nil && !timedOut {
 		return Result{}, fmt.Errorf("waiting for the domain to be Ready: %w", err)
@@ -391,7 +416,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	res := Result{
 		Seconds:          elapsed.Seconds(),
 		WritesPerDaemon:  float64(daemonWrites.n.Load()) / float64(o.Nodes),
-		ControllerWrites: ctrlWrites.n.Load(),
+		ControllerWrites: ctlRep.Writes,
 		Conflicts:        after.conflicts - before.conflicts,
 		Throttled:        after.throttled - before.throttled,
 		ThrottledBy:      after.throttledSince(before),
@@ -411,22 +436,50 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	}
 	res.P50Ms, res.P99Ms = percentile(lats, 50), percentile(lats, 99)
 	res.JoinedAtEnd = samples[len(samples)-1].Count
-	seen.markInto(traces)
+	seen := newPodsSeen()
+	seen.merge(ctlRep.Seen)
+	seen.markInto(traces, w)
 	res.Phases, res.InstancesRetrying = summarize(traces)
 	if domain != nil {
-		n, sec, steps := reconcileTotals()
-		res.Reconciles, res.ReconcileSeconds = n-recBefore, sec-recSecBefore
-		res.ReconcileSteps = map[string]float64{}
-		for step, s := range steps {
-			if d := s - stepsBefore[step]; d > 0 {
-				res.ReconcileSteps[step] = d
-			}
-		}
+		res.Reconciles, res.ReconcileSeconds, res.ReconcileSteps = ctlRep.Reconciles, ctlRep.ReconcileSeconds, ctlRep.Steps
 	}
 	return res, nil
 }
 
-func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bool, batchWindow time.Duration, counter *writeCounter, done chan<- error, seen *podsSeen) error {
+// startModeController starts the controller of a cdplane mode: in a process of its own when
+// o.ControllerCommand is set, else in this one.
+func startModeController(ctx context.Context, cfg *rest.Config, w *world, mode string, o Options) (modeController, error) {
+	a := ControllerArgs{DriverNamespace: w.driverNS, Run: w.run, Cliques: mode == ModeCdplane, BatchWindow: o.BatchWindow}
+	if len(o.ControllerCommand) == 0 {
+		return startInProcessController(ctx, cfg, a)
+	}
+	if o.ProfileDir != "" {
+		a.CPUProfile = filepath.Join(o.ProfileDir, mode+".controller.pprof")
+	}
+	dir, err := os.MkdirTemp("", "cdplane-bench-controller-")
+	if err != nil {
+		return nil, err
+	}
+	p, err := startControllerProcess(o.ControllerCommand, cfg, dir, a)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return &cleanedUp{modeController: p, dir: dir}, nil
+}
+
+// cleanedUp removes the controller process's directory (its kubeconfig) once it stopped.
+type cleanedUp struct {
+	modeController
+	dir string
+}
+
+func (c *cleanedUp) stop(timeout time.Duration) (controllerReport, error) {
+	defer func() { _ = os.RemoveAll(c.dir) }()
+	return c.modeController.stop(timeout)
+}
+
+func startController(ctx context.Context, cfg *rest.Config, driverNS, run string, cliques bool, batchWindow time.Duration, counter *writeCounter, done chan<- error, seen *podsSeen) error {
 	gates := features.NewGates()
 	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): cliques}); err != nil {
 		return err
@@ -435,11 +488,11 @@ func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bo
 	ccfg := identity(cfg, user, groups, 200, 400, counter) // the controller's QPS and burst defaults
 	mgr, err := controller.NewManager(ctx, ccfg, controller.Options{
 		Options: computedomain.Options{
-			DriverNamespace: w.driverNS, DaemonImage: "cdplane:bench", Gates: gates,
+			DriverNamespace: driverNS, DaemonImage: "cdplane:bench", Gates: gates,
 			DaemonFeatureGates: features.DaemonGates(gates), BatchWindow: batchWindow,
 		},
 		SkipNameValidation: true,
-		DomainSelector:     labels.SelectorFromSet(labels.Set{benchEnvLabel: w.run}),
+		DomainSelector:     labels.SelectorFromSet(labels.Set{benchEnvLabel: run}),
 	})
 	if err != nil {
 		return err
@@ -463,21 +516,14 @@ func startController(ctx context.Context, cfg *rest.Config, w *world, cliques bo
 // podsSeen records when the controller's cache first showed each daemon pod with its clique
 // label (the phase "seen", between the daemon's label and its clique naming it) and first
 // showed it Ready (the phase "ready_seen", between the kubelet's Ready patch and the domain's
-// status counting the node).
+// status counting the node), by pod name.
 type podsSeen struct {
-	index map[string]int // pod name -> instance
-	mu    sync.Mutex
-	at    map[string]map[int]time.Time // phase -> instance -> first sighting
+	mu sync.Mutex
+	at map[string]map[string]time.Time // phase -> pod -> first sighting
 }
 
-func newPodsSeen(w *world) *podsSeen {
-	s := &podsSeen{index: make(map[string]int, len(w.pods)), at: map[string]map[int]time.Time{
-		phaseSeen: {}, phaseReadySeen: {},
-	}}
-	for i, p := range w.pods {
-		s.index[p.Name] = i
-	}
-	return s
+func newPodsSeen() *podsSeen {
+	return &podsSeen{at: map[string]map[string]time.Time{phaseSeen: {}, phaseReadySeen: {}}}
 }
 
 func (s *podsSeen) observe(obj any) {
@@ -485,37 +531,67 @@ func (s *podsSeen) observe(obj any) {
 	if !ok {
 		return
 	}
-	i, ok := s.index[p.Name]
-	if !ok {
-		return
-	}
 	_, labelled := p.Labels[cdv1beta1.CliqueIDLabel]
 	ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
 		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
 	})
-	if !labelled && !ready {
-		return
+	if labelled || ready {
+		s.first(map[string]bool{phaseSeen: labelled, phaseReadySeen: ready}, p.Name, time.Now())
 	}
-	now := time.Now()
+}
+
+// first records at as the first sighting of pod in each phase set in phases, unless one was
+// recorded before.
+func (s *podsSeen) first(phases map[string]bool, pod string, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for phase, is := range map[string]bool{phaseSeen: labelled, phaseReadySeen: ready} {
-		if _, ok := s.at[phase][i]; is && !ok {
-			s.at[phase][i] = now
+	for phase, is := range phases {
+		if prev, ok := s.at[phase][pod]; is && (!ok || at.Before(prev)) {
+			s.at[phase][pod] = at
 		}
 	}
 }
 
-// markInto sets the seen and ready_seen phases of each instance's trace (nothing on a nil s).
-func (s *podsSeen) markInto(traces []*trace) {
+// byName returns the sightings as Unix nanoseconds, for the controller process's report.
+func (s *podsSeen) byName() map[string]map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]map[string]int64{}
+	for phase, at := range s.at {
+		out[phase] = make(map[string]int64, len(at))
+		for pod, t := range at {
+			out[phase][pod] = t.UnixNano()
+		}
+	}
+	return out
+}
+
+// merge adds the sightings of a controller process's report.
+func (s *podsSeen) merge(seen map[string]map[string]int64) {
+	for phase, at := range seen {
+		if _, known := s.at[phase]; !known {
+			continue
+		}
+		for pod, ns := range at {
+			s.first(map[string]bool{phase: true}, pod, time.Unix(0, ns))
+		}
+	}
+}
+
+// markInto sets the seen and ready_seen phases of the trace of each of w's instances
+// (nothing on a nil s).
+func (s *podsSeen) markInto(traces []*trace, w *world) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for phase, at := range s.at {
-		for i, t := range at {
-			if i < len(traces) && traces[i] != nil {
+	for i, p := range w.pods {
+		if i >= len(traces) || traces[i] == nil {
+			continue
+		}
+		for phase, at := range s.at {
+			if t, ok := at[p.Name]; ok {
 				traces[i].markAt(phase, t)
 			}
 		}

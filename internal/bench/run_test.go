@@ -54,8 +54,11 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 	}
 	const n = 36
 	profiles := t.TempDir()
+	// The controller in a process of its own, as the command runs it (this test binary; see
+	// TestMain).
 	rep, err := Run(ctx, nil, Options{Nodes: n, CliqueSize: 18, Arrival: "burst", Modes: []string{ModeCdplane, ModePeerCliques},
-		Timeout: 3 * time.Minute, ProfileDir: profiles, ProfileSeconds: 1, FreshCluster: fresh})
+		Timeout: 3 * time.Minute, ProfileDir: profiles, ProfileSeconds: 1, FreshCluster: fresh,
+		ControllerCommand: []string{os.Args[0], controllerChildArg}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +97,7 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 	if pc := rep.Modes[ModePeerCliques]; pc.TimedOut || pc.WritesPerDaemon < 2 || pc.Joined[len(pc.Joined)-1].Count != n {
 		t.Errorf("peer-cliques: %+v", pc)
 	}
-	for _, f := range []string{"floor.bench.pprof", "floor.apiserver.pprof", "cdplane.bench.pprof", "cdplane.apiserver.pprof"} {
+	for _, f := range []string{"floor.bench.pprof", "floor.apiserver.pprof", "cdplane.bench.pprof", "cdplane.apiserver.pprof", "cdplane.controller.pprof"} {
 		if st, err := os.Stat(filepath.Join(profiles, f)); err != nil || st.Size() == 0 {
 			t.Errorf("profile %s not written: %v", f, err)
 		}
@@ -127,6 +130,12 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 			t.Errorf("%s: %d daemons opened their watch, want %d", name, reached[phaseWatch].Reached, n)
 		}
 	}
+	// The controller process's sightings of the pods came back into the daemons' traces.
+	for _, ph := range []string{phaseSeen, phaseReadySeen} {
+		if got := phaseOf(cd, ph); got.Reached != n {
+			t.Errorf("cdplane: %d daemons reached %s, want %d (phases %+v)", got.Reached, ph, n, cd.Phases)
+		}
+	}
 
 	// A mode that passes the memory limit stops, and says so with how many had joined. This
 	// run is on one given cluster (--kubeconfig), every mode on it in turn.
@@ -145,6 +154,15 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 			t.Errorf("%s with a 1 MiB limit: stopped by %q, timed out %v, joined %d", name, r.StoppedBy, r.TimedOut, r.JoinedAtEnd)
 		}
 	}
+}
+
+func phaseOf(r Result, name string) Phase {
+	for _, p := range r.Phases {
+		if p.Name == name {
+			return p
+		}
+	}
+	return Phase{}
 }
 
 func joinedModes(rep *Report) string {

@@ -31,6 +31,8 @@ func newBenchCommand() *cobra.Command {
 		kubeconfig string
 		asJSON     bool
 		plotPath   string
+		// controllerWhere: process (its own, as in a cluster) or in-process.
+		controllerWhere string
 	)
 	reg := &cobra.Command{
 		Use:   "registration",
@@ -54,6 +56,17 @@ cluster, one after the other, each on fresh objects.`,
 			o.Modes = splitModes(modes)
 			if err := o.Validate(); err != nil {
 				return err
+			}
+			switch controllerWhere {
+			case "process":
+				self, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("finding this binary to run the controller process: %w", err)
+				}
+				o.ControllerCommand = []string{self, "bench", "controller"}
+			case "in-process":
+			default:
+				return fmt.Errorf("--controller must be process or in-process, got %q", controllerWhere)
 			}
 			if plotPath != "" {
 				if err := plot.CheckPath(plotPath); err != nil {
@@ -103,14 +116,32 @@ cluster, one after the other, each on fresh objects.`,
 	f.DurationVar(&o.Ramp, "ramp", 10*time.Second, "Spread of the starts with --arrival ramp")
 	f.StringVar(&modes, "modes", strings.Join(bench.AllModes, ","), "Modes to run, comma-separated")
 	f.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "Longest wait for one mode's domain to be Ready; a mode that takes longer is reported with this as a lower bound")
-	f.Float64Var(&o.MaxRSSGiB, "max-rss-gib", 12, "Stop a mode once this process (controller and daemon instances) uses this much resident memory, and report how many had joined; 0: no limit")
+	f.Float64Var(&o.MaxRSSGiB, "max-rss-gib", 12, "Stop a mode once this process and the controller process use this much resident memory together, and report how many had joined; 0: no limit")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "Use this cluster instead of starting one")
 	f.BoolVar(&asJSON, "json", false, "Print the figures as JSON")
 	f.StringVar(&plotPath, "plot", "", "Write a picture (.svg) of daemons joined over time, one line per mode and the floor")
-	f.StringVar(&o.ProfileDir, "profile", "", "Write CPU profiles per mode into this directory: this process (controller and daemon instances) and the kube-apiserver")
+	f.StringVar(&o.ProfileDir, "profile", "", "Write CPU profiles per mode into this directory: this process (the daemon instances; the controller too with --controller in-process), the controller process and the kube-apiserver")
 	f.IntVar(&o.ProfileSeconds, "profile-seconds", 30, "Length of the kube-apiserver's profile (it is taken from the start of each mode)")
 	f.DurationVar(&o.BatchWindow, "batch-window", 0, "The controller's --batch-window in the cdplane modes (0: its default, 200ms)")
-	cmd.AddCommand(reg, newMemoryCommand(), newSlicesCommand())
+	f.StringVar(&controllerWhere, "controller", "in-process", "Where the cdplane modes' controller runs: in-process (sharing this process's scheduler and CPU with the daemon instances) or process (a process of its own, with its own CPU profile and memory figures)")
+	cmd.AddCommand(reg, newMemoryCommand(), newSlicesCommand(), newBenchControllerCommand())
+	return cmd
+}
+
+// newBenchControllerCommand is the controller process of `bench registration`'s cdplane modes.
+func newBenchControllerCommand() *cobra.Command {
+	var a bench.ControllerArgs
+	cmd := &cobra.Command{
+		Use:    "controller",
+		Short:  "The controller of bench registration's cdplane modes (started by it; stops when its stdin closes)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			silenceKlog()
+			return bench.ServeController(cmd.Context(), a, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
+	a.AddFlags(cmd.Flags())
 	return cmd
 }
 

@@ -115,10 +115,12 @@ func TestRoot(t *testing.T) {
 // anything (the commands are another package's; these cases only read them).
 func TestBenchAndSimValidation(t *testing.T) {
 	runCases(t, map[string]cliCase{
-		"bench: no nodes":     {args: []string{"bench", "registration", "--nodes", "0"}, code: 1, stderr: "--nodes must be at least 1, got 0"},
-		"bench: clique size":  {args: []string{"bench", "registration", "--clique-size", "0"}, code: 1, stderr: "--clique-size must be between 1 and"},
-		"bench: arrival":      {args: []string{"bench", "registration", "--arrival", "sometimes"}, code: 1, stderr: `--arrival must be burst or ramp, got "sometimes"`},
-		"bench: unknown mode": {args: []string{"bench", "registration", "--modes", "cdplane,fast"}, code: 1, stderr: `unknown mode "fast"`},
+		"bench: no nodes":                           {args: []string{"bench", "registration", "--nodes", "0"}, code: 1, stderr: "--nodes must be at least 1, got 0"},
+		"bench: clique size":                        {args: []string{"bench", "registration", "--clique-size", "0"}, code: 1, stderr: "--clique-size must be between 1 and"},
+		"bench: arrival":                            {args: []string{"bench", "registration", "--arrival", "sometimes"}, code: 1, stderr: `--arrival must be burst or ramp, got "sometimes"`},
+		"bench: unknown mode":                       {args: []string{"bench", "registration", "--modes", "cdplane,fast"}, code: 1, stderr: `unknown mode "fast"`},
+		"bench: controller":                         {args: []string{"bench", "registration", "--controller", "elsewhere"}, code: 1, stderr: `--controller must be process or in-process, got "elsewhere"`},
+		"bench: controller process without its run": {args: []string{"bench", "controller", "--kubeconfig", "{missing}", "--driver-namespace", "ns"}, code: 1, stderr: "--run is required"},
 		// --nodes 0 keeps a regression from starting a benchmark: the arguments are refused first.
 		"bench: arguments":        {args: []string{"bench", "registration", "288", "--nodes", "0"}, code: 1, stderr: `unknown command "288" for "cdplane bench registration"`},
 		"sim up: no nodes":        {args: []string{"sim", "up", "--nodes", "0", "--state-dir", "{dir}"}, code: 1, stderr: "--nodes 0: want 1..20000"},

@@ -78,11 +78,22 @@ func TestChannelClaimNode(t *testing.T) {
 			c.Status.Allocation.NodeSelector.NodeSelectorTerms[0].MatchFields[0].Key = "metadata.labels"
 		})},
 	}
+	// One parser across every case, as a pass shares one across its claims: what it remembers of
+	// one config never answers for another.
+	shared := domainParser{}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := channelClaimNode(tc.claim, "ns", testUID); got != tc.want {
+			if got := channelClaimNode(tc.claim, "ns", testUID, channelDomain); got != tc.want {
 				t.Errorf("channelClaimNode = %q, want %q", got, tc.want)
 			}
+			for range 2 {
+				if got := channelClaimNode(tc.claim, "ns", testUID, shared.parse); got != tc.want {
+					t.Errorf("channelClaimNode with a pass's parser = %q, want %q", got, tc.want)
+				}
+			}
 		})
+	}
+	if len(shared) < 2 {
+		t.Errorf("the pass's parser remembers %d configs, want one per distinct config seen (at least 2)", len(shared))
 	}
 }

@@ -71,8 +71,10 @@ func (r *Reconciler) labelHandler(c client.Reader) handler.EventHandler {
 				continue
 			}
 			seen[uid] = true
+			// Only the domain's name is read: no copy of it (its status holds up to 4,096
+			// entries, and every daemon pod's every update comes through here).
 			list := &cdv1beta1.ComputeDomainList{}
-			if err := c.List(ctx, list, client.MatchingFields{UIDIndex: uid}); err != nil {
+			if err := c.List(ctx, list, client.MatchingFields{UIDIndex: uid}, client.UnsafeDisableDeepCopy); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Mapping an object to its ComputeDomain", "uid", uid)
 				continue
 			}

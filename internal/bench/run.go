@@ -451,7 +451,11 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 func startModeController(ctx context.Context, cfg *rest.Config, w *world, mode string, o Options) (modeController, error) {
 	a := ControllerArgs{DriverNamespace: w.driverNS, Run: w.run, Cliques: mode == ModeCdplane, BatchWindow: o.BatchWindow}
 	if len(o.ControllerCommand) == 0 {
-		return startInProcessController(ctx, cfg, a)
+		c, err := startInProcessController(ctx, cfg, a)
+		if err != nil {
+			return nil, err // not a nil *inProcessController in a non-nil interface
+		}
+		return c, nil
 	}
 	if o.ProfileDir != "" {
 		a.CPUProfile = filepath.Join(o.ProfileDir, mode+".controller.pprof")
@@ -535,20 +539,25 @@ func (s *podsSeen) observe(obj any) {
 	ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
 		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
 	})
-	if labelled || ready {
-		s.first(map[string]bool{phaseSeen: labelled, phaseReadySeen: ready}, p.Name, time.Now())
+	if !labelled && !ready {
+		return
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if labelled {
+		s.firstLocked(phaseSeen, p.Name, now)
+	}
+	if ready {
+		s.firstLocked(phaseReadySeen, p.Name, now)
 	}
 }
 
-// first records at as the first sighting of pod in each phase set in phases, unless one was
-// recorded before.
-func (s *podsSeen) first(phases map[string]bool, pod string, at time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for phase, is := range phases {
-		if prev, ok := s.at[phase][pod]; is && (!ok || at.Before(prev)) {
-			s.at[phase][pod] = at
-		}
+// firstLocked records at as pod's first sighting in phase unless an earlier one was recorded.
+// s.mu is held.
+func (s *podsSeen) firstLocked(phase, pod string, at time.Time) {
+	if prev, ok := s.at[phase][pod]; !ok || at.Before(prev) {
+		s.at[phase][pod] = at
 	}
 }
 
@@ -568,12 +577,14 @@ func (s *podsSeen) byName() map[string]map[string]int64 {
 
 // merge adds the sightings of a controller process's report.
 func (s *podsSeen) merge(seen map[string]map[string]int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for phase, at := range seen {
 		if _, known := s.at[phase]; !known {
 			continue
 		}
 		for pod, ns := range at {
-			s.first(map[string]bool{phase: true}, pod, time.Unix(0, ns))
+			s.firstLocked(phase, pod, time.Unix(0, ns))
 		}
 	}
 }

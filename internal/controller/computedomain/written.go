@@ -68,15 +68,49 @@ func newWritten() *written {
 }
 
 // domain returns cd's record, a new one when there is none or it was another domain's of the
-// same name. Callers hold w.mu.
+// same name. Making a record first drops the records that hold nothing still trusted (expired):
+// a status write that ends after its domain was deleted and forgotten records it again, and
+// nothing would forget it a second time. Callers hold w.mu.
 func (w *written) domain(cd *cdv1beta1.ComputeDomain) *writtenDomain {
 	key := types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}
 	d := w.domains[key]
 	if d == nil || d.uid != cd.UID {
+		w.dropExpired()
 		d = &writtenDomain{uid: cd.UID, cliques: map[string]*writtenObject[*cdv1beta1.ComputeDomainClique]{}}
 		w.domains[key] = d
 	}
 	return d
+}
+
+// existing returns cd's record, or nil when there is none for this domain: for dropping what is
+// remembered without making a record to drop it from. Callers hold w.mu.
+func (w *written) existing(cd *cdv1beta1.ComputeDomain) *writtenDomain {
+	d := w.domains[types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}]
+	if d == nil || d.uid != cd.UID {
+		return nil
+	}
+	return d
+}
+
+// dropExpired drops the domains whose every remembered write is older than writtenTTL: none of
+// them would be read over the cache again. It runs when a domain's record is made, so that the
+// records kept are bounded by the domains written in the last writtenTTL. Callers hold w.mu.
+func (w *written) dropExpired() {
+	for key, d := range w.domains {
+		if d.status != nil && time.Since(d.status.at) <= writtenTTL {
+			continue
+		}
+		live := false
+		for _, rec := range d.cliques {
+			if time.Since(rec.at) <= writtenTTL {
+				live = true
+				break
+			}
+		}
+		if !live {
+			delete(w.domains, key)
+		}
+	}
 }
 
 // forget drops what was remembered of the domain key (deleted, or finalized).
@@ -104,8 +138,8 @@ func lagging[T any](rec *writtenObject[T], cached string, exists bool) bool {
 func (w *written) cliques(cd *cdv1beta1.ComputeDomain, cached []cdv1beta1.ComputeDomainClique) []cdv1beta1.ComputeDomainClique {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	d := w.domain(cd)
-	if len(d.cliques) == 0 {
+	d := w.existing(cd)
+	if d == nil || len(d.cliques) == 0 {
 		return cached
 	}
 	out := make([]cdv1beta1.ComputeDomainClique, 0, len(cached)+len(d.cliques))
@@ -161,7 +195,9 @@ func (w *written) deletedClique(cd *cdv1beta1.ComputeDomain, name, replaced stri
 func (w *written) unknownClique(cd *cdv1beta1.ComputeDomain, name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.domain(cd).cliques, name)
+	if d := w.existing(cd); d != nil {
+		delete(d.cliques, name)
+	}
 }
 
 // status returns the domain's status as this controller last knows it: as cached, unless the
@@ -169,8 +205,8 @@ func (w *written) unknownClique(cd *cdv1beta1.ComputeDomain, name string) {
 func (w *written) status(cd *cdv1beta1.ComputeDomain) cdv1beta1.ComputeDomainStatus {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	d := w.domain(cd)
-	if d.status == nil {
+	d := w.existing(cd)
+	if d == nil || d.status == nil {
 		return cd.Status
 	}
 	if lagging(d.status, cd.ResourceVersion, true) {
@@ -193,5 +229,7 @@ func (w *written) wroteStatus(cd *cdv1beta1.ComputeDomain, st cdv1beta1.ComputeD
 func (w *written) unknownStatus(cd *cdv1beta1.ComputeDomain) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.domain(cd).status = nil
+	if d := w.existing(cd); d != nil {
+		d.status = nil
+	}
 }

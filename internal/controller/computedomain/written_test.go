@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 )
@@ -109,5 +110,43 @@ func TestWrittenStatus(t *testing.T) {
 	w.wroteStatus(cd, st, "5", "3", "4")
 	if got := w.status(cur).ReadyNodes; got != 7 {
 		t.Errorf("overtaken: readyNodes %d, want the cache's 7", got)
+	}
+}
+
+// TestWrittenForgetsLateWrites: a status write that ends after its domain was forgotten (deleted)
+// is recorded again; nothing forgets that domain a second time, so the record is dropped once it
+// expired and another domain's record is made. Reading and dropping make no records.
+func TestWrittenForgetsLateWrites(t *testing.T) {
+	gone := &cdv1beta1.ComputeDomain{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: "ns", UID: "u1", ResourceVersion: "3"}}
+	w := newWritten()
+	st := cdv1beta1.ComputeDomainStatus{Status: cdv1beta1.StatusNotReady, ReadyNodes: 1}
+	w.wroteStatus(gone, st, "5", "3")
+	w.forget(types.NamespacedName{Namespace: "ns", Name: "gone"})
+	w.wroteStatus(gone, st, "6", "5") // the background write ends after the delete
+	if len(w.domains) != 1 {
+		t.Fatalf("after the late write: %d records, want 1", len(w.domains))
+	}
+
+	other := &cdv1beta1.ComputeDomain{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "ns", UID: "u2", ResourceVersion: "1"}}
+	w.status(other)
+	w.cliques(other, nil)
+	w.unknownStatus(other)
+	w.unknownClique(other, "c")
+	if len(w.domains) != 1 {
+		t.Errorf("reading and dropping another domain's writes made records: %d, want 1", len(w.domains))
+	}
+
+	w.wroteStatus(other, st, "2", "1")
+	if len(w.domains) != 2 {
+		t.Fatalf("a recent record was dropped: %d records, want 2", len(w.domains))
+	}
+	for _, d := range w.domains {
+		d.status.at = time.Now().Add(-2 * writtenTTL)
+	}
+	third := &cdv1beta1.ComputeDomain{ObjectMeta: metav1.ObjectMeta{Name: "third", Namespace: "ns", UID: "u3"}}
+	c := writtenClique("c", "7", "n1")
+	w.wroteClique(third, &c, "")
+	if len(w.domains) != 1 || w.domains[types.NamespacedName{Namespace: "ns", Name: "third"}] == nil {
+		t.Errorf("expired records kept: %d records, want only the new one", len(w.domains))
 	}
 }

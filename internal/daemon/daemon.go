@@ -188,6 +188,8 @@ type supervisor struct {
 	// and ignores the others, so reloads are spaced by reloadInterval, the changes meanwhile
 	// coalesced into the next one.
 	lastReload time.Time
+	// config writes IMEX's files, skipping the work when nothing they hold changed.
+	config imex.ConfigWriter
 	// skipped is the last set of clique entries left out (see usablePeers), logged when it
 	// changes.
 	skipped []skippedPeer
@@ -277,7 +279,7 @@ func (s *supervisor) sync(ctx context.Context) error {
 		return nil
 	}
 	peers = s.usable(peers)
-	changes, err := imex.WriteConfig(s.settings(), peers)
+	changes, err := s.config.Write(s.settings(), peers)
 	s.deps.Metrics.configWritten(changes) // what was written before a failure too
 	if err != nil {
 		return fmt.Errorf("writing IMEX config: %w", err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
+	"syscall"
 
 	"cdplane/internal/atomicfile"
 )
@@ -100,4 +102,82 @@ func WriteConfig(s Settings, peers []Peer) (Changes, error) {
 		return changes, err
 	}
 	return changes, nil
+}
+
+// ConfigWriter is WriteConfig for one daemon: it remembers what it last wrote and how the files
+// stood after it, and when asked to write the same settings and peers again while every file
+// still stands so (same inode, size, modification and change times), it returns no changes
+// without rendering or reading anything. A daemon calls it on every event of its clique, most of
+// which (other entries turning Ready) change nothing IMEX reads: at 2,304 daemons in one
+// benchmark process, rendering and comparing the unchanged files was 3 s of CPU a run. A file
+// changed behind it, or a failed write, makes the next call render and write as WriteConfig does.
+// The zero value is ready to use; it is not safe for concurrent use.
+type ConfigWriter struct {
+	settings Settings
+	peers    []Peer
+	files    []fileState
+	valid    bool
+}
+
+// fileState is what tells a file changed: the identity and times of the file at a path (an
+// absent file is its zero value with exists false).
+type fileState struct {
+	exists       bool
+	ino, size    uint64
+	mtime, ctime syscall.Timespec
+}
+
+// Write writes IMEX's files for s and peers as WriteConfig does, unless they are what it last
+// wrote and still stand as it left them.
+func (w *ConfigWriter) Write(s Settings, peers []Peer) (Changes, error) {
+	paths := configPaths(s)
+	if w.valid && w.settings == s && slices.Equal(w.peers, peers) && w.unchanged(paths) {
+		return Changes{}, nil
+	}
+	w.valid = false
+	changes, err := WriteConfig(s, peers)
+	if err != nil {
+		return changes, err
+	}
+	files := make([]fileState, len(paths))
+	for i, p := range paths {
+		if files[i], err = stateOf(p); err != nil {
+			return changes, nil // written; the next call compares contents again
+		}
+	}
+	w.settings, w.peers, w.files, w.valid = s, slices.Clone(peers), files, true
+	return changes, nil
+}
+
+// unchanged reports whether every path stands as it did after the last write.
+func (w *ConfigWriter) unchanged(paths []string) bool {
+	if len(paths) != len(w.files) {
+		return false
+	}
+	for i, p := range paths {
+		st, err := stateOf(p)
+		if err != nil || st != w.files[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// configPaths are the files WriteConfig writes for s.
+func configPaths(s Settings) []string {
+	if s.DNSNames {
+		return []string{s.IMEXConfigPath, s.NodesConfigPath, s.HostsPath}
+	}
+	return []string{s.IMEXConfigPath, s.NodesConfigPath}
+}
+
+func stateOf(path string) (fileState, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return fileState{}, nil
+		}
+		return fileState{}, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return fileState{exists: true, ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim, ctime: st.Ctim}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 )
@@ -89,9 +90,20 @@ func (s Settings) cmdPort() int    { return cmp.Or(s.CmdPort, DefaultCmdPort) }
 // whose hosts file still maps a name to an address that another domain's daemon took over
 // meets a daemon with a different node list, which refuses it.
 func NamePrefix(domainUID string) string {
+	if last := lastPrefix.Load(); last != nil && last.uid == domainUID {
+		return last.prefix
+	}
 	sum := sha256.Sum256([]byte(domainUID))
-	return namePrefix + hex.EncodeToString(sum[:])[:domainHashLen] + "-"
+	p := &uidPrefix{uid: domainUID, prefix: namePrefix + hex.EncodeToString(sum[:])[:domainHashLen] + "-"}
+	lastPrefix.Store(p)
+	return p.prefix
 }
+
+// lastPrefix is the last prefix NamePrefix computed: a daemon renders every name of its domain
+// (up to MaxNodes of them) on each change, always for the one domain it serves.
+var lastPrefix atomic.Pointer[uidPrefix]
+
+type uidPrefix struct{ uid, prefix string }
 
 // Name is the IMEX name of the clique member with the given index in this domain.
 func (s Settings) Name(index int) string {

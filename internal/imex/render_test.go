@@ -1,6 +1,7 @@
 package imex
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -386,50 +387,59 @@ func TestWriteConfig(t *testing.T) {
 			},
 		},
 	}
+	// Each case runs through WriteConfig and through one ConfigWriter, which must report the
+	// same changes while it skips the work for inputs it has just written.
 	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			hosts := filepath.Join(dir, "etc", "hosts")
-			kubelet := "127.0.0.1\tlocalhost\n"
-			if err := os.MkdirAll(filepath.Dir(hosts), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(hosts, []byte(kubelet), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			for i, st := range tc.steps {
-				s := Settings{
-					DNSNames: tc.dnsNames, DomainUID: testUID, MaxNodes: st.maxNodes, BindIP: "10.0.0.1",
-					IMEXConfigPath:  filepath.Join(dir, "imexd", "imexd.cfg"),
-					NodesConfigPath: filepath.Join(dir, "imexd", "nodes.cfg"),
-					HostsPath:       hosts,
+		for _, viaWriter := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/ConfigWriter=%t", name, viaWriter), func(t *testing.T) {
+				var w ConfigWriter
+				write := WriteConfig
+				if viaWriter {
+					write = w.Write
 				}
-				got, err := WriteConfig(s, st.peers)
+				dir := t.TempDir()
+				hosts := filepath.Join(dir, "etc", "hosts")
+				kubelet := "127.0.0.1\tlocalhost\n"
+				if err := os.MkdirAll(filepath.Dir(hosts), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(hosts, []byte(kubelet), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				for i, st := range tc.steps {
+					s := Settings{
+						DNSNames: tc.dnsNames, DomainUID: testUID, MaxNodes: st.maxNodes, BindIP: "10.0.0.1",
+						IMEXConfigPath:  filepath.Join(dir, "imexd", "imexd.cfg"),
+						NodesConfigPath: filepath.Join(dir, "imexd", "nodes.cfg"),
+						HostsPath:       hosts,
+					}
+					got, err := write(s, st.peers)
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					if diff := cmp.Diff(st.want, got); diff != "" {
+						t.Errorf("step %d: changes (-want +got):\n%s", i, diff)
+					}
+					if got.Action() != st.wantAction {
+						t.Errorf("step %d: action %v, want %v", i, got.Action(), st.wantAction)
+					}
+				}
+				data, err := os.ReadFile(hosts)
 				if err != nil {
-					t.Fatalf("step %d: %v", i, err)
+					t.Fatal(err)
 				}
-				if diff := cmp.Diff(st.want, got); diff != "" {
-					t.Errorf("step %d: changes (-want +got):\n%s", i, diff)
+				if !strings.HasPrefix(string(data), kubelet) {
+					t.Errorf("hosts file lost the kubelet's lines:\n%s", data)
 				}
-				if got.Action() != st.wantAction {
-					t.Errorf("step %d: action %v, want %v", i, got.Action(), st.wantAction)
+				if tc.dnsNames == (string(data) == kubelet) {
+					t.Errorf("hosts file written in the wrong mode:\n%s", data)
 				}
-			}
-			data, err := os.ReadFile(hosts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.HasPrefix(string(data), kubelet) {
-				t.Errorf("hosts file lost the kubelet's lines:\n%s", data)
-			}
-			if tc.dnsNames == (string(data) == kubelet) {
-				t.Errorf("hosts file written in the wrong mode:\n%s", data)
-			}
-			leftovers, _ := filepath.Glob(filepath.Join(dir, "*", ".*.tmp-*"))
-			if len(leftovers) > 0 {
-				t.Errorf("temporary files left behind: %v", leftovers)
-			}
-		})
+				leftovers, _ := filepath.Glob(filepath.Join(dir, "*", ".*.tmp-*"))
+				if len(leftovers) > 0 {
+					t.Errorf("temporary files left behind: %v", leftovers)
+				}
+			})
+		}
 	}
 }
 
@@ -453,5 +463,134 @@ func TestStopGrace(t *testing.T) {
 		if got := (Options{StopGrace: tc.set}).stopGrace(); got != tc.want {
 			t.Errorf("StopGrace %s: grace %s, want %s", tc.set, got, tc.want)
 		}
+	}
+}
+
+// TestConfigWriterRepairsFilesChangedBehindIt: the same inputs again write nothing while the
+// files stand as written, and rewrite what someone else changed, removed or replaced since,
+// even when the change keeps the file's size.
+func TestConfigWriterRepairsFilesChangedBehindIt(t *testing.T) {
+	dir := t.TempDir()
+	s := Settings{
+		DNSNames: true, DomainUID: testUID, BindIP: "10.0.0.1",
+		IMEXConfigPath:  filepath.Join(dir, "imexd.cfg"),
+		NodesConfigPath: filepath.Join(dir, "nodes.cfg"),
+		HostsPath:       filepath.Join(dir, "hosts"),
+	}
+	peers := []Peer{{NodeName: "a", IPAddress: "10.0.0.1", Index: 0}, {NodeName: "b", IPAddress: "10.0.0.2", Index: 1}}
+	var w ConfigWriter
+	if _, err := w.Write(s, peers); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{}
+	for _, p := range configPaths(s) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[p] = data
+	}
+	check := func(step string, wantChanges Changes) {
+		t.Helper()
+		got, err := w.Write(s, peers)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if got != wantChanges {
+			t.Errorf("%s: changes %+v, want %+v", step, got, wantChanges)
+		}
+		for p, data := range want {
+			if now, err := os.ReadFile(p); err != nil || string(now) != string(data) {
+				t.Errorf("%s: %s not as rendered (err %v):\n%s", step, filepath.Base(p), err, now)
+			}
+		}
+	}
+	check("same inputs", Changes{})
+
+	// Overwritten in place with the same number of bytes: only the times tell. Kernels before
+	// fine-grained timestamps stamp files from a clock that ticks every few milliseconds: the
+	// overwrite waits until that clock shows a time after the write (what a daemon's next
+	// event, milliseconds to minutes later, always sees).
+	waitForNewerFileTimes(t, dir, s.NodesConfigPath)
+	same := []byte(strings.Repeat("x", len(want[s.NodesConfigPath])))
+	if err := os.WriteFile(s.NodesConfigPath, same, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("nodes.cfg overwritten in place", Changes{NodesConfig: true})
+
+	if err := os.Remove(s.IMEXConfigPath); err != nil {
+		t.Fatal(err)
+	}
+	check("imexd.cfg removed", Changes{IMEXConfig: true})
+
+	// Replaced by a rename (a new inode) with the peers' block gone.
+	tmp := filepath.Join(dir, "hosts.new")
+	if err := os.WriteFile(tmp, []byte("127.0.0.1\tlocalhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, s.HostsPath); err != nil {
+		t.Fatal(err)
+	}
+	want[s.HostsPath] = append([]byte("127.0.0.1\tlocalhost\n"), want[s.HostsPath]...)
+	check("hosts file replaced", Changes{Hosts: true})
+	check("same inputs after the repairs", Changes{})
+}
+
+// BenchmarkWriteConfigUnchanged is what a daemon spends on a clique event that changes nothing
+// IMEX reads (another entry turned Ready), through WriteConfig and through a ConfigWriter.
+func BenchmarkWriteConfigUnchanged(b *testing.B) {
+	dir := b.TempDir()
+	s := Settings{
+		DNSNames: true, DomainUID: testUID, BindIP: "10.0.0.1",
+		IMEXConfigPath:  filepath.Join(dir, "imexd.cfg"),
+		NodesConfigPath: filepath.Join(dir, "nodes.cfg"),
+		HostsPath:       filepath.Join(dir, "hosts"),
+	}
+	var peers []Peer
+	for i := range DefaultMaxNodes {
+		peers = append(peers, Peer{NodeName: fmt.Sprintf("n%02d", i), IPAddress: fmt.Sprintf("10.0.0.%d", i+1), Index: i})
+	}
+	b.Run("WriteConfig", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := WriteConfig(s, peers); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("ConfigWriter", func(b *testing.B) {
+		var w ConfigWriter
+		for b.Loop() {
+			if _, err := w.Write(s, peers); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// waitForNewerFileTimes returns once a file written now in dir gets a modification time after
+// that of path.
+func waitForNewerFileTimes(t *testing.T, dir, path string) {
+	t.Helper()
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := filepath.Join(dir, "clock-probe")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := os.WriteFile(probe, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		now, err := os.Stat(probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.ModTime().After(before.ModTime()) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("file times did not pass %v in 10 s", before.ModTime())
+		}
+		time.Sleep(time.Millisecond) // the coarse file clock ticks every few milliseconds
 	}
 }

@@ -3,6 +3,7 @@ package computedomain
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,6 +112,85 @@ func TestStatusWrites(t *testing.T) {
 			t.Errorf("failure for %v, want %v", got, key)
 		}
 		none(t, s, ended)
+	})
+
+	t.Run("a status resting after its write", func(t *testing.T) {
+		s, ended := wired()
+		var clock atomic.Int64 // nanoseconds after t0
+		t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+		s.now = func() time.Time { return t0.Add(time.Duration(clock.Load())) }
+		var timers []time.Duration
+		var fire []func()
+		s.afterFunc = func(d time.Duration, f func()) { timers, fire = append(timers, d), append(fire, f) }
+		var runs atomic.Int32
+		takes2s := func(context.Context) error { runs.Add(1); clock.Add(int64(2 * time.Second)); return nil }
+		if err := s.write(ctx, key, st(1), takes2s); err != nil {
+			t.Fatal(err)
+		}
+		none(t, s, ended) // written from 0 s to 2 s: rests until 4 s
+
+		clock.Store(int64(3 * time.Second))
+		if err := s.write(ctx, key, st(1), takes2s); err != nil { // what was written: nothing to do
+			t.Fatal(err)
+		}
+		if len(timers) != 0 {
+			t.Errorf("the status just written brings the domain back after %v", timers)
+		}
+		for _, ready := range []int32{2, 3} {
+			if err := s.write(ctx, key, st(ready), takes2s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s.busy(key) || runs.Load() != 1 {
+			t.Fatalf("a write started during the rest (%d writes)", runs.Load())
+		}
+		if len(timers) != 1 || timers[0] != time.Second {
+			t.Fatalf("passes during the rest bring the domain back after %v, want once after 1s", timers)
+		}
+		fire[0]()
+		if got := next(t, s.again); got != key {
+			t.Errorf("again for %v, want %v", got, key)
+		}
+		clock.Store(int64(4 * time.Second))
+		if err := s.write(ctx, key, st(3), takes2s); err != nil {
+			t.Fatal(err)
+		}
+		none(t, s, ended)
+		if runs.Load() != 2 {
+			t.Errorf("%d writes ran, want 2 (the second once the rest ended)", runs.Load())
+		}
+
+		// The domain turning Ready is written at once, rest or not.
+		clock.Store(int64(7 * time.Second)) // the second write ran 4-6 s: rests until 8 s
+		ready := cdv1beta1.ComputeDomainStatus{Status: cdv1beta1.StatusReady, ReadyNodes: 3}
+		if err := s.write(ctx, key, ready, takes2s); err != nil {
+			t.Fatal(err)
+		}
+		none(t, s, ended)
+		if runs.Load() != 3 || len(timers) != 1 {
+			t.Errorf("the Ready status: %d writes ran (want 3), %d passes scheduled (want 1)", runs.Load(), len(timers))
+		}
+	})
+
+	t.Run("rests past their end are swept", func(t *testing.T) {
+		s, ended := wired()
+		var clock atomic.Int64
+		s.now = func() time.Time { return time.Unix(0, clock.Load()) }
+		instant := func(context.Context) error { clock.Add(int64(time.Millisecond)); return nil }
+		for i := range 3 * minSweep {
+			k := types.NamespacedName{Namespace: "ns", Name: fmt.Sprint("cd", i)}
+			if err := s.write(ctx, k, st(1), instant); err != nil {
+				t.Fatal(err)
+			}
+			<-ended
+			clock.Add(int64(time.Second)) // every rest so far has ended
+		}
+		s.mu.Lock()
+		n := len(s.rests)
+		s.mu.Unlock()
+		if n > minSweep {
+			t.Errorf("%d rests kept after %d domains' writes, want at most %d", n, 3*minSweep, minSweep)
+		}
 	})
 
 	t.Run("not wired: within the pass", func(t *testing.T) {

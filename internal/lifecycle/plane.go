@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -163,6 +165,9 @@ func (m *Manager) reportNodes(ctx context.Context, id string) {
 // checkPlaneObjects checks, before any change, every namespace the plane will use and every
 // cluster-scoped object it will write (the manifests RenderPlane returned).
 func (m *Manager) checkPlaneObjects(ctx context.Context, id, release, ns string, manifests []charts.Manifest) error {
+	if err := m.checkKinds(manifests); err != nil {
+		return err
+	}
 	for _, name := range namespacesOf(ns, manifests) {
 		cur, err := m.getNamespace(ctx, name)
 		if err != nil {
@@ -189,6 +194,42 @@ func (m *Manager) checkPlaneObjects(ctx context.Context, id, release, ns string,
 	}
 	return nil
 }
+
+// checkKinds refuses, before any change, manifests of kinds the cluster does not serve: the
+// Prometheus operator's PodMonitor and PrometheusRule (the monitoring values) in a cluster
+// without its CRDs. Helm would otherwise fail at those objects after the plane's namespaces
+// were made, leaving a release half installed.
+func (m *Manager) checkKinds(manifests []charts.Manifest) error {
+	var missing []string
+	prometheus := false
+	seen := map[schema.GroupVersionKind]bool{}
+	for _, mf := range manifests {
+		gvk := mf.Object.GroupVersionKind()
+		if seen[gvk] {
+			continue
+		}
+		seen[gvk] = true
+		_, err := m.c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+		switch {
+		case meta.IsNoMatchError(err):
+			missing = append(missing, fmt.Sprintf("%s (%s, %s)", gvk.Kind, gvk.GroupVersion(), mf.Template))
+			prometheus = prometheus || gvk.Group == prometheusGroup
+		case err != nil:
+			return fmt.Errorf("looking up %s in the cluster's APIs: %w", gvk, err)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	msg := "the cluster does not serve " + strings.Join(missing, ", ") + ", which the chart renders with these values"
+	if prometheus {
+		msg += ": install the Prometheus operator's CRDs (monitoring.coreos.com) first, or leave monitoring.podMonitor.enabled and monitoring.prometheusRule.enabled off"
+	}
+	return errors.New(msg + "; nothing was changed")
+}
+
+// prometheusGroup is the API group of the Prometheus operator's PodMonitor and PrometheusRule.
+const prometheusGroup = "monitoring.coreos.com"
 
 // namespacesOf returns the driver namespace and every other namespace the manifests use.
 func namespacesOf(driverNS string, manifests []charts.Manifest) []string {

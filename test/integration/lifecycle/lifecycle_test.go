@@ -118,6 +118,21 @@ func TestLifecycle(t *testing.T) {
 	mustNot(t, m.InstallPlane(ctx, "plane-d", map[string]any{"secretMirror": map[string]any{"selector": "a=b", "sourceNamespace": "kube-system"}}),
 		"namespace kube-system exists without the label resource.nvidia.com/control-plane-id=plane-d")
 
+	// Monitoring switched on in a cluster without the Prometheus operator's CRDs: refused
+	// before any change, naming the kinds and the values that render them.
+	before = labelled(t, "plane-e")
+	mustNot(t, m.InstallPlane(ctx, "plane-e", map[string]any{"monitoring": map[string]any{
+		"podMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true},
+	}}), "the cluster does not serve PodMonitor (monitoring.coreos.com/v1")
+	mustNot(t, m.InstallPlane(ctx, "plane-e", map[string]any{"monitoring": map[string]any{"prometheusRule": map[string]any{"enabled": true}}}),
+		"PrometheusRule (monitoring.coreos.com/v1")
+	if diff := cmp.Diff(before, labelled(t, "plane-e")); diff != "" {
+		t.Errorf("a refused install changed plane-e objects:\n%s", diff)
+	}
+	if err := testCluster.Client.Get(ctx, client.ObjectKey{Name: "plane-e-cdplane"}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after a refused install, namespace plane-e-cdplane: %v, want NotFound", err)
+	}
+
 	// Two planes; apply before install and install twice are refused.
 	mustNot(t, m.ApplyPlane(ctx, "plane-a", nil), "not installed")
 	// plane-a mirrors Secrets (so its controller has Secrets rights), plane-b does not.

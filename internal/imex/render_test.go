@@ -1,6 +1,7 @@
 package imex
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // testUID is the domain UID the DNS-names tests render for.
@@ -471,12 +473,7 @@ func TestStopGrace(t *testing.T) {
 // even when the change keeps the file's size.
 func TestConfigWriterRepairsFilesChangedBehindIt(t *testing.T) {
 	dir := t.TempDir()
-	s := Settings{
-		DNSNames: true, DomainUID: testUID, BindIP: "10.0.0.1",
-		IMEXConfigPath:  filepath.Join(dir, "imexd.cfg"),
-		NodesConfigPath: filepath.Join(dir, "nodes.cfg"),
-		HostsPath:       filepath.Join(dir, "hosts"),
-	}
+	s := dnsSettingsIn(dir)
 	peers := []Peer{{NodeName: "a", IPAddress: "10.0.0.1", Index: 0}, {NodeName: "b", IPAddress: "10.0.0.2", Index: 1}}
 	var w ConfigWriter
 	if _, err := w.Write(s, peers); err != nil {
@@ -540,12 +537,7 @@ func TestConfigWriterRepairsFilesChangedBehindIt(t *testing.T) {
 // IMEX reads (another entry turned Ready), through WriteConfig and through a ConfigWriter.
 func BenchmarkWriteConfigUnchanged(b *testing.B) {
 	dir := b.TempDir()
-	s := Settings{
-		DNSNames: true, DomainUID: testUID, BindIP: "10.0.0.1",
-		IMEXConfigPath:  filepath.Join(dir, "imexd.cfg"),
-		NodesConfigPath: filepath.Join(dir, "nodes.cfg"),
-		HostsPath:       filepath.Join(dir, "hosts"),
-	}
+	s := dnsSettingsIn(dir)
 	var peers []Peer
 	for i := range DefaultMaxNodes {
 		peers = append(peers, Peer{NodeName: fmt.Sprintf("n%02d", i), IPAddress: fmt.Sprintf("10.0.0.%d", i+1), Index: i})
@@ -567,8 +559,18 @@ func BenchmarkWriteConfigUnchanged(b *testing.B) {
 	})
 }
 
+// dnsSettingsIn is DNS-names mode with every file in dir.
+func dnsSettingsIn(dir string) Settings {
+	return Settings{
+		DNSNames: true, DomainUID: testUID, BindIP: "10.0.0.1",
+		IMEXConfigPath:  filepath.Join(dir, "imexd.cfg"),
+		NodesConfigPath: filepath.Join(dir, "nodes.cfg"),
+		HostsPath:       filepath.Join(dir, "hosts"),
+	}
+}
+
 // waitForNewerFileTimes returns once a file written now in dir gets a modification time after
-// that of path.
+// that of path (polled every millisecond: the coarse file clock ticks every few).
 func waitForNewerFileTimes(t *testing.T, dir, path string) {
 	t.Helper()
 	before, err := os.Stat(path)
@@ -576,21 +578,17 @@ func waitForNewerFileTimes(t *testing.T, dir, path string) {
 		t.Fatal(err)
 	}
 	probe := filepath.Join(dir, "clock-probe")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	err = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		if err := os.WriteFile(probe, nil, 0o644); err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		now, err := os.Stat(probe)
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
-		if now.ModTime().After(before.ModTime()) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("file times did not pass %v in 10 s", before.ModTime())
-		}
-		time.Sleep(time.Millisecond) // the coarse file clock ticks every few milliseconds
+		return now.ModTime().After(before.ModTime()), nil
+	})
+	if err != nil {
+		t.Fatalf("file times did not pass %v: %v", before.ModTime(), err)
 	}
 }

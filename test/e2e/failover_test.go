@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -23,6 +25,11 @@ import (
 func TestFailoverDuringTwoRackJob(t *testing.T) {
 	e2eOnly(t)
 	for name, tc := range map[string]struct {
+		// replaceOnlyFailed sets the Job's podReplacementPolicy to Failed: the Job waits for a
+		// deleted worker to finish before deciding whether to replace it. With the default
+		// (TerminatingOrFailed) the Job controller counts a deleted worker as failed when it
+		// sees the deletion before the worker's exit, and replaces it: a race with the kubelet.
+		replaceOnlyFailed bool
 		// disrupt disrupts the running job and returns the nodes whose workers it left alone.
 		disrupt func(t *testing.T, f *failover) []string
 		// settled waits until the cluster has replaced what was disrupted and returns the nodes
@@ -74,19 +81,29 @@ func TestFailoverDuringTwoRackJob(t *testing.T) {
 			},
 		},
 		"delete one worker": {
+			// The deleted worker stops cleanly (it exits 0 on SIGTERM), so the Job counts it
+			// as succeeded and goes on with three, once it has seen the worker finish.
+			replaceOnlyFailed: true,
 			disrupt: func(t *testing.T, f *failover) []string {
 				f.victim = f.workers[0]
 				must(t, c.Delete(ctx(), &f.victim))
 				return otherNodes(f.workers, f.victim)
 			},
 			settled: func(t *testing.T, f *failover) []string {
-				eventually(t, 3*time.Minute, "the deleted worker gone", func() (bool, error) {
+				eventually(t, 3*time.Minute, "the deleted worker counted as succeeded", func() (bool, error) {
+					j := &batchv1.Job{}
+					if err := c.Get(ctx(), client.ObjectKey{Namespace: f.ns, Name: "worker"}, j); err != nil {
+						return false, err
+					}
+					if j.Status.Failed > 0 {
+						return false, fmt.Errorf("the Job counts %d failed workers: it will replace the deleted one", j.Status.Failed)
+					}
 					for _, p := range jobPods(t, f.ns, "worker") {
-						if p.UID == f.victim.UID && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-							return false, nil
+						if p.UID != f.victim.UID && p.Annotations[batchv1.JobCompletionIndexAnnotation] == f.victim.Annotations[batchv1.JobCompletionIndexAnnotation] {
+							return false, fmt.Errorf("the Job replaced the deleted worker %s with %s on %s", f.victim.Name, p.Name, p.Spec.NodeName)
 						}
 					}
-					return len(runningWorkers(t, f.ns)) == 3, nil
+					return j.Status.Succeeded == 1 && len(runningWorkers(t, f.ns)) == 3, nil
 				})
 				return otherNodes(f.workers, f.victim)
 			},
@@ -96,7 +113,11 @@ func TestFailoverDuringTwoRackJob(t *testing.T) {
 			waitPlanesIdle(t, planeA)
 			f := &failover{ns: namespace(t, planeA)}
 			f.cd = computeDomain(t, f.ns, "cd", 4, "")
-			imexJob(t, f.ns, "worker", f.cd, 4, planeRacks(t, planeA)...)
+			job := imexJobObject(t, f.ns, "worker", f.cd, 4, planeRacks(t, planeA)...)
+			if tc.replaceOnlyFailed {
+				job.Spec.PodReplacementPolicy = ptr.To(batchv1.Failed)
+			}
+			must(t, c.Create(ctx(), job))
 			waitRunning(t, f.ns, "worker", 4, 3*time.Minute)
 			f.workers = runningWorkers(t, f.ns)
 			before, beforeRVs := waitMembership(t, planeA, f.cd, podNodes(f.workers), 2*time.Minute)

@@ -188,6 +188,14 @@ func sortedHosts(addrs []string) []string {
 // (releaseIMEXJob) and connected.
 func imexJob(t *testing.T, ns, name string, cd *cdv1beta1.ComputeDomain, pods int, racks ...string) *batchv1.Job {
 	t.Helper()
+	j := imexJobObject(t, ns, name, cd, pods, racks...)
+	must(t, c.Create(ctx(), j))
+	return j
+}
+
+// imexJobObject is imexJob's Job, not created yet, for a test that changes it first.
+func imexJobObject(t *testing.T, ns, name string, cd *cdv1beta1.ComputeDomain, pods int, racks ...string) *batchv1.Job {
+	t.Helper()
 	configs := map[string]string{}
 	for _, n := range simState.Nodes {
 		configs[n.Name] = imexConfigPath(t, n.Name, string(cd.UID))
@@ -203,7 +211,6 @@ func imexJob(t *testing.T, ns, name string, cd *cdv1beta1.ComputeDomain, pods in
 		{Name: workloadNodeEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 	}
 	must(t, os.MkdirAll(filepath.Dir(releaseFile(ns, name)), 0o755))
-	must(t, c.Create(ctx(), j))
 	return j
 }
 

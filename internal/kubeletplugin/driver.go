@@ -312,6 +312,8 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 		draplugin.KubeClient(kube),
 		draplugin.RegistrarDirectoryPath(opts.RegistrarDir),
 		draplugin.PluginDataDirectoryPath(opts.PluginDataDir),
+		draplugin.RegistrarListener(listenSocket),
+		draplugin.PluginListener(listenSocket),
 		draplugin.HealthService(false),
 		draplugin.Serialize(false),
 	)

@@ -61,9 +61,9 @@ type statusRun struct {
 
 // statusRest is what a domain's last background status write left (see statusWrites).
 type statusRest struct {
-	until   time.Time
-	written cdv1beta1.ComputeDomainStatus
-	due     bool
+	until  time.Time
+	status string
+	due    bool
 }
 
 // minSweep is the fewest rests kept before those past their end are swept.
@@ -85,7 +85,7 @@ func (s *statusWrites) wire() {
 // write runs w, which writes st for the domain key, in the background; or, while another write
 // runs for key, marks it to be followed by another pass unless it writes st too; or, while the
 // domain's status rests and st says the same of it as a whole, has it reconciled again when the
-// rest ends (unless st is what the last write wrote). It returns w's
+// rest ends. It returns w's
 // error when it ran within the call (not wired), else nil. ctx is the controller's (no
 // reconciliation timeout is set): it outlives the pass and ends with the controller.
 func (s *statusWrites) write(ctx context.Context, key types.NamespacedName, st cdv1beta1.ComputeDomainStatus, w func(context.Context) error) error {
@@ -101,8 +101,10 @@ func (s *statusWrites) write(ctx context.Context, key types.NamespacedName, st c
 		return nil
 	}
 	now := s.now()
-	if rest := s.rests[key]; rest != nil && now.Before(rest.until) && rest.written.Status == st.Status {
-		if !rest.due && !equality.Semantic.DeepEqual(rest.written, st) {
+	if rest := s.rests[key]; rest != nil && now.Before(rest.until) && rest.status == st.Status {
+		// Also when st is what was written: the pass may have come for a status changed by
+		// someone else meanwhile, which the pass after the rest writes back.
+		if !rest.due {
 			rest.due = true
 			s.afterFunc(rest.until.Sub(now), func() { s.send(ctx, s.again, key) })
 		}
@@ -122,7 +124,7 @@ func (s *statusWrites) write(ctx context.Context, key types.NamespacedName, st c
 		newer := s.running[key].newer
 		delete(s.running, key)
 		if err == nil {
-			s.rested(key, &statusRest{until: end.Add(end.Sub(now)), written: st}, end)
+			s.rested(key, &statusRest{until: end.Add(end.Sub(now)), status: st.Status}, end)
 		}
 		s.mu.Unlock()
 		to := s.again

@@ -130,13 +130,7 @@ func TestStatusWrites(t *testing.T) {
 		none(t, s, ended) // written from 0 s to 2 s: rests until 4 s
 
 		clock.Store(int64(3 * time.Second))
-		if err := s.write(ctx, key, st(1), takes2s); err != nil { // what was written: nothing to do
-			t.Fatal(err)
-		}
-		if len(timers) != 0 {
-			t.Errorf("the status just written brings the domain back after %v", timers)
-		}
-		for _, ready := range []int32{2, 3} {
+		for _, ready := range []int32{1, 2, 3} { // 1: as written (the pass may be for someone else's change)
 			if err := s.write(ctx, key, st(ready), takes2s); err != nil {
 				t.Fatal(err)
 			}

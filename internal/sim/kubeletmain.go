@@ -51,6 +51,9 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		return fmt.Errorf("shard %d of %d: want 0 <= shard < shards <= %d", shard, shards, maxShards)
 	}
 	nodes := shardNodes(st.Nodes, shard, shards)
+	if err := lowerPriority("/proc/self/autogroup"); err != nil {
+		klog.Background().Error(err, "Lowering the simulated kubelet's CPU priority; it competes with the control plane at equal weight", "nice", KubeletNice)
+	}
 	if os.Getenv(PprofEnv) != "" {
 		if err := servePprof(ctx, filepath.Join(stateDir, "logs", fmt.Sprintf("sim-kubelet-%d.pprof-address", shard))); err != nil {
 			return err

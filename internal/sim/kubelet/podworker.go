@@ -48,6 +48,9 @@ type podWorker struct {
 	startTime  *metav1.Time
 
 	statusMu sync.Mutex
+	// statusRetry is the wait before the status write that failed last is tried again
+	// (statusMu): doubling from a second to statusRetryMax, reset by a write that succeeds.
+	statusRetry time.Duration
 }
 
 func newPodWorker(k *Kubelet, n *node, pod *corev1.Pod) *podWorker {

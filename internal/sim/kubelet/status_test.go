@@ -2,9 +2,27 @@ package kubelet
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
+
+// TestNextStatusRetry: a second after a write that followed a success, doubling while writes
+// keep failing, never more than the status manager's 10 s.
+func TestNextStatusRetry(t *testing.T) {
+	var got []time.Duration
+	prev := time.Duration(0)
+	for range 6 {
+		prev = nextStatusRetry(prev)
+		got = append(got, prev)
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("waits %v, want %v", got, want)
+		}
+	}
+}
 
 func TestPodPhase(t *testing.T) {
 	run := ctrSummary{running: true}

@@ -131,7 +131,10 @@ func (d *Driver) recover(ctx context.Context) error {
 			continue
 		}
 		claim := &resourcev1.ResourceClaim{}
-		err := d.api.Get(ctx, types.NamespacedName{Namespace: e.Namespace, Name: e.Name}, claim)
+		key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
+		err := untilDefinite(ctx, "Reading a claim left PrepareStarted", time.Second, func() error {
+			return d.api.Get(ctx, key, claim)
+		})
 		switch {
 		case err == nil && claim.UID == uid:
 			logger.Info("Claim was being prepared when the plugin stopped; leaving it to the kubelet",
@@ -151,4 +154,32 @@ func (d *Driver) recover(ctx context.Context) error {
 			"claim", klog.KRef(e.Namespace, e.Name), "claimUID", uid)
 	}
 	return nil
+}
+
+// maxDefiniteWait bounds the wait between two tries of untilDefinite.
+const maxDefiniteWait = 30 * time.Second
+
+// untilDefinite calls get until it succeeds or fails with NotFound (an answer either way),
+// trying again after other errors (throttling, a timed-out TLS handshake, the apiserver
+// restarting): first after wait, then after twice as long each time, at most maxDefiniteWait,
+// logging each error. It returns the last error, wrapped with ctx's, when ctx ends first. At
+// start, under a burst at 2,304 nodes, one such error made restarted plugins exit, restart and
+// fail again in a loop (CrashLoopBackOff); now they wait, as for their caches, within the
+// startup probe's time.
+func untilDefinite(ctx context.Context, what string, wait time.Duration, get func() error) error {
+	for {
+		err := get()
+		if err == nil || apierrors.IsNotFound(err) {
+			return err
+		}
+		klog.FromContext(ctx).Error(err, what+"; trying again", "after", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (then: %w)", err, context.Cause(ctx))
+		case <-t.C:
+		}
+		wait = min(2*wait, maxDefiniteWait)
+	}
 }

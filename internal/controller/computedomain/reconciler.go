@@ -136,13 +136,15 @@ type Reconciler struct {
 	written *written
 	// statusWrites writes the domains' statuses apart from their passes (cliques on).
 	statusWrites *statusWrites
+	// created is what this controller created and its cache may not show yet.
+	created *created
 }
 
 // New returns a reconciler reading from the cache through c, from the apiserver through reader,
 // and writing through c.
 func New(c client.Client, reader client.Reader, opts Options) *Reconciler {
 	opts.Defaults()
-	return &Reconciler{client: c, reader: reader, opts: opts, written: newWritten(), statusWrites: newStatusWrites()}
+	return &Reconciler{client: c, reader: reader, opts: opts, written: newWritten(), statusWrites: newStatusWrites(), created: newCreated()}
 }
 
 // Reconcile brings one ComputeDomain's objects, membership and status up to date.

@@ -4,6 +4,11 @@ import (
 	"context"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -125,4 +130,54 @@ func (e *env) reconciler(cache client.Client, cliques bool) *computedomain.Recon
 	return computedomain.New(cache, testCluster.Client, computedomain.Options{
 		DriverNamespace: e.driverNS, DaemonImage: "cdplane:test", Gates: gates, DaemonFeatureGates: features.DaemonGates(gates),
 	})
+}
+
+// unseenCreations is a cache that has not yet seen the DaemonSet and claim templates the
+// controller created: it answers NotFound for them, as a cache does between the create and its
+// watch event.
+type unseenCreations struct {
+	client.Client
+}
+
+func (u unseenCreations) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	switch obj.(type) {
+	case *appsv1.DaemonSet, *resourcev1.ResourceClaimTemplate:
+		return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+	}
+	return u.Client.Get(ctx, key, obj, opts...)
+}
+
+// TestCreatesOnceWhileTheCacheLags: passes that start before the cache has seen the DaemonSet
+// and claim templates an earlier pass created read them from the apiserver; they send no create
+// that can only be refused as AlreadyExists.
+func TestCreatesOnceWhileTheCacheLags(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	e.stopMgr() // the reconciler below makes every pass
+	cd := e.createCD("created-once", 0)
+	log := &writeLog{}
+	recording, err := client.New(log.wrap(testCluster.Config, "created-once-test"), client.Options{Scheme: testCluster.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.reconciler(unseenCreations{Client: recording}, true)
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}}
+	for pass := range 3 {
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+	}
+	keys := e.objectsOf(cd)
+	if _, _, rct := e.waitCreated(cd); rct == nil {
+		t.Fatal("no workload claim template")
+	}
+	for collection, name := range map[string]string{
+		"/apis/apps/v1/namespaces/" + e.driverNS + "/daemonsets":                        keys.ds.Name,
+		"/apis/resource.k8s.io/v1/namespaces/" + e.driverNS + "/resourceclaimtemplates": keys.daemonTemplate.Name,
+		"/apis/resource.k8s.io/v1/namespaces/" + e.ns + "/resourceclaimtemplates":       keys.workloadTemplate.Name,
+	} {
+		if diff := cmp.Diff(map[string]int{"POST": 1}, writesTo(log, collection, name)); diff != "" {
+			t.Errorf("writes of %s/%s over three passes of a cache that has not seen it (-want +got):\n%s", collection, name, diff)
+		}
+	}
 }

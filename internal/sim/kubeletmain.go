@@ -84,6 +84,7 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		// Zero (state of an older sim): the kubelet's defaults.
 		LeaseRenewInterval: st.NodeLeaseRenew.Duration,
 		LeaseDuration:      4 * st.NodeLeaseRenew.Duration,
+		MinProbePeriod:     st.ProbePeriodFloor.Duration,
 	})
 	if err != nil {
 		return err

@@ -47,3 +47,32 @@ func TestNodeLeaseRenew(t *testing.T) {
 		t.Error("a malformed duration was accepted")
 	}
 }
+
+// Probes run as their specs say up to 1,000 nodes, and no more often than a second per 100
+// nodes above: each kind of probe runs at most about 100 times a second across the sim.
+func TestProbePeriodFloor(t *testing.T) {
+	for _, c := range []struct {
+		nodes int
+		want  time.Duration
+	}{{1, 0}, {1000, 0}, {1001, 11 * time.Second}, {1152, 12 * time.Second}, {2304, 24 * time.Second}, {20016, 201 * time.Second}} {
+		got := probePeriodFloor(c.nodes)
+		if got != c.want {
+			t.Errorf("%d nodes: probes at most every %s, want %s", c.nodes, got, c.want)
+		}
+		if got > 0 && float64(c.nodes)/got.Seconds() > 100 {
+			t.Errorf("%d nodes: a 1-second probe would run %.1f times a second", c.nodes, float64(c.nodes)/got.Seconds())
+		}
+	}
+	raw, err := json.Marshal(State{ProbePeriodFloor: metav1.Duration{Duration: 24 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back State
+	if err := json.Unmarshal(raw, &back); err != nil || back.ProbePeriodFloor.Duration != 24*time.Second {
+		t.Errorf("state round trip: %v, %s in %s", err, back.ProbePeriodFloor.Duration, raw)
+	}
+	var old State
+	if err := json.Unmarshal([]byte(`{"nodes":[]}`), &old); err != nil || old.ProbePeriodFloor.Duration != 0 {
+		t.Errorf("state written before the field: %v, %s, want 0 (probes as their specs say)", err, old.ProbePeriodFloor.Duration)
+	}
+}

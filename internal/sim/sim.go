@@ -50,6 +50,9 @@ type State struct {
 	// NodeLeaseRenew is how often each node renews its Lease (see nodeLeaseRenew); zero in
 	// state written before it existed: the kubelet's default.
 	NodeLeaseRenew metav1.Duration `json:"nodeLeaseRenew,omitzero"`
+	// ProbePeriodFloor is the shortest period the simulated kubelet runs probes at (see
+	// probePeriodFloor); zero: every probe as its spec says.
+	ProbePeriodFloor metav1.Duration `json:"probePeriodFloor,omitzero"`
 	// IMEXMode is the planes' IMEX mode; hostManaged: every node with a fabric runs a simulated
 	// nvidia-imex host service (run by the simulated kubelet process). Empty: driverManaged.
 	IMEXMode string `json:"imexMode,omitempty"`
@@ -70,6 +73,23 @@ func (st *State) HostManaged() bool { return st.IMEXMode == string(features.IMEX
 func nodeLeaseRenew(nodes int) time.Duration {
 	const perSecond = 40
 	return max(10*time.Second, time.Duration((nodes+perSecond-1)/perSecond)*time.Second)
+}
+
+// probePeriodFloor is the shortest period the simulated kubelet runs a probe at: none up to
+// 1,000 nodes, then a second per 100 nodes, so that each kind of probe (a daemon's start-up
+// probe every 2 s, a plugin's liveness probe every 10 s) runs at most about 100 times a second
+// across the sim. Every probe of every node runs in the 2-core machine's few kubelet processes,
+// which a real node spreads over its own cores: in a 2,304-node job the daemons' start-up probes
+// alone asked for over 1,000 runs a second, and the kubelet processes, starved, answered their
+// plugins' liveness probes too late and restarted hundreds of healthy plugins. A probe's
+// timeout and failureThreshold stay as its spec says, so a large sim notices a failure later
+// (a plugin's liveness: 3 × 24 s at 2,304 nodes, a kubelet's 3 × 10 s).
+func probePeriodFloor(nodes int) time.Duration {
+	const perSecond = 100
+	if nodes <= 1000 {
+		return 0
+	}
+	return time.Duration((nodes+perSecond-1)/perSecond) * time.Second
 }
 
 // Options configure Up.
@@ -177,7 +197,8 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 		}
 	}
 	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels, InProcess: inProcess,
-		NodeLeaseRenew: metav1.Duration{Duration: nodeLeaseRenew(o.Nodes)}, IMEXMode: o.IMEXMode}
+		NodeLeaseRenew: metav1.Duration{Duration: nodeLeaseRenew(o.Nodes)}, IMEXMode: o.IMEXMode,
+		ProbePeriodFloor: metav1.Duration{Duration: probePeriodFloor(o.Nodes)}}
 	if err := prepareStateDir(o.StateDir); err != nil {
 		return nil, err
 	}
@@ -328,6 +349,9 @@ func startKubelet(ctx context.Context, o *Options, st *State) error {
 	leases := ""
 	if d := st.NodeLeaseRenew.Duration; d > kubelet.DefaultLeaseRenewInterval {
 		leases = fmt.Sprintf("; node Leases renewed every %s, a kubelet's 10s being too many writes at this size", d)
+	}
+	if d := st.ProbePeriodFloor.Duration; d > 0 {
+		leases += fmt.Sprintf("; probes run at most every %s, every node's probes sharing these processes", d)
 	}
 	o.progress("Starting the simulated kubelet for %d nodes in %d process(es) (cdplane's pods run %s%s)", len(st.Nodes), shards, how, leases)
 	var started []controlplane.Process

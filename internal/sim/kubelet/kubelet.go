@@ -56,6 +56,10 @@ type Config struct {
 	// by up to ±10%).
 	LeaseDuration      time.Duration
 	LeaseRenewInterval time.Duration
+	// MinProbePeriod is the shortest period any probe runs at; a probe whose periodSeconds is
+	// shorter runs this often instead (its failureThreshold and timeout unchanged). Zero: every
+	// probe as its spec says, as a kubelet does.
+	MinProbePeriod time.Duration
 	// NodeStatusReportInterval is how often a node's status is written when nothing changed (5m).
 	NodeStatusReportInterval time.Duration
 	// RestartBackoff spaces container restarts (DefaultRestartBackoff).

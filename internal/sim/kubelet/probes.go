@@ -25,6 +25,8 @@ type prober struct {
 	paths  *PathMap
 	ports  []corev1.ContainerPort
 	lookup func(string) (string, bool) // env of the container, for $(VAR) in exec commands
+	// minPeriod is Config.MinProbePeriod.
+	minPeriod time.Duration
 }
 
 // probe runs a probe once: exec through the runner (command expanded and remapped; exit 0
@@ -180,11 +182,17 @@ func (r *probeResult) record(pr *corev1.Probe, ok bool) int {
 
 // loop runs a probe every period (after its initial delay) until ctx ends, calling report with
 // each thresholded outcome; report returns false to stop the loop.
-func (p *prober) loop(ctx context.Context, pr *corev1.Probe, report func(ok bool, err error) bool) {
-	period := time.Duration(max(pr.PeriodSeconds, 1)) * time.Second
-	if pr.PeriodSeconds == 0 {
-		period = 10 * time.Second
+// probePeriod is how often pr runs: its periodSeconds (10 s when unset), at least minPeriod.
+func probePeriod(pr *corev1.Probe, minPeriod time.Duration) time.Duration {
+	period := 10 * time.Second
+	if pr.PeriodSeconds > 0 {
+		period = time.Duration(pr.PeriodSeconds) * time.Second
 	}
+	return max(period, minPeriod)
+}
+
+func (p *prober) loop(ctx context.Context, pr *corev1.Probe, report func(ok bool, err error) bool) {
+	period := probePeriod(pr, p.minPeriod)
 	wait := time.Duration(pr.InitialDelaySeconds) * time.Second
 	var r probeResult
 	for {

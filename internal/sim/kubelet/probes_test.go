@@ -3,13 +3,17 @@ package kubelet
 import (
 	"context"
 	"net"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 )
 
@@ -52,5 +56,68 @@ func TestGRPCProbe(t *testing.T) {
 	hs.SetServingStatus("liveness", healthpb.HealthCheckResponse_NOT_SERVING)
 	if err := probe("liveness"); err == nil {
 		t.Error("NOT_SERVING: passed")
+	}
+}
+
+func TestProbePeriod(t *testing.T) {
+	for _, c := range []struct {
+		period int32
+		floor  time.Duration
+		want   time.Duration
+	}{{0, 0, 10 * time.Second}, {2, 0, 2 * time.Second}, {2, 24 * time.Second, 24 * time.Second}, {30, 24 * time.Second, 30 * time.Second}, {0, 24 * time.Second, 24 * time.Second}} {
+		if got := probePeriod(&corev1.Probe{PeriodSeconds: c.period}, c.floor); got != c.want {
+			t.Errorf("periodSeconds %d, floor %s: every %s, want %s", c.period, c.floor, got, c.want)
+		}
+	}
+}
+
+// TestProbeLoopKeepsTheFloor: a probe whose period is shorter than the kubelet's MinProbePeriod
+// runs no more often than that floor.
+func TestProbeLoopKeepsTheFloor(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	var mu sync.Mutex
+	var at []time.Time
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			at = append(at, time.Now())
+			mu.Unlock()
+			_ = conn.Close()
+		}
+	}()
+	const floor = 1500 * time.Millisecond
+	p := &prober{spec: &ContainerSpec{PodIP: "127.0.0.1"}, minPeriod: floor}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.loop(ctx, &corev1.Probe{PeriodSeconds: 1, TimeoutSeconds: 5, ProbeHandler: corev1.ProbeHandler{
+			TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt(l.Addr().(*net.TCPAddr).Port)}}},
+			func(bool, error) bool { return true })
+	}()
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(at) >= 3, nil
+	})
+	cancel()
+	<-done
+	if err != nil {
+		t.Fatalf("three probes: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < floor {
+			t.Errorf("probe %d came %s after the one before, want at least the floor %s", i, gap, floor)
+		}
 	}
 }

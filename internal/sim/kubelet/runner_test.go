@@ -3,8 +3,11 @@ package kubelet
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,5 +124,47 @@ func TestImageRepository(t *testing.T) {
 		if got := ImageRepository(in); got != want {
 			t.Errorf("ImageRepository(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestProcessRunnerSessionOfItsOwn: a container process leads a session and process group of its
+// own, so that it gets a scheduling autogroup of its own at the default priority (not the
+// kubelet's), and a signal reaches the whole group.
+func TestProcessRunnerSessionOfItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	script := "#!/bin/sh\nwhile :; do sleep 0.1; done\n"
+	if err := os.WriteFile(filepath.Join(dir, "tool"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := NewProcessRouter(map[string]string{"example.com/tool": dir})
+	h, err := r.Start(context.Background(), &ContainerSpec{Image: "example.com/tool:v1", Command: []string{"tool"}, Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = h.Kill()
+		waitDone(t, h)
+	}()
+	pid := h.(*processHandle).cmd.Process.Pid
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// After "(comm) ": state, ppid, pgrp, session.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	if f[2] != strconv.Itoa(pid) || f[3] != strconv.Itoa(pid) {
+		t.Errorf("process %d in group %s, session %s; want both its own", pid, f[2], f[3])
+	}
+	ours, err := os.ReadFile("/proc/self/autogroup")
+	if err != nil {
+		t.Logf("no autogroups here (%v): the session is checked only", err)
+		return
+	}
+	theirs, err := os.ReadFile(fmt.Sprintf("/proc/%d/autogroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(ours, theirs) || !strings.HasSuffix(strings.TrimSpace(string(theirs)), "nice 0") {
+		t.Errorf("container's autogroup %q (the test's %q), want one of its own at nice 0", theirs, ours)
 	}
 }

@@ -85,6 +85,7 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		LeaseRenewInterval: st.NodeLeaseRenew.Duration,
 		LeaseDuration:      4 * st.NodeLeaseRenew.Duration,
 		MinProbePeriod:     st.ProbePeriodFloor.Duration,
+		MinProbeTimeout:    st.ProbeTimeoutFloor.Duration,
 	})
 	if err != nil {
 		return err

@@ -48,8 +48,9 @@ func TestNodeLeaseRenew(t *testing.T) {
 	}
 }
 
-// Probes run as their specs say up to 1,000 nodes, and no more often than a second per 100
-// nodes above: each kind of probe runs at most about 100 times a second across the sim.
+// Probes run as their specs say up to 1,000 nodes, and above no more often than a second per 100
+// nodes (each kind of probe runs at most about 100 times a second across the sim), with at least
+// 10 s to answer.
 func TestProbePeriodFloor(t *testing.T) {
 	for _, c := range []struct {
 		nodes int
@@ -63,12 +64,17 @@ func TestProbePeriodFloor(t *testing.T) {
 			t.Errorf("%d nodes: a 1-second probe would run %.1f times a second", c.nodes, float64(c.nodes)/got.Seconds())
 		}
 	}
-	raw, err := json.Marshal(State{ProbePeriodFloor: metav1.Duration{Duration: 24 * time.Second}})
+	for nodes, want := range map[int]time.Duration{36: 0, 1000: 0, 1001: 10 * time.Second, 2304: 10 * time.Second} {
+		if got := probeTimeoutFloor(nodes); got != want {
+			t.Errorf("%d nodes: probe timeouts at least %s, want %s", nodes, got, want)
+		}
+	}
+	raw, err := json.Marshal(State{ProbePeriodFloor: metav1.Duration{Duration: 24 * time.Second}, ProbeTimeoutFloor: metav1.Duration{Duration: 10 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var back State
-	if err := json.Unmarshal(raw, &back); err != nil || back.ProbePeriodFloor.Duration != 24*time.Second {
+	if err := json.Unmarshal(raw, &back); err != nil || back.ProbePeriodFloor.Duration != 24*time.Second || back.ProbeTimeoutFloor.Duration != 10*time.Second {
 		t.Errorf("state round trip: %v, %s in %s", err, back.ProbePeriodFloor.Duration, raw)
 	}
 	var old State

@@ -53,6 +53,9 @@ type State struct {
 	// ProbePeriodFloor is the shortest period the simulated kubelet runs probes at (see
 	// probePeriodFloor); zero: every probe as its spec says.
 	ProbePeriodFloor metav1.Duration `json:"probePeriodFloor,omitzero"`
+	// ProbeTimeoutFloor is the shortest timeout the simulated kubelet gives a probe (see
+	// probeTimeoutFloor); zero: every probe as its spec says.
+	ProbeTimeoutFloor metav1.Duration `json:"probeTimeoutFloor,omitzero"`
 	// IMEXMode is the planes' IMEX mode; hostManaged: every node with a fabric runs a simulated
 	// nvidia-imex host service (run by the simulated kubelet process). Empty: driverManaged.
 	IMEXMode string `json:"imexMode,omitempty"`
@@ -90,6 +93,19 @@ func probePeriodFloor(nodes int) time.Duration {
 		return 0
 	}
 	return time.Duration((nodes+perSecond-1)/perSecond) * time.Second
+}
+
+// probeTimeoutFloor is the shortest timeout the simulated kubelet gives a probe: none up to 1,000
+// nodes, then 10 s. The kubelet processes of a large sim run below the control plane
+// (KubeletNice) and wait to run far longer than they run (13 to 25 times as long in a 2,304-node
+// job), and a probe is timed by its kubelet process, which is starved with the nodes it serves:
+// the controller's /healthz (a 1 s timeout) answered at once yet failed, and both replicas,
+// served by one kubelet process, were killed together.
+func probeTimeoutFloor(nodes int) time.Duration {
+	if nodes <= 1000 {
+		return 0
+	}
+	return 10 * time.Second
 }
 
 // Options configure Up.
@@ -198,7 +214,8 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 	}
 	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels, InProcess: inProcess,
 		NodeLeaseRenew: metav1.Duration{Duration: nodeLeaseRenew(o.Nodes)}, IMEXMode: o.IMEXMode,
-		ProbePeriodFloor: metav1.Duration{Duration: probePeriodFloor(o.Nodes)}}
+		ProbePeriodFloor:  metav1.Duration{Duration: probePeriodFloor(o.Nodes)},
+		ProbeTimeoutFloor: metav1.Duration{Duration: probeTimeoutFloor(o.Nodes)}}
 	if err := prepareStateDir(o.StateDir); err != nil {
 		return nil, err
 	}
@@ -351,7 +368,8 @@ func startKubelet(ctx context.Context, o *Options, st *State) error {
 		leases = fmt.Sprintf("; node Leases renewed every %s, a kubelet's 10s being too many writes at this size", d)
 	}
 	if d := st.ProbePeriodFloor.Duration; d > 0 {
-		leases += fmt.Sprintf("; probes run at most every %s, every node's probes sharing these processes", d)
+		leases += fmt.Sprintf("; probes run at most every %s, with at least %s to answer, every node's probes sharing these processes",
+			d, st.ProbeTimeoutFloor.Duration)
 	}
 	o.progress("Starting the simulated kubelet for %d nodes in %d process(es) (cdplane's pods run %s%s)", len(st.Nodes), shards, how, leases)
 	var started []controlplane.Process

@@ -176,7 +176,8 @@ type instance struct {
 // startup or liveness probe kills the instance (the supervisor then restarts it by policy).
 func (c *ctr) probe(ctx context.Context, inst *instance) {
 	p := &prober{runner: c.w.k.runner, spec: inst.spec, paths: inst.paths, ports: c.c.Ports, minPeriod: c.w.k.cfg.MinProbePeriod,
-		lookup: func(k string) (string, bool) { v, ok := inst.env[k]; return v, ok }}
+		minTimeout: c.w.k.cfg.MinProbeTimeout,
+		lookup:     func(k string) (string, bool) { v, ok := inst.env[k]; return v, ok }}
 	kill := func(what string, err error) {
 		c.w.n.recorder.Eventf(c.w.currentPod(), corev1.EventTypeWarning, "Unhealthy", "%s probe of %s failed: %v", what, c.c.Name, err)
 		_ = inst.handle.Kill()

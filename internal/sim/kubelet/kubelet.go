@@ -60,6 +60,9 @@ type Config struct {
 	// shorter runs this often instead (its failureThreshold and timeout unchanged). Zero: every
 	// probe as its spec says, as a kubelet does.
 	MinProbePeriod time.Duration
+	// MinProbeTimeout is the shortest timeout any probe runs with; a probe whose timeoutSeconds
+	// is shorter gets this long instead. Zero: every probe as its spec says, as a kubelet does.
+	MinProbeTimeout time.Duration
 	// NodeStatusReportInterval is how often a node's status is written when nothing changed (5m).
 	NodeStatusReportInterval time.Duration
 	// RestartBackoff spaces container restarts (DefaultRestartBackoff).

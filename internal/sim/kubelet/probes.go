@@ -25,15 +25,15 @@ type prober struct {
 	paths  *PathMap
 	ports  []corev1.ContainerPort
 	lookup func(string) (string, bool) // env of the container, for $(VAR) in exec commands
-	// minPeriod is Config.MinProbePeriod.
-	minPeriod time.Duration
+	// minPeriod and minTimeout are Config.MinProbePeriod and Config.MinProbeTimeout.
+	minPeriod, minTimeout time.Duration
 }
 
 // probe runs a probe once: exec through the runner (command expanded and remapped; exit 0
 // passes), httpGet (status 200–399), tcpSocket (connect) or grpc (grpc.health.v1 Check answers
 // SERVING) against the pod address.
 func (p *prober) probe(ctx context.Context, pr *corev1.Probe) error {
-	timeout := time.Duration(max(pr.TimeoutSeconds, 1)) * time.Second
+	timeout := max(time.Duration(max(pr.TimeoutSeconds, 1))*time.Second, p.minTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	switch {

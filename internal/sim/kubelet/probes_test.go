@@ -3,6 +3,8 @@ package kubelet
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -119,5 +121,25 @@ func TestProbeLoopKeepsTheFloor(t *testing.T) {
 		if gap := at[i].Sub(at[i-1]); gap < floor {
 			t.Errorf("probe %d came %s after the one before, want at least the floor %s", i, gap, floor)
 		}
+	}
+}
+
+// TestProbeTimeoutFloor: a probe whose timeout is shorter than the kubelet's MinProbeTimeout gets
+// that long to answer; without the floor its own timeout holds.
+func TestProbeTimeoutFloor(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "slow"), []byte("#!/bin/sh\nsleep 1.2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := &ContainerSpec{Image: "example.com/slow:v1"}
+	pr := &corev1.Probe{TimeoutSeconds: 1, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"slow"}}}}
+	runner := NewProcessRouter(map[string]string{"example.com/slow": dir})
+	p := &prober{runner: runner, spec: spec, paths: &PathMap{}}
+	if err := p.probe(context.Background(), pr); err == nil {
+		t.Error("a 1.2 s answer passed a 1 s timeout without a floor")
+	}
+	p.minTimeout = time.Minute
+	if err := p.probe(context.Background(), pr); err != nil {
+		t.Errorf("a 1.2 s answer under a 1-minute floor: %v", err)
 	}
 }

@@ -74,7 +74,11 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 	}
 	k, err := kubelet.New(kubelet.Config{
 		HostEnv: func(_, nodeDir string) []kubelet.EnvVar {
-			return []kubelet.EnvVar{{Name: nodehost.NodeDirEnv, Value: nodeDir}}
+			env := []kubelet.EnvVar{{Name: nodehost.NodeDirEnv, Value: nodeDir}}
+			if d := st.IMEXLinkRetryMax.Duration; d > 0 {
+				env = append(env, kubelet.EnvVar{Name: imexsim.LinkRetryMaxEnv, Value: d.String()})
+			}
+			return env
 		},
 		RESTConfig: cfg,
 		StateDir:   stateDir,

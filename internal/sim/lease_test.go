@@ -68,6 +68,9 @@ func TestProbePeriodFloor(t *testing.T) {
 		if got := probeTimeoutFloor(nodes); got != want {
 			t.Errorf("%d nodes: probe timeouts at least %s, want %s", nodes, got, want)
 		}
+		if got := imexLinkRetryMax(nodes); got != want/2 {
+			t.Errorf("%d nodes: simulated IMEX retries a peer at most every %s, want %s", nodes, got, want/2)
+		}
 	}
 	raw, err := json.Marshal(State{ProbePeriodFloor: metav1.Duration{Duration: 24 * time.Second}, ProbeTimeoutFloor: metav1.Duration{Duration: 10 * time.Second}})
 	if err != nil {

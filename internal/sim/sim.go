@@ -56,6 +56,9 @@ type State struct {
 	// ProbeTimeoutFloor is the shortest timeout the simulated kubelet gives a probe (see
 	// probeTimeoutFloor); zero: every probe as its spec says.
 	ProbeTimeoutFloor metav1.Duration `json:"probeTimeoutFloor,omitzero"`
+	// IMEXLinkRetryMax is the longest wait of a simulated IMEX between two attempts to reach a
+	// peer (see imexLinkRetryMax); zero: the simulated IMEX's default.
+	IMEXLinkRetryMax metav1.Duration `json:"imexLinkRetryMax,omitzero"`
 	// IMEXMode is the planes' IMEX mode; hostManaged: every node with a fabric runs a simulated
 	// nvidia-imex host service (run by the simulated kubelet process). Empty: driverManaged.
 	IMEXMode string `json:"imexMode,omitempty"`
@@ -106,6 +109,18 @@ func probeTimeoutFloor(nodes int) time.Duration {
 		return 0
 	}
 	return 10 * time.Second
+}
+
+// imexLinkRetryMax is the longest wait of a simulated IMEX between two attempts to reach a peer:
+// its default (500 ms) up to 1,000 nodes, then 5 s. A daemon's IMEX starts before most of its
+// peers in a large job and dials each missing one until it answers; at 2,304 nodes these dials
+// were a fifth of a kubelet process's CPU while the processes waited to run (imexsim's
+// LinkRetryMaxEnv).
+func imexLinkRetryMax(nodes int) time.Duration {
+	if nodes <= 1000 {
+		return 0
+	}
+	return 5 * time.Second
 }
 
 // Options configure Up.
@@ -215,7 +230,8 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels, InProcess: inProcess,
 		NodeLeaseRenew: metav1.Duration{Duration: nodeLeaseRenew(o.Nodes)}, IMEXMode: o.IMEXMode,
 		ProbePeriodFloor:  metav1.Duration{Duration: probePeriodFloor(o.Nodes)},
-		ProbeTimeoutFloor: metav1.Duration{Duration: probeTimeoutFloor(o.Nodes)}}
+		ProbeTimeoutFloor: metav1.Duration{Duration: probeTimeoutFloor(o.Nodes)},
+		IMEXLinkRetryMax:  metav1.Duration{Duration: imexLinkRetryMax(o.Nodes)}}
 	if err := prepareStateDir(o.StateDir); err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func (s *simServer) runLink(ctx context.Context, link *peerLink) {
 		case <-timer.C:
 		}
 		timer.Stop()
-		backoff = min(2*backoff, linkBackoffMax)
+		backoff = min(2*backoff, s.env.linkBackoffCap())
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Environment variables that give a simulated IMEX the node-level things the real one gets from
@@ -30,6 +31,12 @@ const (
 	// ResolvConfEnv is the host path of the container's resolv.conf, whose search list and
 	// ndots option decide how many DNS lookups a name the hosts file does not map costs.
 	ResolvConfEnv = "CDPLANE_SIM_RESOLV_CONF"
+	// LinkRetryMaxEnv is the longest wait between two attempts to reach a peer, a Go duration
+	// (default 500 ms: the simulation favours quick convergence; the real IMEX retries far less
+	// often). `cdplane sim up` sets it longer in large sims, where thousands of simulated IMEX
+	// daemons waiting for peers that have not started share a few processes: at 2,304 nodes their
+	// dials were a fifth of a kubelet process's CPU.
+	LinkRetryMaxEnv = "CDPLANE_SIM_IMEX_LINK_RETRY_MAX"
 )
 
 // Paths below a node directory (NodeDirEnv) that a simulated IMEX uses.
@@ -59,6 +66,16 @@ type standIns struct {
 	localAddrsSet bool
 	// resolvConf is the container's resolv.conf; empty: glibc's defaults.
 	resolvConf string
+	// linkRetryMax is LinkRetryMaxEnv's value; zero: linkBackoffMax.
+	linkRetryMax time.Duration
+}
+
+// linkBackoffCap is the longest wait between two attempts to reach a peer.
+func (si standIns) linkBackoffCap() time.Duration {
+	if si.linkRetryMax > 0 {
+		return si.linkRetryMax
+	}
+	return linkBackoffMax
 }
 
 // standInsFrom reads the stand-ins through lookup; an address in LocalAddrsEnv that does not
@@ -72,6 +89,13 @@ func standInsFrom(lookup func(string) (string, bool)) (standIns, error) {
 			return si, fmt.Errorf("%s=%s: %w", NodeDirEnv, si.nodeDir, err)
 		}
 		si.nodeDir = abs
+	}
+	if v := get(LinkRetryMaxEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return si, fmt.Errorf("%s: %q is not a positive duration", LinkRetryMaxEnv, v)
+		}
+		si.linkRetryMax = d
 	}
 	if v, ok := lookup(LocalAddrsEnv); ok {
 		si.localAddrsSet = true

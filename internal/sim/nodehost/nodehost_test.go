@@ -348,10 +348,10 @@ func TestStandInEnv(t *testing.T) {
 		"all": {
 			env: map[string]string{
 				"PATH": "/bin", imexsim.NodeDirEnv: "/n", imexsim.LocalAddrsEnv: "127.128.0.5",
-				imexsim.ResolvConfEnv: "/p/resolv.conf", imexsim.HostsFileEnv: "/p/etc-hosts",
+				imexsim.ResolvConfEnv: "/p/resolv.conf", imexsim.HostsFileEnv: "/p/etc-hosts", imexsim.LinkRetryMaxEnv: "5s",
 			},
 			want: []string{imexsim.NodeDirEnv + "=/n", imexsim.LocalAddrsEnv + "=127.128.0.5",
-				imexsim.ResolvConfEnv + "=/p/resolv.conf", imexsim.HostsFileEnv + "=/p/etc-hosts"},
+				imexsim.ResolvConfEnv + "=/p/resolv.conf", imexsim.HostsFileEnv + "=/p/etc-hosts", imexsim.LinkRetryMaxEnv + "=5s"},
 		},
 	}
 	for name, tc := range cases {

@@ -72,25 +72,16 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 	for _, n := range nodes {
 		specs = append(specs, kubelet.NodeSpec{Name: n.Name, Labels: n.Labels, Capacity: capacity(), InternalIP: n.InternalIP})
 	}
-	k, err := kubelet.New(kubelet.Config{
-		HostEnv: func(_, nodeDir string) []kubelet.EnvVar {
-			env := []kubelet.EnvVar{{Name: nodehost.NodeDirEnv, Value: nodeDir}}
-			if d := st.IMEXLinkRetryMax.Duration; d > 0 {
-				env = append(env, kubelet.EnvVar{Name: imexsim.LinkRetryMaxEnv, Value: d.String()})
-			}
-			return env
-		},
+	kcfg := kubelet.Config{
+		HostEnv:    st.hostEnv,
 		RESTConfig: cfg,
 		StateDir:   stateDir,
 		Nodes:      specs,
 		Runner:     runner,
 		PodCIDR:    podCIDR(shard),
-		// Zero (state of an older sim): the kubelet's defaults.
-		LeaseRenewInterval: st.NodeLeaseRenew.Duration,
-		LeaseDuration:      4 * st.NodeLeaseRenew.Duration,
-		MinProbePeriod:     st.ProbePeriodFloor.Duration,
-		MinProbeTimeout:    st.ProbeTimeoutFloor.Duration,
-	})
+	}
+	st.kubeletTimings(&kcfg)
+	k, err := kubelet.New(kcfg)
 	if err != nil {
 		return err
 	}
@@ -152,6 +143,25 @@ func startHostIMEX(all, mine []Node, nodeDir func(string) string) (stop func(), 
 // maxShards is how many simulated-kubelet processes may split the nodes: each takes a /12 of
 // the pod range 127.128.0.0/9.
 const maxShards = 8
+
+// hostEnv is what the simulated host adds to every container's environment: the node directory
+// and, in a large sim, the simulated IMEX's link retry cap.
+func (st *State) hostEnv(_, nodeDir string) []kubelet.EnvVar {
+	env := []kubelet.EnvVar{{Name: nodehost.NodeDirEnv, Value: nodeDir}}
+	if d := st.IMEXLinkRetryMax.Duration; d > 0 {
+		env = append(env, kubelet.EnvVar{Name: imexsim.LinkRetryMaxEnv, Value: d.String()})
+	}
+	return env
+}
+
+// kubeletTimings gives c the sim's node Lease timing and probe floors; zero ones (state of an
+// older sim) leave the kubelet's defaults.
+func (st *State) kubeletTimings(c *kubelet.Config) {
+	c.LeaseRenewInterval = st.NodeLeaseRenew.Duration
+	c.LeaseDuration = 4 * st.NodeLeaseRenew.Duration
+	c.MinProbePeriod = st.ProbePeriodFloor.Duration
+	c.MinProbeTimeout = st.ProbeTimeoutFloor.Duration
+}
 
 // shardNodes is shard's contiguous share of nodes.
 func shardNodes(nodes []Node, shard, shards int) []Node {

@@ -6,7 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"cdplane/internal/sim/imexsim"
+	"cdplane/internal/sim/kubelet"
+	"cdplane/internal/sim/nodehost"
 )
 
 // Node Leases are renewed like a kubelet's in small sims and less often in large ones, so the
@@ -83,5 +88,37 @@ func TestProbePeriodFloor(t *testing.T) {
 	var old State
 	if err := json.Unmarshal([]byte(`{"nodes":[]}`), &old); err != nil || old.ProbePeriodFloor.Duration != 0 {
 		t.Errorf("state written before the field: %v, %s, want 0 (probes as their specs say)", err, old.ProbePeriodFloor.Duration)
+	}
+}
+
+// A 2,304-node sim's state carries its timings into every kubelet process's configuration and
+// every container's environment; a 36-node one keeps a kubelet's and IMEX's own.
+func TestTimingsReachTheKubelet(t *testing.T) {
+	large, small := &State{}, &State{}
+	large.setTimings(2304)
+	small.setTimings(36)
+
+	var c kubelet.Config
+	large.kubeletTimings(&c)
+	want := kubelet.Config{LeaseRenewInterval: 58 * time.Second, LeaseDuration: 232 * time.Second,
+		MinProbePeriod: 24 * time.Second, MinProbeTimeout: 10 * time.Second}
+	if c.LeaseRenewInterval != want.LeaseRenewInterval || c.LeaseDuration != want.LeaseDuration ||
+		c.MinProbePeriod != want.MinProbePeriod || c.MinProbeTimeout != want.MinProbeTimeout {
+		t.Errorf("2,304 nodes: lease %s/%s, probes every >= %s with >= %s; want %s/%s, %s, %s",
+			c.LeaseRenewInterval, c.LeaseDuration, c.MinProbePeriod, c.MinProbeTimeout,
+			want.LeaseRenewInterval, want.LeaseDuration, want.MinProbePeriod, want.MinProbeTimeout)
+	}
+	if diff := cmp.Diff([]kubelet.EnvVar{{Name: nodehost.NodeDirEnv, Value: "/n"}, {Name: imexsim.LinkRetryMaxEnv, Value: "5s"}},
+		large.hostEnv("r00n00", "/n")); diff != "" {
+		t.Errorf("2,304 nodes: host environment (-want +got):\n%s", diff)
+	}
+
+	c = kubelet.Config{}
+	small.kubeletTimings(&c)
+	if c.MinProbePeriod != 0 || c.MinProbeTimeout != 0 || c.LeaseRenewInterval != 10*time.Second {
+		t.Errorf("36 nodes: lease every %s, probe floors %s and %s; want 10s and none", c.LeaseRenewInterval, c.MinProbePeriod, c.MinProbeTimeout)
+	}
+	if diff := cmp.Diff([]kubelet.EnvVar{{Name: nodehost.NodeDirEnv, Value: "/n"}}, small.hostEnv("r00n00", "/n")); diff != "" {
+		t.Errorf("36 nodes: host environment (-want +got):\n%s", diff)
 	}
 }

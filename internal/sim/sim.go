@@ -81,6 +81,11 @@ func nodeLeaseRenew(nodes int) time.Duration {
 	return max(10*time.Second, time.Duration((nodes+perSecond-1)/perSecond)*time.Second)
 }
 
+// largeSimAbove is the size above which the sim trades a kubelet's and IMEX's timings for fewer
+// runs (probePeriodFloor, probeTimeoutFloor, imexLinkRetryMax): every node's probes and IMEX
+// links run in the machine's few kubelet processes, which a real cluster spreads over its nodes.
+const largeSimAbove = 1000
+
 // probePeriodFloor is the shortest period the simulated kubelet runs a probe at: none up to
 // 1,000 nodes, then a second per 100 nodes, so that each kind of probe (a daemon's start-up
 // probe every 2 s, a plugin's liveness probe every 10 s) runs at most about 100 times a second
@@ -92,7 +97,7 @@ func nodeLeaseRenew(nodes int) time.Duration {
 // (a plugin's liveness: 3 × 24 s at 2,304 nodes, a kubelet's 3 × 10 s).
 func probePeriodFloor(nodes int) time.Duration {
 	const perSecond = 100
-	if nodes <= 1000 {
+	if nodes <= largeSimAbove {
 		return 0
 	}
 	return time.Duration((nodes+perSecond-1)/perSecond) * time.Second
@@ -105,7 +110,7 @@ func probePeriodFloor(nodes int) time.Duration {
 // the controller's /healthz (a 1 s timeout) answered at once yet failed, and both replicas,
 // served by one kubelet process, were killed together.
 func probeTimeoutFloor(nodes int) time.Duration {
-	if nodes <= 1000 {
+	if nodes <= largeSimAbove {
 		return 0
 	}
 	return 10 * time.Second
@@ -117,10 +122,19 @@ func probeTimeoutFloor(nodes int) time.Duration {
 // were a fifth of a kubelet process's CPU while the processes waited to run (imexsim's
 // LinkRetryMaxEnv).
 func imexLinkRetryMax(nodes int) time.Duration {
-	if nodes <= 1000 {
+	if nodes <= largeSimAbove {
 		return 0
 	}
 	return 5 * time.Second
+}
+
+// setTimings sets the node Lease renewal, the probe floors and the simulated IMEX's link retry
+// for a sim of the given size.
+func (st *State) setTimings(nodes int) {
+	st.NodeLeaseRenew = metav1.Duration{Duration: nodeLeaseRenew(nodes)}
+	st.ProbePeriodFloor = metav1.Duration{Duration: probePeriodFloor(nodes)}
+	st.ProbeTimeoutFloor = metav1.Duration{Duration: probeTimeoutFloor(nodes)}
+	st.IMEXLinkRetryMax = metav1.Duration{Duration: imexLinkRetryMax(nodes)}
 }
 
 // Options configure Up.
@@ -228,10 +242,8 @@ func Up(ctx context.Context, o Options) (_ *State, err error) {
 		}
 	}
 	st := &State{Started: time.Now().UTC(), Repo: o.Repo, Planes: o.Planes, Nodes: BuildNodes(o.Topology), NumChannels: o.NumChannels, InProcess: inProcess,
-		NodeLeaseRenew: metav1.Duration{Duration: nodeLeaseRenew(o.Nodes)}, IMEXMode: o.IMEXMode,
-		ProbePeriodFloor:  metav1.Duration{Duration: probePeriodFloor(o.Nodes)},
-		ProbeTimeoutFloor: metav1.Duration{Duration: probeTimeoutFloor(o.Nodes)},
-		IMEXLinkRetryMax:  metav1.Duration{Duration: imexLinkRetryMax(o.Nodes)}}
+		IMEXMode: o.IMEXMode}
+	st.setTimings(o.Nodes)
 	if err := prepareStateDir(o.StateDir); err != nil {
 		return nil, err
 	}

@@ -3,8 +3,6 @@ package kubelet
 import (
 	"context"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -127,14 +125,9 @@ func TestProbeLoopKeepsTheFloor(t *testing.T) {
 // TestProbeTimeoutFloor: a probe whose timeout is shorter than the kubelet's MinProbeTimeout gets
 // that long to answer; without the floor its own timeout holds.
 func TestProbeTimeoutFloor(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "slow"), []byte("#!/bin/sh\nsleep 1.2\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	spec := &ContainerSpec{Image: "example.com/slow:v1"}
-	pr := &corev1.Probe{TimeoutSeconds: 1, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"slow"}}}}
-	runner := NewProcessRouter(map[string]string{"example.com/slow": dir})
-	p := &prober{runner: runner, spec: spec, paths: &PathMap{}}
+	runner, _ := toolRouter(t, "#!/bin/sh\nsleep 1.2\n")
+	pr := &corev1.Probe{TimeoutSeconds: 1, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"tool"}}}}
+	p := &prober{runner: runner, spec: &ContainerSpec{Image: "example.com/tool:v1"}, paths: &PathMap{}}
 	if err := p.probe(context.Background(), pr); err == nil {
 		t.Error("a 1.2 s answer passed a 1 s timeout without a floor")
 	}

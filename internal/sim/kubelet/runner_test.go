@@ -14,6 +14,17 @@ import (
 	"time"
 )
 
+// toolRouter returns a router that runs image example.com/tool's command "tool" as script, and
+// the directory the script is in.
+func toolRouter(t *testing.T, script string) (*Router, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tool"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return NewProcessRouter(map[string]string{"example.com/tool": dir}), dir
+}
+
 func waitDone(t *testing.T, h Handle) int {
 	t.Helper()
 	select {
@@ -28,12 +39,7 @@ func waitDone(t *testing.T, h Handle) int {
 // TestProcessRunner: command[0] is found by its base name in the image's directory, args and
 // env are passed, output goes to the log, exit codes and signals are reported.
 func TestProcessRunner(t *testing.T) {
-	dir := t.TempDir()
-	script := "#!/bin/sh\necho \"$GREETING $*\"\nif [ \"$1\" = wait ]; then while :; do sleep 0.1; done; fi\nexit 3\n"
-	if err := os.WriteFile(filepath.Join(dir, "tool"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := NewProcessRouter(map[string]string{"example.com/tool": dir})
+	r, dir := toolRouter(t, "#!/bin/sh\necho \"$GREETING $*\"\nif [ \"$1\" = wait ]; then while :; do sleep 0.1; done; fi\nexit 3\n")
 	var log bytes.Buffer
 	spec := &ContainerSpec{Image: "example.com/tool:v1", Command: []string{"/usr/local/bin/tool"}, Args: []string{"a", "b"},
 		Env: []EnvVar{{Name: "GREETING", Value: "hi"}}, WorkingDir: dir, Log: &log}
@@ -131,12 +137,7 @@ func TestImageRepository(t *testing.T) {
 // own, so that it gets a scheduling autogroup of its own at the default priority (not the
 // kubelet's), and a signal reaches the whole group.
 func TestProcessRunnerSessionOfItsOwn(t *testing.T) {
-	dir := t.TempDir()
-	script := "#!/bin/sh\nwhile :; do sleep 0.1; done\n"
-	if err := os.WriteFile(filepath.Join(dir, "tool"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := NewProcessRouter(map[string]string{"example.com/tool": dir})
+	r, _ := toolRouter(t, "#!/bin/sh\nwhile :; do sleep 0.1; done\n")
 	h, err := r.Start(context.Background(), &ContainerSpec{Image: "example.com/tool:v1", Command: []string{"tool"}, Log: io.Discard})
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"cdplane/internal/nvml"
 	"cdplane/internal/sim/imexsim"
 	"cdplane/internal/sim/nvmlsim"
+	"cdplane/internal/testutil"
 )
 
 func hostOf(t *testing.T, dir string) component.Invocation {
@@ -432,13 +433,7 @@ func TestHostIMEXRestartsAfterFailing(t *testing.T) {
 	must(err)
 	poll := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting: %s", what)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		testutil.Eventually(t, 60*time.Second, what, func() (bool, error) { return cond(), nil })
 	}
 	// The holder takes the session at the end of its start-up phase, then answers READY.
 	poll("the holder READY, holding the session", func() bool {

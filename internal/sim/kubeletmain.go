@@ -154,13 +154,15 @@ func (st *State) hostEnv(_, nodeDir string) []kubelet.EnvVar {
 	return env
 }
 
-// kubeletTimings gives c the sim's node Lease timing and probe floors; zero ones (state of an
+// kubeletTimings gives c the sim's node Lease timing and probe floors (liveness kills
+// included); zero ones (state of an
 // older sim) leave the kubelet's defaults.
 func (st *State) kubeletTimings(c *kubelet.Config) {
 	c.LeaseRenewInterval = st.NodeLeaseRenew.Duration
 	c.LeaseDuration = 4 * st.NodeLeaseRenew.Duration
 	c.MinProbePeriod = st.ProbePeriodFloor.Duration
 	c.MinProbeTimeout = st.ProbeTimeoutFloor.Duration
+	c.MinLivenessFailures = st.LivenessFailureFloor
 }
 
 // shardNodes is shard's contiguous share of nodes.

@@ -77,6 +77,11 @@ func TestProbePeriodFloor(t *testing.T) {
 			t.Errorf("%d nodes: simulated IMEX retries a peer at most every %s, want %s", nodes, got, want/2)
 		}
 	}
+	for nodes, want := range map[int]int32{36: 0, 1000: 0, 1001: 10, 2304: 10} {
+		if got := livenessFailureFloor(nodes); got != want {
+			t.Errorf("%d nodes: liveness kills after at least %d misses in a row, want %d", nodes, got, want)
+		}
+	}
 	raw, err := json.Marshal(State{ProbePeriodFloor: metav1.Duration{Duration: 24 * time.Second}, ProbeTimeoutFloor: metav1.Duration{Duration: 10 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -101,12 +106,13 @@ func TestTimingsReachTheKubelet(t *testing.T) {
 	var c kubelet.Config
 	large.kubeletTimings(&c)
 	want := kubelet.Config{LeaseRenewInterval: 58 * time.Second, LeaseDuration: 232 * time.Second,
-		MinProbePeriod: 24 * time.Second, MinProbeTimeout: 10 * time.Second}
+		MinProbePeriod: 24 * time.Second, MinProbeTimeout: 10 * time.Second, MinLivenessFailures: 10}
 	if c.LeaseRenewInterval != want.LeaseRenewInterval || c.LeaseDuration != want.LeaseDuration ||
-		c.MinProbePeriod != want.MinProbePeriod || c.MinProbeTimeout != want.MinProbeTimeout {
-		t.Errorf("2,304 nodes: lease %s/%s, probes every >= %s with >= %s; want %s/%s, %s, %s",
-			c.LeaseRenewInterval, c.LeaseDuration, c.MinProbePeriod, c.MinProbeTimeout,
-			want.LeaseRenewInterval, want.LeaseDuration, want.MinProbePeriod, want.MinProbeTimeout)
+		c.MinProbePeriod != want.MinProbePeriod || c.MinProbeTimeout != want.MinProbeTimeout ||
+		c.MinLivenessFailures != want.MinLivenessFailures {
+		t.Errorf("2,304 nodes: lease %s/%s, probes every >= %s with >= %s, liveness kills after >= %d; want %s/%s, %s, %s, %d",
+			c.LeaseRenewInterval, c.LeaseDuration, c.MinProbePeriod, c.MinProbeTimeout, c.MinLivenessFailures,
+			want.LeaseRenewInterval, want.LeaseDuration, want.MinProbePeriod, want.MinProbeTimeout, want.MinLivenessFailures)
 	}
 	if diff := cmp.Diff([]kubelet.EnvVar{{Name: nodehost.NodeDirEnv, Value: "/n"}, {Name: imexsim.LinkRetryMaxEnv, Value: "5s"}},
 		large.hostEnv("r00n00", "/n")); diff != "" {
@@ -115,8 +121,8 @@ func TestTimingsReachTheKubelet(t *testing.T) {
 
 	c = kubelet.Config{}
 	small.kubeletTimings(&c)
-	if c.MinProbePeriod != 0 || c.MinProbeTimeout != 0 || c.LeaseRenewInterval != 10*time.Second {
-		t.Errorf("36 nodes: lease every %s, probe floors %s and %s; want 10s and none", c.LeaseRenewInterval, c.MinProbePeriod, c.MinProbeTimeout)
+	if c.MinProbePeriod != 0 || c.MinProbeTimeout != 0 || c.MinLivenessFailures != 0 || c.LeaseRenewInterval != 10*time.Second {
+		t.Errorf("36 nodes: lease every %s, probe floors %s, %s and %d; want 10s and none", c.LeaseRenewInterval, c.MinProbePeriod, c.MinProbeTimeout, c.MinLivenessFailures)
 	}
 	if diff := cmp.Diff([]kubelet.EnvVar{{Name: nodehost.NodeDirEnv, Value: "/n"}}, small.hostEnv("r00n00", "/n")); diff != "" {
 		t.Errorf("36 nodes: host environment (-want +got):\n%s", diff)

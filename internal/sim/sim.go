@@ -56,6 +56,10 @@ type State struct {
 	// ProbeTimeoutFloor is the shortest timeout the simulated kubelet gives a probe (see
 	// probeTimeoutFloor); zero: every probe as its spec says.
 	ProbeTimeoutFloor metav1.Duration `json:"probeTimeoutFloor,omitzero"`
+	// LivenessFailureFloor is the fewest consecutive failures of a liveness probe that make the
+	// simulated kubelet kill its container (see livenessFailureFloor); zero: every probe as its
+	// spec says.
+	LivenessFailureFloor int32 `json:"livenessFailureFloor,omitempty"`
 	// IMEXLinkRetryMax is the longest wait of a simulated IMEX between two attempts to reach a
 	// peer (see imexLinkRetryMax); zero: the simulated IMEX's default.
 	IMEXLinkRetryMax metav1.Duration `json:"imexLinkRetryMax,omitzero"`
@@ -116,6 +120,20 @@ func probeTimeoutFloor(nodes int) time.Duration {
 	return 10 * time.Second
 }
 
+// livenessFailureFloor is the fewest consecutive failures of a liveness probe that kill a
+// container: a probe's own failureThreshold up to 1,000 nodes, then at least 10. Even with the
+// probe floors above, the plugins' health checks (answered in their kubelet process, timed by
+// it) missed their 10 s about 3,000 times in a 2,304-node job, and each third miss in a row
+// killed a plugin that was only waiting to run: 3,049 restarts, each listing and shaking hands
+// with the apiserver again on the way back. Ten misses in a row (about 6 minutes at 2,304
+// nodes) still kill a plugin that has really hung.
+func livenessFailureFloor(nodes int) int32 {
+	if nodes <= largeSimAbove {
+		return 0
+	}
+	return 10
+}
+
 // imexLinkRetryMax is the longest wait of a simulated IMEX between two attempts to reach a peer:
 // its default (500 ms) up to 1,000 nodes, then 5 s. A daemon's IMEX starts before most of its
 // peers in a large job and dials each missing one until it answers; at 2,304 nodes these dials
@@ -128,12 +146,21 @@ func imexLinkRetryMax(nodes int) time.Duration {
 	return 5 * time.Second
 }
 
+// failureThresholdOr3 is n, or a probe's default failureThreshold (3) when n is zero.
+func failureThresholdOr3(n int32) int32 {
+	if n == 0 {
+		return 3
+	}
+	return n
+}
+
 // setTimings sets the node Lease renewal, the probe floors and the simulated IMEX's link retry
 // for a sim of the given size.
 func (st *State) setTimings(nodes int) {
 	st.NodeLeaseRenew = metav1.Duration{Duration: nodeLeaseRenew(nodes)}
 	st.ProbePeriodFloor = metav1.Duration{Duration: probePeriodFloor(nodes)}
 	st.ProbeTimeoutFloor = metav1.Duration{Duration: probeTimeoutFloor(nodes)}
+	st.LivenessFailureFloor = livenessFailureFloor(nodes)
 	st.IMEXLinkRetryMax = metav1.Duration{Duration: imexLinkRetryMax(nodes)}
 }
 
@@ -396,8 +423,8 @@ func startKubelet(ctx context.Context, o *Options, st *State) error {
 		leases = fmt.Sprintf("; node Leases renewed every %s, a kubelet's 10s being too many writes at this size", d)
 	}
 	if d := st.ProbePeriodFloor.Duration; d > 0 {
-		leases += fmt.Sprintf("; probes run at most every %s, with at least %s to answer, every node's probes sharing these processes",
-			d, st.ProbeTimeoutFloor.Duration)
+		leases += fmt.Sprintf("; probes run at most every %s, with at least %s to answer and %d misses in a row before a liveness kill, every node's probes sharing these processes",
+			d, st.ProbeTimeoutFloor.Duration, failureThresholdOr3(st.LivenessFailureFloor))
 	}
 	o.progress("Starting the simulated kubelet for %d nodes in %d process(es) (cdplane's pods run %s%s)", len(st.Nodes), shards, how, leases)
 	var started []controlplane.Process

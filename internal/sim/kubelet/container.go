@@ -197,7 +197,7 @@ func (c *ctr) probe(ctx context.Context, inst *instance) {
 		}
 		c.set(func() { c.started = true })
 	}
-	if lp := c.c.LivenessProbe; lp != nil {
+	if lp := failureFloor(c.c.LivenessProbe, c.w.k.cfg.MinLivenessFailures); lp != nil {
 		go p.loop(ctx, lp, func(ok bool, err error) bool {
 			if !ok {
 				kill("Liveness", err)

@@ -63,6 +63,10 @@ type Config struct {
 	// MinProbeTimeout is the shortest timeout any probe runs with; a probe whose timeoutSeconds
 	// is shorter gets this long instead. Zero: every probe as its spec says, as a kubelet does.
 	MinProbeTimeout time.Duration
+	// MinLivenessFailures is the fewest consecutive failures that kill a container by its
+	// liveness probe; a probe whose failureThreshold is lower is given this many instead. Zero:
+	// every probe as its spec says, as a kubelet does.
+	MinLivenessFailures int32
 	// NodeStatusReportInterval is how often a node's status is written when nothing changed (5m).
 	NodeStatusReportInterval time.Duration
 	// RestartBackoff spaces container restarts (DefaultRestartBackoff).

@@ -151,6 +151,25 @@ func truncate(b []byte, n int) string {
 	return string(b)
 }
 
+// failureThreshold is how many consecutive failures fail pr: its failureThreshold, 3 when unset.
+func failureThreshold(pr *corev1.Probe) int32 {
+	if pr.FailureThreshold == 0 {
+		return 3
+	}
+	return max(pr.FailureThreshold, 1)
+}
+
+// failureFloor returns pr, or a copy that fails after least consecutive failures when pr
+// would fail after fewer (nil stays nil).
+func failureFloor(pr *corev1.Probe, least int32) *corev1.Probe {
+	if pr == nil || failureThreshold(pr) >= least {
+		return pr
+	}
+	c := *pr
+	c.FailureThreshold = least
+	return &c
+}
+
 // probeResult counts consecutive results against a probe's thresholds.
 type probeResult struct {
 	successes, failures int32
@@ -160,10 +179,7 @@ type probeResult struct {
 // change yet.
 func (r *probeResult) record(pr *corev1.Probe, ok bool) int {
 	success := max(pr.SuccessThreshold, 1)
-	failure := max(pr.FailureThreshold, 1)
-	if pr.FailureThreshold == 0 {
-		failure = 3
-	}
+	failure := failureThreshold(pr)
 	if ok {
 		r.failures = 0
 		r.successes++

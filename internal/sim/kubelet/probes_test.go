@@ -29,6 +29,40 @@ func TestProbeThresholds(t *testing.T) {
 	}
 }
 
+// TestFailureFloor: under a floor of 10, a liveness probe with failureThreshold 3 (or unset,
+// which means 3) fails at its 10th consecutive failure, not its 3rd; one at or above the floor,
+// and every probe without a floor, keep their own threshold; the spec is not changed.
+func TestFailureFloor(t *testing.T) {
+	failsAt := func(pr *corev1.Probe) int {
+		var r probeResult
+		for i := 1; i <= 100; i++ {
+			if r.record(pr, false) < 0 {
+				return i
+			}
+		}
+		return 0
+	}
+	three, unset, twelve := &corev1.Probe{FailureThreshold: 3}, &corev1.Probe{}, &corev1.Probe{FailureThreshold: 12}
+	for _, c := range []struct {
+		pr    *corev1.Probe
+		least int32
+		want  int
+	}{
+		{three, 0, 3}, {unset, 0, 3}, {twelve, 0, 12},
+		{three, 10, 10}, {unset, 10, 10}, {twelve, 10, 12},
+	} {
+		if got := failsAt(failureFloor(c.pr, c.least)); got != c.want {
+			t.Errorf("failureThreshold %d under a floor of %d: failed at failure %d, want %d", c.pr.FailureThreshold, c.least, got, c.want)
+		}
+	}
+	if three.FailureThreshold != 3 || unset.FailureThreshold != 0 {
+		t.Errorf("the floor changed the spec: %d, %d", three.FailureThreshold, unset.FailureThreshold)
+	}
+	if failureFloor(nil, 10) != nil {
+		t.Error("no probe became a probe")
+	}
+}
+
 // TestGRPCProbe: a grpc probe passes while the pod's grpc.health.v1 service answers SERVING for
 // the probe's service, and fails otherwise.
 func TestGRPCProbe(t *testing.T) {

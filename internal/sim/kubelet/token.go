@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,16 +16,22 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // DefaultTokenExpiration is the lifetime of the tokens requested for pods.
 const DefaultTokenExpiration = time.Hour
+
+// projectedTokenExpiration is a projected service-account token's lifetime when its
+// expirationSeconds is unset (the API's default).
+const projectedTokenExpiration = int64(3600)
 
 // tokenFile is a service-account token of a pod kept in one or more files.
 type tokenFile struct {
 	paths     []string
 	audiences []string
 	expSecs   int64
+	token     []byte // the last token requested; nil before the first
 	renewAt   time.Time
 }
 
@@ -38,15 +45,23 @@ type podTokens struct {
 }
 
 // add requests a token and writes it to path; a token of the same audiences and lifetime is
-// requested once for all its paths.
+// requested once for all its paths, as a kubelet's token manager keeps one per pod, audiences
+// and lifetime: a token still fresh is written to a new path as it is, and a pod set-up tried
+// again (a volume that failed) requests nothing more.
 func (t *podTokens) add(ctx context.Context, path string, audiences []string, expSecs int64) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, f := range t.files {
-		if f.expSecs == expSecs && equalStrings(f.audiences, audiences) {
+		if f.expSecs != expSecs || !equalStrings(f.audiences, audiences) {
+			continue
+		}
+		if !slices.Contains(f.paths, path) {
 			f.paths = append(f.paths, path)
+		}
+		if f.token == nil || !time.Now().Before(f.renewAt) {
 			return t.refresh(ctx, f)
 		}
+		return writeToken(path, f.token)
 	}
 	f := &tokenFile{paths: []string{path}, audiences: audiences, expSecs: expSecs}
 	if err := t.refresh(ctx, f); err != nil {
@@ -71,15 +86,38 @@ func (t *podTokens) refresh(ctx context.Context, f *tokenFile) error {
 		life = time.Duration(f.expSecs) * time.Second
 	}
 	f.renewAt = now.Add(life * 8 / 10)
+	f.token = []byte(got.Status.Token)
 	for _, p := range f.paths {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := writePodFile(p, []byte(got.Status.Token), 0o600); err != nil {
+		if err := writeToken(p, f.token); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func writeToken(path string, token []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return writePodFile(path, token, 0o600)
+}
+
+// credentialsExpiration is the lifetime of the token in a pod's credentials directory: that of
+// the pod's own projected service-account token without an audience (the one the
+// ServiceAccount admission plugin adds, 3607 s), so that one request serves both; else
+// DefaultTokenExpiration.
+func credentialsExpiration(pod *corev1.Pod) int64 {
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, s := range v.Projected.Sources {
+			if t := s.ServiceAccountToken; t != nil && t.Audience == "" {
+				return ptr.Deref(t.ExpirationSeconds, projectedTokenExpiration)
+			}
+		}
+	}
+	return int64(DefaultTokenExpiration / time.Second)
 }
 
 // renew keeps the tokens fresh until ctx ends; a failed renewal is retried after 10s.
@@ -125,7 +163,7 @@ func (w *podWorker) setupCredentials(ctx context.Context, pod *corev1.Pod) (saDi
 	}
 	saDir = filepath.Join(w.dir, "serviceaccount")
 	token := filepath.Join(saDir, "token")
-	if err := w.tokens.add(ctx, token, nil, int64(DefaultTokenExpiration/time.Second)); err != nil {
+	if err := w.tokens.add(ctx, token, nil, credentialsExpiration(pod)); err != nil {
 		return "", "", err
 	}
 	files := map[string][]byte{"ca.crt": w.k.cfg.APIServerCA, "namespace": []byte(pod.Namespace)}

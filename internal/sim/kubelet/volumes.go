@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 )
 
 // ServiceAccountMountPath is where Kubernetes pods find their service-account credentials.
@@ -218,10 +219,7 @@ func (w *podWorker) projectedVolume(ctx context.Context, pod *corev1.Pod, dir st
 			files, err = w.downwardFiles(pod, s.DownwardAPI.Items)
 		case s.ServiceAccountToken != nil:
 			t := s.ServiceAccountToken
-			exp := int64(3600)
-			if t.ExpirationSeconds != nil {
-				exp = *t.ExpirationSeconds
-			}
+			exp := ptr.Deref(t.ExpirationSeconds, projectedTokenExpiration)
 			var aud []string
 			if t.Audience != "" {
 				aud = []string{t.Audience}

@@ -155,8 +155,7 @@ func (st *State) hostEnv(_, nodeDir string) []kubelet.EnvVar {
 }
 
 // kubeletTimings gives c the sim's node Lease timing and probe floors (liveness kills
-// included); zero ones (state of an
-// older sim) leave the kubelet's defaults.
+// included); zero ones (state of an older sim) leave the kubelet's defaults.
 func (st *State) kubeletTimings(c *kubelet.Config) {
 	c.LeaseRenewInterval = st.NodeLeaseRenew.Duration
 	c.LeaseDuration = 4 * st.NodeLeaseRenew.Duration

@@ -19,9 +19,9 @@ import (
 
 // TestOneTokenPerPod: a pod's service-account token is requested once, as a kubelet's token
 // manager does: the credentials directory and the projected volume the ServiceAccount admission
-// plugin adds (here written into the pod) share it, and a set-up tried again (a ConfigMap volume whose ConfigMap does not
-// exist yet) writes the token it has rather than requesting another. Every TokenRequest answers
-// a different token, so a second request shows as a changed file.
+// plugin adds (here written into the pod) share it, and a set-up tried again (a ConfigMap volume
+// whose ConfigMap does not exist yet) writes the token it has rather than requesting another.
+// Every TokenRequest answers a different token, so a second request shows as a changed file.
 func TestOneTokenPerPod(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t)

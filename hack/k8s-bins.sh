@@ -95,7 +95,9 @@ go build -p "${jobs}" -trimpath -ldflags "-s -w" -o "${tmp}/etcd" ./etcd
 
 for b in "${bins[@]}"; do mv -f "${tmp}/${b}" "${dir}/${b}"; done
 "${dir}/kube-apiserver" --version >&2
-"${dir}/etcd" --version | head -n1 >&2
+# sed reads all of etcd's lines: with head, etcd could still be writing its second line when head
+# exited, die of SIGPIPE, and fail the build under pipefail (seen on a cold build here).
+"${dir}/etcd" --version | sed -n 1p >&2
 touch "${dir}/.complete"
 echo ">> built in $(( $(date +%s) - start ))s" >&2
 echo "${dir}"

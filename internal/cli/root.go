@@ -44,13 +44,23 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(newSimCommand())
 	root.AddCommand(newStatusCommand())
 	strictArgs(root)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "cdplane:", err)
 		return 1
 	}
 	return 0
+}
+
+// signalContext returns the context commands run in. The first SIGINT or SIGTERM ends it: a
+// command stops what it started and says what it got. A second one takes the signal's default
+// action and ends the process, so that a command whose clean-up hangs can still be stopped
+// from the terminal.
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	return ctx, stop
 }
 
 // strictArgs makes every command below the root refuse arguments it does not take. Cobra

@@ -1,14 +1,20 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"cdplane/internal/plane"
 )
@@ -148,5 +154,64 @@ func TestMainConcurrently(t *testing.T) {
 	cmd.Env = append(os.Environ(), "CDPLANE_TEST_CONCURRENT_MAIN=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("two commands at once: %v\n%s", err, out)
+	}
+}
+
+// TestSecondInterruptEnds: the first interrupt ends the commands' context (a command stops and
+// reports what it got), the second ends the process, so that a clean-up that hangs can still be
+// stopped from the terminal. In a child process, which the signals are sent to.
+func TestSecondInterruptEnds(t *testing.T) {
+	if os.Getenv("CDPLANE_TEST_SIGNALS") == "1" {
+		ctx, stop := signalContext()
+		defer stop()
+		fmt.Println("ready")
+		<-ctx.Done()
+		fmt.Println("interrupted")
+		time.Sleep(30 * time.Second) // a clean-up that hangs
+		fmt.Println("not ended by the second interrupt")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSecondInterruptEnds$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "CDPLANE_TEST_SIGNALS=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	await := func(want string) {
+		t.Helper()
+		for lines.Scan() {
+			if lines.Text() == want {
+				return
+			}
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the child never printed %q", want)
+	}
+	await("ready")
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	await("interrupted")
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	var rest strings.Builder
+	for lines.Scan() {
+		rest.WriteString(lines.Text() + "\n")
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("after the second interrupt: %v, want the child ended by it\n%s", err, rest.String())
+	}
+	if ws, ok := exit.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Errorf("after the second interrupt: %v, want the child ended by SIGINT\n%s", err, rest.String())
 	}
 }

@@ -183,13 +183,21 @@ func RunJob(ctx context.Context, st *State, o JobOptions) (*JobResult, error) {
 	// Read before the deletion, and on failure too: it shows which step stalled. A job that
 	// timed out left an overloaded apiserver behind, whose lists can fail or time out: the
 	// reads are retried for up to two minutes, and a failure is said rather than swallowed.
-	if b, berr := readBreakdownRetrying(ctx, c, cd, o); berr == nil {
+	// An interrupted job is read too, briefly, from a context the interrupt did not end.
+	readCtx, cancelRead, interrupted := breakdownContext(ctx)
+	defer cancelRead()
+	if interrupted {
+		fmt.Fprintf(o.Out, "Interrupted: reading the timestamps for the breakdown (at most %s; interrupt again to skip)\n", interruptedReadFor)
+	}
+	if b, berr := readBreakdownRetrying(readCtx, c, cd, o); berr == nil {
 		res.Breakdown = b
 	} else {
 		fmt.Fprintf(o.Out, "Reading the timestamps for the breakdown: %v\n", berr)
 	}
 	if err != nil {
-		// What was seen until then is returned too: the samples show where it stalled.
+		// What was seen until then is returned too: the samples show where it stalled. The
+		// job and its domain stay for a look at them.
+		fmt.Fprintf(o.Out, "The Job and the ComputeDomain are left in place; delete them with: kubectl delete job,computedomain -n %s %s\n", o.Namespace, o.Name)
 		return res, err
 	}
 	if !o.Keep {
@@ -250,10 +258,23 @@ func (st *State) watchJob(ctx context.Context, o JobOptions) (client.Reader, fun
 	return c, stop, nil
 }
 
-// readBreakdown reads the domain, its daemon pods and the job's pods, and computes where the
-// time went.
 // breakdownReadFor bounds readBreakdownRetrying.
 const breakdownReadFor = 2 * time.Minute
+
+// interruptedReadFor bounds the breakdown's reads after an interrupt: the user asked to stop,
+// and gets what can be read quickly.
+const interruptedReadFor = 30 * time.Second
+
+// breakdownContext returns the context the breakdown is read in: ctx itself, or, when ctx has
+// ended (an interrupt; the job's own --timeout does not end it), one that keeps its values
+// without its cancellation and ends after interruptedReadFor. interrupted says which.
+func breakdownContext(ctx context.Context) (_ context.Context, cancel context.CancelFunc, interrupted bool) {
+	if ctx.Err() == nil {
+		return ctx, func() {}, false
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptedReadFor)
+	return rctx, cancel, true
+}
 
 // readBreakdownRetrying is readBreakdown, retried with backoff while it fails for up to
 // breakdownReadFor or until ctx ends (an interrupt; the job's own --timeout does not end ctx).
@@ -275,6 +296,8 @@ func readBreakdownRetrying(ctx context.Context, c client.Client, cd *cdv1beta1.C
 	return b, nil
 }
 
+// readBreakdown reads the domain, its daemon pods and the job's pods, and computes where the
+// time went.
 func readBreakdown(ctx context.Context, c client.Client, cd *cdv1beta1.ComputeDomain, o JobOptions) (*Breakdown, error) {
 	// From the apiserver's watch cache (resourceVersion 0): a consistent list waits for that
 	// cache to catch up with etcd, and after a 2,304-node job that timed out the apiserver was

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -90,5 +91,25 @@ func TestReadBreakdownRetries(t *testing.T) {
 	fails = 1 << 30
 	if _, err := readBreakdownRetrying(ctx, failing(&fails), cd, o); err == nil || !strings.Contains(err.Error(), "unable to return a response") {
 		t.Errorf("interrupted: err %v, want the last error named", err)
+	}
+
+	// RunJob reads an interrupted job's breakdown all the same, from a context the interrupt
+	// did not end, bounded by interruptedReadFor; a job still running reads in its own.
+	if rctx, rcancel, interrupted := breakdownContext(context.Background()); interrupted || rctx.Err() != nil {
+		t.Errorf("not interrupted: interrupted %v, err %v", interrupted, rctx.Err())
+	} else {
+		rcancel()
+	}
+	rctx, rcancel, interrupted := breakdownContext(ctx)
+	defer rcancel()
+	if !interrupted {
+		t.Errorf("after an interrupt: not said to be interrupted")
+	}
+	if deadline, ok := rctx.Deadline(); !ok || time.Until(deadline) > interruptedReadFor {
+		t.Errorf("after an interrupt: deadline %v (set: %v), want within %s", deadline, ok, interruptedReadFor)
+	}
+	fails = 1
+	if b, err := readBreakdownRetrying(rctx, failing(&fails), cd, o); err != nil || b == nil {
+		t.Errorf("after an interrupt: breakdown %v, err %v", b, err)
 	}
 }

@@ -108,6 +108,10 @@ type Result struct {
 	Requests        map[string]float64 `json:"requests,omitempty"`
 	WatchEvents     map[string]float64 `json:"watch_events,omitempty"`
 	WatchEventBytes map[string]float64 `json:"watch_event_bytes,omitempty"`
+	// TerminatedWatchers counts, by resource, the watches the apiserver closed because their
+	// client did not take the events as fast as they came (apiserver_terminated_watchers_total):
+	// each such client lists or watches again, and sees nothing new until it has.
+	TerminatedWatchers map[string]float64 `json:"terminated_watchers,omitempty"`
 	// ThrottledBy splits Throttled by the apiserver's priority level.
 	ThrottledBy map[string]float64 `json:"throttled_by_priority_level,omitempty"`
 	// Joined is how many daemons had joined, over seconds since the start (one point per
@@ -414,19 +418,20 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		return Result{}, err
 	}
 	res := Result{
-		Seconds:          elapsed.Seconds(),
-		WritesPerDaemon:  float64(daemonWrites.n.Load()) / float64(o.Nodes),
-		ControllerWrites: ctlRep.Writes,
-		Conflicts:        after.conflicts - before.conflicts,
-		Throttled:        after.throttled - before.throttled,
-		ThrottledBy:      after.throttledSince(before),
-		Requests:         delta(after.requests, before.requests),
-		WatchEvents:      delta(after.watchEvents, before.watchEvents),
-		WatchEventBytes:  delta(after.watchBytes, before.watchBytes),
-		TimedOut:         timedOut,
-		Joined:           samples,
-		PeakRSSBytes:     peakRSS,
-		SchedLatency:     schedLatencySince(schedBefore, schedAfter),
+		Seconds:            elapsed.Seconds(),
+		WritesPerDaemon:    float64(daemonWrites.n.Load()) / float64(o.Nodes),
+		ControllerWrites:   ctlRep.Writes,
+		Conflicts:          after.conflicts - before.conflicts,
+		Throttled:          after.throttled - before.throttled,
+		ThrottledBy:        after.throttledSince(before),
+		Requests:           delta(after.requests, before.requests),
+		WatchEvents:        delta(after.watchEvents, before.watchEvents),
+		WatchEventBytes:    delta(after.watchBytes, before.watchBytes),
+		TerminatedWatchers: delta(after.terminatedWatchers, before.terminatedWatchers),
+		TimedOut:           timedOut,
+		Joined:             samples,
+		PeakRSSBytes:       peakRSS,
+		SchedLatency:       schedLatencySince(schedBefore, schedAfter),
 	}
 	switch {
 	case overLimit:
@@ -709,6 +714,8 @@ type serverCounters struct {
 	throttledBy map[string]float64
 	// requests by "VERB resource", watch events and their bytes by resource.
 	requests, watchEvents, watchBytes map[string]float64
+	// terminatedWatchers by resource.
+	terminatedWatchers map[string]float64
 }
 
 // throttledSince returns the rejections by priority level since before, omitting levels that
@@ -740,6 +747,7 @@ func readServerCounters(ctx context.Context, cfg *rest.Config) (serverCounters, 
 		throttled:   m.Sum("apiserver_flowcontrol_rejected_requests_total", nil),
 		throttledBy: map[string]float64{}, requests: map[string]float64{},
 		watchEvents: map[string]float64{}, watchBytes: map[string]float64{},
+		terminatedWatchers: map[string]float64{},
 	}
 	each := func(name string, fn func(labels map[string]string, s *dto.Metric)) {
 		fam := m[name]
@@ -769,6 +777,9 @@ func readServerCounters(ctx context.Context, cfg *rest.Config) (serverCounters, 
 	})
 	each("apiserver_watch_events_sizes", func(l map[string]string, s *dto.Metric) {
 		c.watchBytes[l["resource"]] += s.GetHistogram().GetSampleSum()
+	})
+	each("apiserver_terminated_watchers_total", func(l map[string]string, s *dto.Metric) {
+		c.terminatedWatchers[l["resource"]] += s.GetCounter().GetValue()
 	})
 	return c, nil
 }

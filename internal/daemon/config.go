@@ -39,7 +39,8 @@ type Config struct {
 	// CliqueWait and the domain does not say its membership is in cliques. Off, it reads the
 	// domain's status whenever its clique does not exist.
 	Cliques bool
-	// CliqueWait is how long, with Cliques, the daemon waits for its clique before it reads
+	// CliqueWait is how long, with Cliques, the daemon waits for its clique after labelling its
+	// pod before it reads
 	// where the domain's controller keeps its membership (and then again as often while that
 	// is in cliques); zero: the package's CliqueWait. Tests shorten it.
 	CliqueWait time.Duration

@@ -67,6 +67,9 @@ func Serve(ctx context.Context, cfg Config, deps Deps) error {
 		return err
 	}
 	log.Info("Labelled pod with its clique", "pod", cfg.PodNamespace+"/"+cfg.PodName, "cliqueID", cfg.CliqueID)
+	if view != nil {
+		view.registered()
+	}
 	if cfg.CliqueID == "" && cfg.FabricError != "" {
 		// The node has a fabric whose registration failed: it serves as one without, which
 		// the domain's NodesBlocked condition says (CrashOnNVLinkFabricErrors off).

@@ -8,15 +8,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/imex"
+	"cdplane/internal/scheme"
 	"cdplane/internal/testutil"
 )
 
@@ -273,5 +276,60 @@ func TestPlaceReaderLogsAFailedRead(t *testing.T) {
 	}
 	if len(logged) != 1 {
 		t.Errorf("a read during stop was logged: %q", logged[1:])
+	}
+}
+
+// TestCliqueWaitCountsFromTheLabel: the wait for the clique starts when the daemon's pod is
+// labelled (registered), not when the daemon started: the controller places no daemon before
+// it sees that label, and a daemon whose label waited minutes to be admitted must not then
+// read the domain at once. Before the label, nothing follows the domain's membership place and
+// the domain is not wanted however long it has been; after, the place is read after the wait.
+func TestCliqueWaitCountsFromTheLabel(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
+	cfg := Config{Cliques: true, CliqueWait: 20 * time.Millisecond, CliqueID: "c1", CDUID: "cd-uid",
+		PodNamespace: "driver", CDNamespace: "ns", CDName: "cd"}
+	m := newMembershipView(t.Context(), c, cfg, func() {}, logr.Discard())
+	defer m.close()
+	reads := make(chan struct{}, 100)
+	m.readPlace = func(context.Context) (string, error) {
+		reads <- struct{}{}
+		return cdv1beta1.MembershipInStatus, nil
+	}
+	start := time.Now()
+	now := start
+	m.now = func() time.Time { return now }
+
+	if m.place != nil {
+		t.Fatal("the membership place is followed before the pod is labelled")
+	}
+	now = start.Add(time.Hour)
+	if m.wantDomain(false) {
+		t.Error("an hour after the start, not labelled yet: the domain is read")
+	}
+
+	m.registered()
+	if m.place == nil {
+		t.Fatal("labelled: the membership place is not followed")
+	}
+	now = now.Add(cfg.CliqueWait - time.Nanosecond)
+	if m.wantDomain(false) {
+		t.Errorf("%v after the label: the domain is read", cfg.CliqueWait-time.Nanosecond)
+	}
+	select {
+	case <-reads:
+	case <-time.After(time.Minute):
+		t.Fatal("the membership place was not read after the wait")
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		if _, known := m.place.get(); known {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the membership place read is not kept")
+		}
+	}
+	now = now.Add(time.Nanosecond)
+	if !m.wantDomain(false) {
+		t.Errorf("%v after the label, no clique, membership in status: the domain is not read", cfg.CliqueWait)
 	}
 }

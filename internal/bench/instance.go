@@ -49,10 +49,14 @@ func newClient(cfg *rest.Config) (client.WithWatch, error) {
 	return client.NewWithWatch(cfg, client.Options{Scheme: newScheme(), Mapper: m})
 }
 
-// clusterKey names the cluster cfg reaches: its address and the CA it trusts. A fresh control
-// plane may come up on the port a stopped one used, but never with its CA, so a mapper (which
-// keeps its own HTTP client) is not reused across clusters.
+// clusterKey names the cluster cfg reaches: its address and the CA it trusts, or the shared
+// transport (one per cluster) that carries that CA. A fresh control plane may come up on the
+// port a stopped one used, but never with its CA, so a mapper (which keeps its own HTTP client)
+// is not reused across clusters.
 func clusterKey(cfg *rest.Config) string {
+	if cfg.Transport != nil {
+		return fmt.Sprintf("%s|transport %p", cfg.Host, cfg.Transport)
+	}
 	sum := sha256.Sum256(append([]byte(cfg.CAFile+"\x00"), cfg.CAData...))
 	return cfg.Host + "|" + hex.EncodeToString(sum[:8])
 }

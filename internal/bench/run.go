@@ -256,14 +256,19 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		return Result{}, err
 	}
 	daemonWrites := &writeCounter{}
+	shared, err := sharedTransport(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	defer closeSharedTransport(cfg)
 	insts := make([]instance, o.Nodes)
 	traces := make([]*trace, o.Nodes)
 	for i := range insts {
 		du, dg := daemonUser(w.driverNS)
 		nu, ng := nodeUser(w.nodes[i])
 		insts[i] = instance{i: i,
-			daemon:  identity(cfg, du, dg, daemonQPS, daemonBurst, daemonWrites),
-			kubelet: identity(cfg, nu, ng, kubeletQPS, kubeletBurst, nil),
+			daemon:  onTransport(identity(cfg, du, dg, daemonQPS, daemonBurst, daemonWrites), shared),
+			kubelet: onTransport(identity(cfg, nu, ng, kubeletQPS, kubeletBurst, nil), shared),
 		}
 	}
 

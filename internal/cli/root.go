@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"strings"
 	"sync"
@@ -58,9 +59,23 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // action and ends the process, so that a command whose clean-up hangs can still be stopped
 // from the terminal.
 func signalContext() (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	context.AfterFunc(ctx, stop)
-	return ctx, stop
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-signals:
+			// The default action is back before anything sees the context end: a command
+			// that reports the interrupt and is interrupted again ends.
+			signal.Stop(signals)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(signals)
+		cancel()
+	}
 }
 
 // strictArgs makes every command below the root refuse arguments it does not take. Cobra

@@ -151,13 +151,13 @@ func placeReader(c client.Client, cfg Config, log logr.Logger) func(context.Cont
 // wantDomain says whether the domain's status is to be read: never while the clique exists;
 // without it, at once when the controller does not keep cliques (Config.Cliques off) or when
 // the clique went after it had been seen (the gate was turned off under this daemon); else
-// only once the clique wait (Config.CliqueWait) has passed since the label and the domain was read not to say
-// its membership is in cliques (the follower reads it only after that wait; the time is checked
-// here too so that the decision never rests on the follower's timer alone). Thousands of
-// daemons starting together before the controller wrote their cliques would otherwise each
-// receive the domain's whole status on every change until it did: at 20,016 nodes in a burst,
-// daemons still waiting after 2 minutes watched a domain of 20,016 entries, and every status
-// write went to each of them.
+// only once the clique wait (Config.CliqueWait) has passed since the label and the domain was
+// read not to say its membership is in cliques (the follower reads it only after that wait;
+// the time is checked here too so that the decision never rests on the follower's timer
+// alone). Thousands of daemons starting together before the controller wrote their cliques
+// would otherwise each receive the domain's whole status on every change until it did: at
+// 20,016 nodes in a burst, daemons still waiting after 2 minutes watched a domain of 20,016
+// entries, and every status write went to each of them.
 func (m *membershipView) wantDomain(hasClique bool) bool {
 	if hasClique {
 		m.seenClique = true

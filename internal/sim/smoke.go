@@ -187,7 +187,7 @@ func RunJob(ctx context.Context, st *State, o JobOptions) (*JobResult, error) {
 	readCtx, cancelRead, interrupted := breakdownContext(ctx)
 	defer cancelRead()
 	if interrupted {
-		fmt.Fprintf(o.Out, "Interrupted: reading the timestamps for the breakdown (at most %s; interrupt again to skip)\n", interruptedReadFor)
+		fmt.Fprintf(o.Out, "Interrupted: reading the timestamps for the breakdown (at most %s; interrupt again to end at once)\n", interruptedReadFor)
 	}
 	if b, berr := readBreakdownRetrying(readCtx, c, cd, o); berr == nil {
 		res.Breakdown = b

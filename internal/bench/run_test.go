@@ -23,10 +23,7 @@ import (
 // events, and the join curve rises to 36. It needs the binaries of hack/k8s-bins.sh in
 // $CDPLANE_K8S_BINS.
 func TestRegistrationOnAControlPlane(t *testing.T) {
-	binDir := os.Getenv(controlplane.BinDirEnv)
-	if binDir == "" {
-		t.Skipf("$%s is not set: run with %s=$(hack/k8s-bins.sh | tail -n1)", controlplane.BinDirEnv, controlplane.BinDirEnv)
-	}
+	binDir := controlPlaneBins(t)
 	ctrllog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
@@ -173,4 +170,15 @@ func joinedModes(rep *Report) string {
 		}
 	}
 	return strings.Join(out, ",")
+}
+
+// controlPlaneBins returns the directory of the control plane's binaries ($CDPLANE_K8S_BINS,
+// which `make test` sets), and skips the test without it.
+func controlPlaneBins(t *testing.T) string {
+	t.Helper()
+	binDir := os.Getenv(controlplane.BinDirEnv)
+	if binDir == "" {
+		t.Skipf("$%s is not set: run with %s=$(hack/k8s-bins.sh | tail -n1)", controlplane.BinDirEnv, controlplane.BinDirEnv)
+	}
+	return binDir
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,10 +25,7 @@ import (
 // benchmark process's CPU and an eighth of kube-apiserver's on such handshakes. Counted at a
 // TCP relay in front of a real kube-apiserver.
 func TestInstancesShareConnections(t *testing.T) {
-	binDir := os.Getenv(controlplane.BinDirEnv)
-	if binDir == "" {
-		t.Skipf("$%s is not set: run with %s=$(hack/k8s-bins.sh | tail -n1)", controlplane.BinDirEnv, controlplane.BinDirEnv)
-	}
+	binDir := controlPlaneBins(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: t.TempDir(), BinDir: binDir})

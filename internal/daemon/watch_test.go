@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -320,13 +321,11 @@ func TestCliqueWaitCountsFromTheLabel(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the membership place was not read after the wait")
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
-		if _, known := m.place.get(); known {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the membership place read is not kept")
-		}
+	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, known := m.place.get()
+		return known, nil
+	}); err != nil {
+		t.Fatalf("the membership place read is not kept: %v", err)
 	}
 	now = now.Add(time.Nanosecond)
 	if !m.wantDomain(false) {

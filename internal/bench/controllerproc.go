@@ -247,8 +247,8 @@ type controllerProcess struct {
 }
 
 // startControllerProcess writes a kubeconfig for cfg into dir and starts command with a's
-// flags.
-func startControllerProcess(command []string, cfg *rest.Config, dir string, a ControllerArgs) (*controllerProcess, error) {
+// flags; ownSession starts it in a session of its own (see Options.NodesNice).
+func startControllerProcess(command []string, cfg *rest.Config, dir string, a ControllerArgs, ownSession bool) (*controllerProcess, error) {
 	a.Kubeconfig = filepath.Join(dir, "controller.kubeconfig")
 	if err := writeKubeconfig(cfg, a.Kubeconfig); err != nil {
 		return nil, err
@@ -257,7 +257,7 @@ func startControllerProcess(command []string, cfg *rest.Config, dir string, a Co
 	p.cmd = exec.Command(command[0], append(append([]string{}, command[1:]...), a.Flags()...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	// Gone with the benchmark, whatever ends it.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: ownSession}
 	var err error
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
 		return nil, err

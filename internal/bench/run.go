@@ -82,6 +82,13 @@ type Options struct {
 	// tens of thousands of nodes is more than a machine has. The mode is then reported as not
 	// finished, with how many joined.
 	MaxRSSGiB float64
+	// NodesNice is the nice value this process (the simulated nodes: every daemon instance and
+	// kubelet) runs at, set by the caller before Run; Run only reports it, and when it is above
+	// zero starts the controller process in a session of its own, which Linux schedules as a
+	// group of its own at the default priority, as it does kube-apiserver and etcd: the
+	// controller is the control plane's, not a node's. Zero: the controller process shares
+	// this process's group, as before the option existed.
+	NodesNice int
 }
 
 // Result is one mode's figures.
@@ -147,9 +154,12 @@ type Sample struct {
 
 // Report is a whole run.
 type Report struct {
-	Nodes        int     `json:"nodes"`
-	CliqueSize   int     `json:"clique_size"`
-	Arrival      string  `json:"arrival"`
+	Nodes      int    `json:"nodes"`
+	CliqueSize int    `json:"clique_size"`
+	Arrival    string `json:"arrival"`
+	// NodesNice is Options.NodesNice: the simulated nodes' CPU priority below the control
+	// plane's (0: the same).
+	NodesNice    int     `json:"nodes_nice,omitempty"`
 	FloorSeconds float64 `json:"floor_seconds"`
 	// Floor is the floor's own figures.
 	Floor Result            `json:"floor"`
@@ -188,7 +198,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	rep := &Report{Nodes: o.Nodes, CliqueSize: o.CliqueSize, Arrival: o.Arrival, Modes: map[string]Result{}}
+	rep := &Report{Nodes: o.Nodes, CliqueSize: o.CliqueSize, Arrival: o.Arrival, NodesNice: o.NodesNice, Modes: map[string]Result{}}
 	prefix := fmt.Sprintf("bench-%d", time.Now().Unix()%100000)
 	for i, mode := range append([]string{modeFloor}, o.Modes...) {
 		res, err := runOn(ctx, cfg, fmt.Sprintf("%s-%d", prefix, i), mode, o)
@@ -474,7 +484,7 @@ func startModeController(ctx context.Context, cfg *rest.Config, w *world, mode s
 	if err != nil {
 		return nil, err
 	}
-	p, err := startControllerProcess(o.ControllerCommand, cfg, dir, a)
+	p, err := startControllerProcess(o.ControllerCommand, cfg, dir, a, o.NodesNice > 0)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err

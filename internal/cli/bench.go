@@ -33,6 +33,7 @@ func newBenchCommand() *cobra.Command {
 		plotPath   string
 		// controllerWhere: process (its own, as in a cluster) or in-process.
 		controllerWhere string
+		nodesNice       int
 	)
 	reg := &cobra.Command{
 		Use:   "registration",
@@ -56,6 +57,30 @@ cluster, one after the other, each on fresh objects.`,
 			o.Modes = splitModes(modes)
 			if err := o.Validate(); err != nil {
 				return err
+			}
+			if nodesNice < 0 || nodesNice > 19 {
+				return fmt.Errorf("--nodes-nice must be between 0 and 19, got %d", nodesNice)
+			}
+			if nodesNice > 0 && lowered() == 0 {
+				// Again, in a session of its own: lowering this one would lower the terminal's.
+				self, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("finding this binary to run it at nice %d: %w", nodesNice, err)
+				}
+				return runLowered(cmd.Context(), append([]string{self}, commandArgs(cmd.Context())...), nodesNice,
+					cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
+			if nodesNice > 0 {
+				ok, err := lowerSession(autogroupFile, autogroupEnabled, nodesNice)
+				if err != nil {
+					return err
+				}
+				if ok {
+					o.NodesNice = nodesNice
+					fmt.Fprintf(cmd.ErrOrStderr(), "== the simulated nodes (this process) run at nice %d, below the control plane's processes\n", nodesNice)
+				} else {
+					fmt.Fprintln(cmd.ErrOrStderr(), "== --nodes-nice: this kernel schedules without autogroups; the simulated nodes run at the control plane's priority")
+				}
 			}
 			switch controllerWhere {
 			case "process":
@@ -124,6 +149,7 @@ cluster, one after the other, each on fresh objects.`,
 	f.IntVar(&o.ProfileSeconds, "profile-seconds", 30, "Length of the kube-apiserver's profile (it is taken from the start of each mode)")
 	f.DurationVar(&o.BatchWindow, "batch-window", 0, "The controller's --batch-window in the cdplane modes (0: its default, 200ms)")
 	f.StringVar(&controllerWhere, "controller", "in-process", "Where the cdplane modes' controller runs: in-process (sharing this process's scheduler and CPU with the daemon instances) or process (a process of its own, with its own CPU profile and memory figures)")
+	f.IntVar(&nodesNice, "nodes-nice", 0, "Run the simulated nodes (this process: every daemon instance and kubelet) at this nice value, below the control plane (kube-apiserver, etcd and the controller process, each in a scheduling group of its own at the default priority), as the simulated cluster runs its kubelets: they stand for machines of their own. The command runs itself again in a session of its own to do so (Linux autogroups). 0: every process at the same priority")
 	cmd.AddCommand(reg, newMemoryCommand(), newSlicesCommand(), newBenchControllerCommand())
 	return cmd
 }

@@ -47,7 +47,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	strictArgs(root)
 	ctx, stop := signalContext()
 	defer stop()
-	if err := root.ExecuteContext(ctx); err != nil {
+	if err := root.ExecuteContext(context.WithValue(ctx, argsKey{}, args)); err != nil {
+		var code exitCode
+		if errors.As(err, &code) {
+			return int(code) // the child that did the work has said what went wrong
+		}
 		fmt.Fprintln(stderr, "cdplane:", err)
 		return 1
 	}

@@ -125,6 +125,7 @@ func TestBenchAndSimValidation(t *testing.T) {
 		"bench: clique size":                        {args: []string{"bench", "registration", "--clique-size", "0"}, code: 1, stderr: "--clique-size must be between 1 and"},
 		"bench: arrival":                            {args: []string{"bench", "registration", "--arrival", "sometimes"}, code: 1, stderr: `--arrival must be burst or ramp, got "sometimes"`},
 		"bench: unknown mode":                       {args: []string{"bench", "registration", "--modes", "cdplane,fast"}, code: 1, stderr: `unknown mode "fast"`},
+		"bench: nodes nice":                         {args: []string{"bench", "registration", "--nodes-nice", "20"}, code: 1, stderr: "--nodes-nice must be between 0 and 19, got 20"},
 		"bench: controller":                         {args: []string{"bench", "registration", "--controller", "elsewhere"}, code: 1, stderr: `--controller must be process or in-process, got "elsewhere"`},
 		"bench: controller process without its run": {args: []string{"bench", "controller", "--kubeconfig", "{missing}", "--driver-namespace", "ns"}, code: 1, stderr: "--run is required"},
 		// --nodes 0 keeps a regression from starting a benchmark: the arguments are refused first.

@@ -71,6 +71,9 @@ cluster, one after the other, each on fresh objects.`,
 					cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
 			if nodesNice > 0 {
+				// Not passed on: a cdplane started from here (the controller process) is not
+				// the lowered copy.
+				_ = os.Unsetenv(envLowered)
 				ok, err := lowerSession(autogroupFile, autogroupEnabled, nodesNice)
 				if err != nil {
 					return err

@@ -61,7 +61,7 @@ cluster, one after the other, each on fresh objects.`,
 			if nodesNice < 0 || nodesNice > 19 {
 				return fmt.Errorf("--nodes-nice must be between 0 and 19, got %d", nodesNice)
 			}
-			if nodesNice > 0 && lowered() == 0 {
+			if nodesNice > 0 && !loweredCopy() {
 				// Again, in a session of its own: lowering this one would lower the terminal's.
 				self, err := os.Executable()
 				if err != nil {

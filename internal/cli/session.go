@@ -33,15 +33,9 @@ func commandArgs(ctx context.Context) []string {
 	return args
 }
 
-// lowered reports the nice value this process was started to run at by runLowered (0: it was
-// not).
-func lowered() int {
-	n, err := strconv.Atoi(os.Getenv(envLowered))
-	if err != nil {
-		return 0
-	}
-	return n
-}
+// loweredCopy reports whether this process is the copy runLowered started, which lowers its
+// own session instead of starting another copy.
+func loweredCopy() bool { return os.Getenv(envLowered) != "" }
 
 // runLowered runs argv (this binary and its arguments, again) in a session of its own with
 // envLowered=nice, so that it can lower the CPU priority of its session's scheduling group

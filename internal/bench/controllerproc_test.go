@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
@@ -71,5 +72,27 @@ func TestTailBufferKeepsTheEnd(t *testing.T) {
 	_, _ = b.Write([]byte("the error\n"))
 	if s := b.String(); len(s) > 4096 || !strings.HasSuffix(s, "the error") {
 		t.Errorf("tail of %d bytes ending %q", len(s), s[max(0, len(s)-20):])
+	}
+}
+
+// TestControllerProcessSession: with the simulated nodes lowered (Options.NodesNice) the
+// controller process runs in a session of its own, a scheduling group apart from theirs;
+// otherwise in the benchmark's. A shell stands for the controller: it reports, as the
+// controller's report, whether its session id is its own pid, once its stdin closes.
+func TestControllerProcessSession(t *testing.T) {
+	script := `read -r _ _ _ _ _ sid _ < /proc/$$/stat; cat >/dev/null; if [ "$sid" = "$$" ]; then echo '{"writes":1}'; else echo '{"writes":0}'; fi`
+	cfg := &rest.Config{Host: "https://127.0.0.1:6443"}
+	for _, own := range []bool{true, false} {
+		p, err := startControllerProcess([]string{"sh", "-c", script}, cfg, t.TempDir(), ControllerArgs{}, own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := p.stop(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (rep.Writes == 1) != own {
+			t.Errorf("ownSession %v: the process leads its own session: %v", own, rep.Writes == 1)
+		}
 	}
 }

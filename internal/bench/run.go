@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -121,6 +122,13 @@ type Result struct {
 	TerminatedWatchers map[string]float64 `json:"terminated_watchers,omitempty"`
 	// ThrottledBy splits Throttled by the apiserver's priority level.
 	ThrottledBy map[string]float64 `json:"throttled_by_priority_level,omitempty"`
+	// RequestMs is the mean time the apiserver took to answer a request, by "VERB resource" as
+	// in Requests, watches left out (apiserver_request_duration_seconds); QueuedMs the mean time
+	// a request waited in its priority level's queue before it was served, by priority level
+	// (apiserver_flowcontrol_request_wait_duration_seconds, rejected requests included). Both
+	// are over the requests of the registration.
+	RequestMs map[string]float64 `json:"request_ms,omitempty"`
+	QueuedMs  map[string]float64 `json:"queued_ms,omitempty"`
 	// Joined is how many daemons had joined, over seconds since the start (one point per
 	// change): pods Ready for the floor, entries Ready for the peer protocols, the domain's
 	// ready nodes for cdplane. Plotted, not in the JSON.
@@ -443,6 +451,8 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		WatchEvents:        delta(after.watchEvents, before.watchEvents),
 		WatchEventBytes:    delta(after.watchBytes, before.watchBytes),
 		TerminatedWatchers: delta(after.terminatedWatchers, before.terminatedWatchers),
+		RequestMs:          after.requestTime.meanMsSince(before.requestTime),
+		QueuedMs:           after.queueTime.meanMsSince(before.queueTime),
 		TimedOut:           timedOut,
 		Joined:             samples,
 		PeakRSSBytes:       peakRSS,
@@ -514,6 +524,7 @@ func startController(ctx context.Context, cfg *rest.Config, driverNS, run string
 		Options: computedomain.Options{
 			DriverNamespace: driverNS, DaemonImage: "cdplane:bench", Gates: gates,
 			DaemonFeatureGates: features.DaemonGates(gates), BatchWindow: batchWindow,
+			CliqueWritten: seen.written,
 		},
 		SkipNameValidation: true,
 		DomainSelector:     labels.SelectorFromSet(labels.Set{benchEnvLabel: run}),
@@ -540,14 +551,26 @@ func startController(ctx context.Context, cfg *rest.Config, driverNS, run string
 // podsSeen records when the controller's cache first showed each daemon pod with its clique
 // label (the phase "seen", between the daemon's label and its clique naming it) and first
 // showed it Ready (the phase "ready_seen", between the kubelet's Ready patch and the domain's
-// status counting the node), by pod name.
+// status counting the node), by pod name; and when the controller's write of a clique first
+// named each node returned (the phase "written", between seen and the daemon reading its
+// clique: it tells the controller's pass from the watch's delivery), by node name.
 type podsSeen struct {
 	mu sync.Mutex
-	at map[string]map[string]time.Time // phase -> pod -> first sighting
+	at map[string]map[string]time.Time // phase -> pod (node for written) -> first sighting
 }
 
 func newPodsSeen() *podsSeen {
-	return &podsSeen{at: map[string]map[string]time.Time{phaseSeen: {}, phaseReadySeen: {}}}
+	return &podsSeen{at: map[string]map[string]time.Time{phaseSeen: {}, phaseWritten: {}, phaseReadySeen: {}}}
+}
+
+// written notes the nodes a clique just written names (computedomain.Options.CliqueWritten).
+func (s *podsSeen) written(c *cdv1beta1.ComputeDomainClique) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range c.Daemons {
+		s.firstLocked(phaseWritten, d.NodeName, now)
+	}
 }
 
 func (s *podsSeen) observe(obj any) {
@@ -609,7 +632,7 @@ func (s *podsSeen) merge(seen map[string]map[string]int64) {
 	}
 }
 
-// markInto sets the seen and ready_seen phases of the trace of each of w's instances
+// markInto sets the seen, written and ready_seen phases of the trace of each of w's instances
 // (nothing on a nil s).
 func (s *podsSeen) markInto(traces []*trace, w *world) {
 	if s == nil {
@@ -622,7 +645,11 @@ func (s *podsSeen) markInto(traces []*trace, w *world) {
 			continue
 		}
 		for phase, at := range s.at {
-			if t, ok := at[p.Name]; ok {
+			key := p.Name
+			if phase == phaseWritten {
+				key = p.Spec.NodeName
+			}
+			if t, ok := at[key]; ok {
 				traces[i].markAt(phase, t)
 			}
 		}
@@ -731,6 +758,33 @@ type serverCounters struct {
 	requests, watchEvents, watchBytes map[string]float64
 	// terminatedWatchers by resource.
 	terminatedWatchers map[string]float64
+	// requestTime is the time requests took by "VERB resource" (watches left out), queueTime
+	// the time they waited in their priority level's queue by level.
+	requestTime, queueTime durations
+}
+
+// durations sums histograms' samples by key: their count and their sum in seconds.
+type durations struct{ count, seconds map[string]float64 }
+
+func newDurations() durations {
+	return durations{count: map[string]float64{}, seconds: map[string]float64{}}
+}
+
+func (d durations) add(key string, h *dto.Histogram) {
+	d.count[key] += float64(h.GetSampleCount())
+	d.seconds[key] += h.GetSampleSum()
+}
+
+// meanMsSince returns, by key, the mean in milliseconds of the samples added since before,
+// omitting keys without new samples.
+func (d durations) meanMsSince(before durations) map[string]float64 {
+	out := map[string]float64{}
+	for k, n := range d.count {
+		if dn := n - before.count[k]; dn > 0 {
+			out[k] = math.Round((d.seconds[k]-before.seconds[k])/dn*1e6) / 1e3
+		}
+	}
+	return out
 }
 
 // throttledSince returns the rejections by priority level since before, omitting levels that
@@ -763,6 +817,7 @@ func readServerCounters(ctx context.Context, cfg *rest.Config) (serverCounters, 
 		throttledBy: map[string]float64{}, requests: map[string]float64{},
 		watchEvents: map[string]float64{}, watchBytes: map[string]float64{},
 		terminatedWatchers: map[string]float64{},
+		requestTime:        newDurations(), queueTime: newDurations(),
 	}
 	each := func(name string, fn func(labels map[string]string, s *dto.Metric)) {
 		fam := m[name]
@@ -780,12 +835,23 @@ func readServerCounters(ctx context.Context, cfg *rest.Config) (serverCounters, 
 	each("apiserver_flowcontrol_rejected_requests_total", func(l map[string]string, s *dto.Metric) {
 		c.throttledBy[l["priority_level"]] += s.GetCounter().GetValue()
 	})
-	each("apiserver_request_total", func(l map[string]string, s *dto.Metric) {
+	requestKey := func(l map[string]string) string {
 		key := l["verb"] + " " + l["resource"]
 		if l["subresource"] != "" {
 			key += "/" + l["subresource"]
 		}
-		c.requests[key] += s.GetCounter().GetValue()
+		return key
+	}
+	each("apiserver_request_total", func(l map[string]string, s *dto.Metric) {
+		c.requests[requestKey(l)] += s.GetCounter().GetValue()
+	})
+	each("apiserver_request_duration_seconds", func(l map[string]string, s *dto.Metric) {
+		if l["verb"] != "WATCH" {
+			c.requestTime.add(requestKey(l), s.GetHistogram())
+		}
+	})
+	each("apiserver_flowcontrol_request_wait_duration_seconds", func(l map[string]string, s *dto.Metric) {
+		c.queueTime.add(l["priority_level"], s.GetHistogram())
 	})
 	each("apiserver_watch_events_total", func(l map[string]string, s *dto.Metric) {
 		c.watchEvents[l["resource"]] += s.GetCounter().GetValue()

@@ -80,6 +80,10 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 	if cd.Requests["PATCH pods"] < n || cd.Requests["PATCH pods/status"] < 2*n || cd.WatchEvents["computedomaincliques"] < n {
 		t.Errorf("cdplane: the apiserver's counters miss the registration: requests %v, watch events %v", cd.Requests, cd.WatchEvents)
 	}
+	// Request times by the same keys as the counts, without watches; queue waits by level.
+	if cd.RequestMs["APPLY computedomaincliques"] <= 0 || cd.RequestMs["PATCH pods"] <= 0 || cd.RequestMs["WATCH computedomaincliques"] != 0 || len(cd.QueuedMs) == 0 {
+		t.Errorf("cdplane: the apiserver's request times miss the registration: %v, queued %v", cd.RequestMs, cd.QueuedMs)
+	}
 	last := 0
 	for _, s := range cd.Joined {
 		if s.Count < last || s.Seconds < 0 || s.Seconds > cd.Seconds+1 {
@@ -128,7 +132,7 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 		}
 	}
 	// The controller process's sightings of the pods came back into the daemons' traces.
-	for _, ph := range []string{phaseSeen, phaseReadySeen} {
+	for _, ph := range []string{phaseSeen, phaseWritten, phaseReadySeen} {
 		if got := phaseOf(cd, ph); got.Reached != n {
 			t.Errorf("cdplane: %d daemons reached %s, want %d (phases %+v)", got.Reached, ph, n, cd.Phases)
 		}

@@ -21,13 +21,14 @@ const (
 	phaseList      = "list"         // the daemon's first successful list (its informer's)
 	phaseWatch     = "watch"        // the daemon's first watch opened
 	phaseSeen      = "seen"         // the controller's cache first showed the pod labelled
+	phaseWritten   = "written"      // the controller's write of a clique naming the node returned
 	phaseClique    = "in_clique"    // the daemon first read its clique listing its node
 	phaseReady     = "daemon_ready" // the daemon's readiness check passed (IMEX started)
 	phaseJoined    = "pod_ready"    // the kubelet's patch marking the pod Ready
 	phaseReadySeen = "ready_seen"   // the controller's cache first showed the pod Ready
 )
 
-var phaseOrder = []string{phaseRunning, phaseLabel, phaseList, phaseWatch, phaseSeen, phaseClique, phaseReady, phaseJoined, phaseReadySeen}
+var phaseOrder = []string{phaseRunning, phaseLabel, phaseList, phaseWatch, phaseSeen, phaseWritten, phaseClique, phaseReady, phaseJoined, phaseReadySeen}
 
 // trace records when one instance first completed each phase, and how many of its calls failed.
 type trace struct {

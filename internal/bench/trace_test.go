@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +147,9 @@ func TestPodsSeenMarksTheFirstLabelledAndReadyPodOfEachInstance(t *testing.T) {
 		return p
 	}
 	w := &world{pods: []*corev1.Pod{pod("d0", false, false), pod("d1", false, false), pod("d2", false, false)}}
+	for i, p := range w.pods {
+		p.Spec.NodeName = fmt.Sprintf("node-%d", i)
+	}
 	// The controller's sightings travel from its process as a report and are merged here.
 	s := newPodsSeen()
 	traces := []*trace{newTrace(), newTrace(), nil}
@@ -161,9 +165,18 @@ func TestPodsSeenMarksTheFirstLabelledAndReadyPodOfEachInstance(t *testing.T) {
 	if s.at[phaseSeen]["d1"] != first {
 		t.Errorf("a later update moved the first sighting")
 	}
+	// A clique written naming d1's node (by node name, not pod name), and one naming a node
+	// with no instance.
+	s.written(&cdv1beta1.ComputeDomainClique{Daemons: []cdv1beta1.ComputeDomainDaemonInfo{{NodeName: "node-1"}, {NodeName: "node-9"}}})
 	merged := newPodsSeen()
 	merged.merge(s.byName())
 	merged.markInto(traces, w)
+	if _, ok := traces[0].at[phaseWritten]; ok {
+		t.Errorf("written marked for a node no clique named")
+	}
+	if d, want := traces[1].at[phaseWritten], s.at[phaseWritten]["node-1"].Round(0).Sub(traces[1].start.Round(0)); d != want {
+		t.Errorf("written for d1's node: %v; want %v", d, want)
+	}
 	if _, ok := traces[0].at[phaseSeen]; ok {
 		t.Errorf("seen marked for a pod never labelled")
 	}

@@ -97,6 +97,9 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 				return err
 			case wrote:
 				r.written.wroteClique(cd, c, replaced[c.Name])
+				if r.opts.CliqueWritten != nil {
+					r.opts.CliqueWritten(c)
+				}
 			}
 			ctrl.LoggerFrom(ctx).V(1).Info("Wrote clique", "clique", klog.KObj(c), "daemons", len(c.Daemons))
 			return nil

@@ -78,6 +78,10 @@ type Options struct {
 	// Events posts the domains' events (nodes joined or left, Ready or NotReady, nodes blocked),
 	// aggregated and rate-limited (see events.go); nil posts none.
 	Events *Events
+	// CliqueWritten, when set, is called after each successful clique write with the clique as
+	// written, from the goroutine that wrote it (several at once). It must not keep or modify
+	// the clique. The benchmark times membership with it: when a clique first named a node.
+	CliqueWritten func(*cdv1beta1.ComputeDomainClique)
 }
 
 // Defaults fills unset options.

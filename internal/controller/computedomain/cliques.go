@@ -54,7 +54,9 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	}
 	keep := sets.New[string]()
 	var changed []*cdv1beta1.ComputeDomainClique
-	replaced := map[string]string{} // the version each changed clique replaces ("" for none)
+	replaced := map[string]string{}                      // the version each changed clique replaces ("" for none)
+	known := map[string]*cdv1beta1.ComputeDomainClique{} // changed cliques this controller knows as its own
+	unknown := 0
 	for cliqueID, entries := range res.Cliques {
 		desired := r.clique(cd, ds, cliqueID, entries)
 		keep.Insert(desired.Name)
@@ -65,15 +67,23 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 		if ok {
 			replaced[desired.Name] = cur.ResourceVersion
 		}
+		if ok && cur.UID != "" && cur.ResourceVersion != "" {
+			known[desired.Name] = cur
+		} else {
+			unknown++
+		}
 		changed = append(changed, desired)
 	}
-	// Every clique is read fresh from the apiserver before it is written (the cache is scoped
-	// to this plane's labels and cannot show a foreign object of the same name). A pass writing
-	// many reads them all in one list of the driver namespace, not one GET each: a burst of joins
-	// writes most of a large domain's cliques in every pass.
-	// Only their metadata is read: whose they are is all the check needs.
+	// A clique is written only where the apiserver holds no object of its name that this plane
+	// did not create for the domain (the cache is scoped to this plane's labels and cannot show a
+	// foreign object of the same name). One the controller knows as its own, at a version (the
+	// cache's copy, or its own last write of it: both carry this plane's labels), is written on
+	// the condition that the apiserver still holds that object at that version (its UID and
+	// resourceVersion in the apply): the check and the write are one request. Any other is read
+	// fresh first; a pass writing many reads them all in one list of the driver namespace, not
+	// one GET each (only their metadata: whose they are is all the check needs).
 	var onServer map[string]*metav1.PartialObjectMetadata
-	if len(changed) > listCliquesAbove {
+	if unknown > listCliquesAbove {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomainCliqueList"))
 		if err := r.reader.List(ctx, list, client.InNamespace(r.opts.DriverNamespace)); err != nil {
@@ -90,7 +100,7 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	g.SetLimit(cliqueWriters)
 	for _, c := range changed {
 		g.Go(func() error {
-			wrote, err := r.applyClique(gctx, c, onServer)
+			wrote, err := r.applyClique(gctx, c, known[c.Name], onServer)
 			switch {
 			case err != nil:
 				r.written.unknownClique(cd, c.Name)
@@ -152,10 +162,28 @@ func cliqueUpToDate(cur, desired *cdv1beta1.ComputeDomainClique) bool {
 }
 
 // applyClique writes c unless the apiserver holds an object of its name that was not created for
-// its domain by this plane. onServer is the driver namespace's cliques as just listed from the
-// apiserver, or nil: then c is read fresh by itself. It reports whether it wrote c, and then
-// sets c's UID and resourceVersion from the apiserver's answer.
-func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomainClique, onServer map[string]*metav1.PartialObjectMetadata) (bool, error) {
+// its domain by this plane. known is the clique as this controller knows it (its own), or nil.
+// With known, c is written only if the apiserver still holds known's UID at known's
+// resourceVersion, and otherwise (someone else wrote it since, or it is gone) checked as an
+// unknown one. For an unknown one, onServer is the driver namespace's cliques as just listed
+// from the apiserver, or nil: then c is read fresh by itself. It reports whether it wrote c, and
+// then sets c's UID and resourceVersion from the apiserver's answer.
+func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomainClique, known *cdv1beta1.ComputeDomainClique, onServer map[string]*metav1.PartialObjectMetadata) (bool, error) {
+	if known != nil {
+		ac := cliqueApply(c).WithUID(known.UID).WithResourceVersion(known.ResourceVersion)
+		err := r.client.Apply(ctx, ac, client.FieldOwner(r.opts.FieldManager), client.ForceOwnership)
+		if err == nil {
+			c.UID, c.ResourceVersion = ptr.Deref(ac.UID, ""), ptr.Deref(ac.ResourceVersion, "")
+			return true, nil
+		}
+		// A resourceVersion that is not the object's (changed, replaced or deleted since) is a
+		// conflict, whatever is there now.
+		if !apierrors.IsConflict(err) {
+			return false, fmt.Errorf("writing clique %s: %w", c.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("A clique changed on the server since this controller knew it; reading it again", "clique", klog.KObj(c), "reason", err.Error())
+		onServer = nil
+	}
 	if onServer == nil {
 		if ok, err := r.ownedOnServer(ctx, &cdv1beta1.ComputeDomainClique{}, client.ObjectKeyFromObject(c), c.Labels[cdv1beta1.ComputeDomainLabel], true); !ok || err != nil {
 			return false, err

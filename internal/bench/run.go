@@ -103,8 +103,8 @@ type Result struct {
 	P99Ms            float64 `json:"p99_ms"`
 	RatioToFloor     float64 `json:"ratio_to_floor"`
 	// Reconciles and ReconcileSeconds are the controller's passes over the domain during the
-	// registration and the time they took together (cdplane modes; from controller-runtime's
-	// own metrics).
+	// registration (those that computed its membership) and the time its reconciles took
+	// together (cdplane modes; from the controller's step metric and controller-runtime's).
 	Reconciles       float64 `json:"reconciles,omitempty"`
 	ReconcileSeconds float64 `json:"reconcile_seconds,omitempty"`
 	// ReconcileSteps splits ReconcileSeconds by step of the reconcile (resources, membership,
@@ -865,9 +865,10 @@ func readServerCounters(ctx context.Context, cfg *rest.Config) (serverCounters, 
 	return c, nil
 }
 
-// reconcileTotals reads the count and summed seconds of the computedomain controller's
-// reconciles from controller-runtime's registry (the in-process controller's), and the seconds
-// of each step.
+// reconcileTotals reads the count of the computedomain controller's passes (those that computed
+// membership: a reconcile that only finds its domain resting is not one) and the summed seconds
+// of its reconciles from controller-runtime's registry (the in-process controller's), and the
+// seconds of each step.
 func reconcileTotals() (count, seconds float64, steps map[string]float64) {
 	steps = map[string]float64{}
 	fams, err := ctrlmetrics.Registry.Gather()
@@ -880,7 +881,6 @@ func reconcileTotals() (count, seconds float64, steps map[string]float64) {
 			for _, m := range f.GetMetric() {
 				for _, l := range m.GetLabel() {
 					if l.GetName() == "controller" && l.GetValue() == "computedomain" {
-						count += float64(m.GetHistogram().GetSampleCount())
 						seconds += m.GetHistogram().GetSampleSum()
 					}
 				}
@@ -890,6 +890,9 @@ func reconcileTotals() (count, seconds float64, steps map[string]float64) {
 				for _, l := range m.GetLabel() {
 					if l.GetName() == metrics.LabelStep {
 						steps[l.GetValue()] += m.GetHistogram().GetSampleSum()
+						if l.GetValue() == metrics.ReconcileStepMembership {
+							count += float64(m.GetHistogram().GetSampleCount())
+						}
 					}
 				}
 			}

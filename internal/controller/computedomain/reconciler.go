@@ -142,6 +142,9 @@ type Reconciler struct {
 	statusWrites *statusWrites
 	// created is what this controller created and its cache may not show yet.
 	created *created
+	// rests spaces a domain's long passes (see passRests); nil (a reconciler used without a
+	// manager, whose caller makes each pass it wants): no rests.
+	rests *passRests
 }
 
 // New returns a reconciler reading from the cache through c, from the apiserver through reader,
@@ -154,10 +157,15 @@ func New(c client.Client, reader client.Reader, opts Options) *Reconciler {
 // Reconcile brings one ComputeDomain's objects, membership and status up to date.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
+	if wait := r.rests.wait(req.NamespacedName); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	defer r.rests.passed(req.NamespacedName, time.Now(), r.opts.BatchWindow)
 	cd := &cdv1beta1.ComputeDomain{}
 	if err := r.client.Get(ctx, req.NamespacedName, cd); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.written.forget(req.NamespacedName)
+			r.rests.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -39,6 +39,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	// Domains whose status write ended with a newer status computed meanwhile, or failed, come
 	// back through these (see statusWrites): at once, or with the controller's backoff.
 	r.statusWrites.wire()
+	// A pass that comes while its domain rests is put back in the queue for the rest's end.
+	r.rests = newPassRests()
 	again := source.Channel(r.statusWrites.again, &handler.TypedEnqueueRequestForObject[*cdv1beta1.ComputeDomain]{})
 	failed := source.Channel(r.statusWrites.failed, handler.TypedFuncs[*cdv1beta1.ComputeDomain, reconcile.Request]{
 		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*cdv1beta1.ComputeDomain], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {

@@ -23,8 +23,10 @@ import (
 // At most one status write runs per domain, so writes land in the order they were computed. A
 // pass that computes a status while one is being written does not start another: it marks the
 // domain, and when the running write ends the domain is reconciled again (again), so that the
-// newest status is written from what the previous write left. A failed write reconciles the
-// domain again with the controller's backoff (failed).
+// newest status is written from what the previous write left. A status that changes what the
+// domain says as a whole (Ready, NotReady) is not left to that pass: it is written as soon as
+// the running write ends (statusRun.next). A failed write reconciles the domain again with the
+// controller's backoff (failed).
 //
 // After each write a domain's status rests for as long as that write took: a pass in that time
 // whose status says the same of the domain as a whole (status.status) starts no write, and the
@@ -57,6 +59,11 @@ type statusRun struct {
 	// status is the status being written; newer: a pass computed a different one meanwhile.
 	status cdv1beta1.ComputeDomainStatus
 	newer  bool
+	// next writes nextStatus as soon as this write ends, without waiting for a pass: set when
+	// a pass computed a status that changes what the domain says as a whole (status.status),
+	// then replaced by each later pass's.
+	next       func(context.Context) error
+	nextStatus cdv1beta1.ComputeDomainStatus
 }
 
 // statusRest is what a domain's last background status write left (see statusWrites).
@@ -94,7 +101,13 @@ func (s *statusWrites) write(ctx context.Context, key types.NamespacedName, st c
 	}
 	s.mu.Lock()
 	if run := s.running[key]; run != nil {
-		if !equality.Semantic.DeepEqual(run.status, st) {
+		switch {
+		case run.next != nil || st.Status != run.status.Status:
+			// The domain turns Ready (or NotReady), or did in an earlier pass: written as soon
+			// as the running write ends, newest first, rather than after one more pass (which
+			// may rest: see passRests).
+			run.next, run.nextStatus = w, st
+		case !equality.Semantic.DeepEqual(run.status, st):
 			run.newer = true
 		}
 		s.mu.Unlock()
@@ -121,6 +134,15 @@ func (s *statusWrites) write(ctx context.Context, key types.NamespacedName, st c
 		err := w(ctx)
 		end := s.now()
 		s.mu.Lock()
+		for run := s.running[key]; err == nil && run.next != nil; run = s.running[key] {
+			// Newer than anything a pass marked before it: the mark goes with it.
+			w, st, now = run.next, run.nextStatus, end
+			run.status, run.next, run.newer = st, nil, false
+			s.mu.Unlock()
+			err = w(ctx)
+			end = s.now()
+			s.mu.Lock()
+		}
 		newer := s.running[key].newer
 		delete(s.running, key)
 		if err == nil {

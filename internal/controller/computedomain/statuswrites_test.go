@@ -89,6 +89,32 @@ func TestStatusWrites(t *testing.T) {
 		none(t, s, ended)
 	})
 
+	t.Run("the domain turning Ready while a write runs", func(t *testing.T) {
+		s, ended := wired()
+		release := make(chan struct{})
+		var wrote []cdv1beta1.ComputeDomainStatus
+		writes := func(st cdv1beta1.ComputeDomainStatus) func(context.Context) error {
+			return func(context.Context) error { <-release; wrote = append(wrote, st); return nil }
+		}
+		if err := s.write(ctx, key, st(1), writes(st(1))); err != nil {
+			t.Fatal(err)
+		}
+		// Passes while it runs: one more node, then Ready, then one more Ready node.
+		ready := func(n int32) cdv1beta1.ComputeDomainStatus {
+			return cdv1beta1.ComputeDomainStatus{Status: cdv1beta1.StatusReady, ReadyNodes: n}
+		}
+		for _, next := range []cdv1beta1.ComputeDomainStatus{st(2), ready(3), ready(4)} {
+			if err := s.write(ctx, key, next, writes(next)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(release)
+		none(t, s, ended) // no pass is needed: the newest was written
+		if len(wrote) != 2 || wrote[0].ReadyNodes != 1 || wrote[1].ReadyNodes != 4 {
+			t.Errorf("wrote %+v; want the first status, then the newest (Ready, 4 nodes)", wrote)
+		}
+	})
+
 	t.Run("the same status while it is written", func(t *testing.T) {
 		s, ended := wired()
 		release := make(chan struct{})

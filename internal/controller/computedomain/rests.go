@@ -15,12 +15,14 @@ const maxPassRest = 5 * time.Second
 // and a pass that takes longer than the window (a large domain on a busy apiserver: seconds) is
 // followed at once by the next. Back to back, every clique that gained a member in between is
 // written again in each pass: at 2,304 to 20,016 nodes joining at once, each clique was written
-// 8 to 18 times, each write sent to every daemon of the clique, the apiserver's CPU going to
+// 6 to 18 times, each write sent to every daemon of the clique, the apiserver's CPU going to
 // the controller's writes and their events rather than to the nodes' own requests. After a pass
 // that took longer than the window, the domain rests for as long as the pass took (at most
 // maxPassRest): a pass that comes sooner ends at once and comes back when the rest ends. The
 // controller then writes at most half the time, and a join waits for at most one rest more.
-// Short passes (small domains, a quiet apiserver) are unaffected.
+// Short passes (small domains, a quiet apiserver) are unaffected. A pass that failed after a long
+// time rests too: the controller's backoff for it starts again after the rest (the rest's
+// requeue resets it), so a failing large domain is retried at most every rest.
 type passRests struct {
 	mu    sync.Mutex
 	until map[types.NamespacedName]time.Time

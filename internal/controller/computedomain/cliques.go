@@ -54,9 +54,7 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	}
 	keep := sets.New[string]()
 	var changed []*cdv1beta1.ComputeDomainClique
-	replaced := map[string]string{}                      // the version each changed clique replaces ("" for none)
-	known := map[string]*cdv1beta1.ComputeDomainClique{} // changed cliques this controller knows as its own
-	unknown := 0
+	unknown := 0 // changed cliques this controller does not know as its own
 	for cliqueID, entries := range res.Cliques {
 		desired := r.clique(cd, ds, cliqueID, entries)
 		keep.Insert(desired.Name)
@@ -64,12 +62,7 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 		if ok && cliqueUpToDate(cur, desired) {
 			continue
 		}
-		if ok {
-			replaced[desired.Name] = cur.ResourceVersion
-		}
-		if ok && cur.UID != "" && cur.ResourceVersion != "" {
-			known[desired.Name] = cur
-		} else {
+		if knownClique(cur) == nil {
 			unknown++
 		}
 		changed = append(changed, desired)
@@ -99,14 +92,19 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(cliqueWriters)
 	for _, c := range changed {
+		cur := current[c.Name] // nil for a new clique
 		g.Go(func() error {
-			wrote, err := r.applyClique(gctx, c, known[c.Name], onServer)
+			wrote, err := r.applyClique(gctx, c, knownClique(cur), onServer)
 			switch {
 			case err != nil:
 				r.written.unknownClique(cd, c.Name)
 				return err
 			case wrote:
-				r.written.wroteClique(cd, c, replaced[c.Name])
+				replaced := "" // the version the write replaces
+				if cur != nil {
+					replaced = cur.ResourceVersion
+				}
+				r.written.wroteClique(cd, c, replaced)
 				if r.opts.CliqueWritten != nil {
 					r.opts.CliqueWritten(c)
 				}
@@ -119,6 +117,15 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 		return err
 	}
 	return r.deleteCliques(ctx, cd, keep)
+}
+
+// knownClique returns cur, the clique as this controller knows it (listCliques), when it can be
+// written on its version: it has a UID and a resourceVersion. Otherwise, and for a nil cur, nil.
+func knownClique(cur *cdv1beta1.ComputeDomainClique) *cdv1beta1.ComputeDomainClique {
+	if cur == nil || cur.UID == "" || cur.ResourceVersion == "" {
+		return nil
+	}
+	return cur
 }
 
 func (r *Reconciler) clique(cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, cliqueID string, entries []membership.Entry) *cdv1beta1.ComputeDomainClique {

@@ -13,8 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
-	"cdplane/internal/controller/computedomain"
-	"cdplane/internal/features"
 	"cdplane/internal/metrics"
 )
 
@@ -101,14 +99,8 @@ func TestKnownCliquesAreWrittenOnTheirVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.stopMgr() // the reconciler below makes every pass
-	gates := features.NewGates()
-	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): true}); err != nil {
-		t.Fatal(err)
-	}
 	cache, reads := &heldCliques{Client: testCluster.Client}, &cliqueReads{Reader: testCluster.Client}
-	r := computedomain.New(cache, reads, computedomain.Options{
-		DriverNamespace: e.driverNS, DaemonImage: "cdplane:test", Gates: gates, DaemonFeatureGates: features.DaemonGates(gates),
-	})
+	r := e.reconcilerReading(cache, reads, true)
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}}
 	key := client.ObjectKey{Namespace: e.driverNS, Name: cdv1beta1.CliqueName(string(cd.UID), testClique)}
 	var nodes []string

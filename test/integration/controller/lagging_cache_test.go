@@ -123,11 +123,17 @@ func (e *env) indexOf(cd *cdv1beta1.ComputeDomain, cliques bool, node string) in
 // tests that make the passes themselves (after e.stopMgr).
 func (e *env) reconciler(cache client.Client, cliques bool) *computedomain.Reconciler {
 	e.t.Helper()
+	return e.reconcilerReading(cache, testCluster.Client, cliques)
+}
+
+// reconcilerReading is reconciler with reader as its way to the apiserver.
+func (e *env) reconcilerReading(cache client.Client, reader client.Reader, cliques bool) *computedomain.Reconciler {
+	e.t.Helper()
 	gates := features.NewGates()
 	if err := gates.SetFromMap(map[string]bool{string(features.ComputeDomainCliques): cliques}); err != nil {
 		e.t.Fatal(err)
 	}
-	return computedomain.New(cache, testCluster.Client, computedomain.Options{
+	return computedomain.New(cache, reader, computedomain.Options{
 		DriverNamespace: e.driverNS, DaemonImage: "cdplane:test", Gates: gates, DaemonFeatureGates: features.DaemonGates(gates),
 	})
 }

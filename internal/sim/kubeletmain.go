@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,6 +52,9 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		return fmt.Errorf("shard %d of %d: want 0 <= shard < shards <= %d", shard, shards, maxShards)
 	}
 	nodes := shardNodes(st.Nodes, shard, shards)
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(coresPerShard(runtime.GOMAXPROCS(0), shards))
+	}
 	if err := lowerPriority("/proc/self/autogroup"); err != nil {
 		klog.Background().Error(err, "Lowering the simulated kubelet's CPU priority; it competes with the control plane at equal weight", "nice", KubeletNice)
 	}
@@ -104,6 +108,16 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		}
 	}
 	return k.Run(ctx)
+}
+
+// coresPerShard is the GOMAXPROCS of each of shards simulated-kubelet processes on a machine
+// where a Go process gets procs: their share of it, at least one. Each process schedules hundreds
+// of nodes' timers, probes and watches; with every process free to use every core, each one's
+// idle threads kept waking one another to look for work (a third of an idle 288-node process's
+// CPU was the Go scheduler's, at 8 processes on 2 cores), and the processes together can use
+// no more than the machine anyway.
+func coresPerShard(procs, shards int) int {
+	return max(1, procs/max(1, shards))
 }
 
 // startHostIMEX starts the simulated nvidia-imex host service of each node of mine that has a

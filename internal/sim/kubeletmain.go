@@ -52,6 +52,8 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		return fmt.Errorf("shard %d of %d: want 0 <= shard < shards <= %d", shard, shards, maxShards)
 	}
 	nodes := shardNodes(st.Nodes, shard, shards)
+	// Before any API client of this process exists: client-go reads it as it builds a transport.
+	st.applyHTTP2PingTimeout()
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(coresPerShard(runtime.GOMAXPROCS(0), shards))
 	}
@@ -108,6 +110,20 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		}
 	}
 	return k.Run(ctx)
+}
+
+// HTTP2PingTimeoutEnv is client-go's setting of how long a client waits for the answer to an
+// HTTP/2 health check, in seconds.
+const HTTP2PingTimeoutEnv = "HTTP2_PING_TIMEOUT_SECONDS"
+
+// applyHTTP2PingTimeout sets HTTP2PingTimeoutEnv in this process to the sim's HTTP2PingTimeout,
+// unless it is zero or the variable is already set (the user's choice wins).
+func (st *State) applyHTTP2PingTimeout() {
+	d := st.HTTP2PingTimeout.Duration
+	if d <= 0 || os.Getenv(HTTP2PingTimeoutEnv) != "" {
+		return
+	}
+	_ = os.Setenv(HTTP2PingTimeoutEnv, strconv.Itoa(int(d.Seconds())))
 }
 
 // coresPerShard is the GOMAXPROCS of each of shards simulated-kubelet processes on a machine

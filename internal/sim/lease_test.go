@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,9 @@ func TestProbePeriodFloor(t *testing.T) {
 		if got := imexLinkRetryMax(nodes); got != want/2 {
 			t.Errorf("%d nodes: simulated IMEX retries a peer at most every %s, want %s", nodes, got, want/2)
 		}
+		if got := http2PingTimeout(nodes); got != 30*want {
+			t.Errorf("%d nodes: clients wait %s for a health check's answer, want %s", nodes, got, 30*want)
+		}
 	}
 	for nodes, want := range map[int]int32{36: 0, 1000: 0, 1001: 10, 2304: 10} {
 		if got := livenessFailureFloor(nodes); got != want {
@@ -117,6 +121,22 @@ func TestTimingsReachTheKubelet(t *testing.T) {
 	if diff := cmp.Diff([]kubelet.EnvVar{{Name: nodehost.NodeDirEnv, Value: "/n"}, {Name: imexsim.LinkRetryMaxEnv, Value: "5s"}},
 		large.hostEnv("r00n00", "/n")); diff != "" {
 		t.Errorf("2,304 nodes: host environment (-want +got):\n%s", diff)
+	}
+
+	t.Setenv(HTTP2PingTimeoutEnv, "")
+	large.applyHTTP2PingTimeout()
+	if got := os.Getenv(HTTP2PingTimeoutEnv); got != "300" {
+		t.Errorf("2,304 nodes: %s=%q, want 300", HTTP2PingTimeoutEnv, got)
+	}
+	t.Setenv(HTTP2PingTimeoutEnv, "7")
+	large.applyHTTP2PingTimeout()
+	if got := os.Getenv(HTTP2PingTimeoutEnv); got != "7" {
+		t.Errorf("2,304 nodes with %s set to 7: %q, want it left as set", HTTP2PingTimeoutEnv, got)
+	}
+	t.Setenv(HTTP2PingTimeoutEnv, "")
+	small.applyHTTP2PingTimeout()
+	if got := os.Getenv(HTTP2PingTimeoutEnv); got != "" {
+		t.Errorf("36 nodes: %s=%q, want client-go's default", HTTP2PingTimeoutEnv, got)
 	}
 
 	c = kubelet.Config{}

@@ -63,6 +63,10 @@ type State struct {
 	// IMEXLinkRetryMax is the longest wait of a simulated IMEX between two attempts to reach a
 	// peer (see imexLinkRetryMax); zero: the simulated IMEX's default.
 	IMEXLinkRetryMax metav1.Duration `json:"imexLinkRetryMax,omitzero"`
+	// HTTP2PingTimeout is how long the API clients of the simulated-kubelet processes (and of
+	// the plugins and daemons they run in-process) wait for the answer to an HTTP/2 health
+	// check before they drop the connection (see http2PingTimeout); zero: client-go's default.
+	HTTP2PingTimeout metav1.Duration `json:"http2PingTimeout,omitzero"`
 	// IMEXMode is the planes' IMEX mode; hostManaged: every node with a fabric runs a simulated
 	// nvidia-imex host service (run by the simulated kubelet process). Empty: driverManaged.
 	IMEXMode string `json:"imexMode,omitempty"`
@@ -147,9 +151,26 @@ func imexLinkRetryMax(nodes int) time.Duration {
 	return 5 * time.Second
 }
 
-// setTimings sets the node Lease renewal, the probe floors and the simulated IMEX's link retry
-// for a sim of the given size.
+// http2PingTimeout is how long the API clients of a simulated-kubelet process wait for the answer
+// to an HTTP/2 health check (client-go's HTTP2_PING_TIMEOUT_SECONDS): client-go's 15 s up to 1,000
+// nodes, then 5 minutes. A client that has read nothing on a connection for 30 s sends a ping,
+// and drops the connection, with every watch and request on it, when no answer is read within
+// the timeout. In a 2,304-node job the kubelet processes, starved below the control plane, read
+// the answers too late: 2,693 connections of in-process plugins and daemons were dropped in its
+// first 15 minutes, each followed by a TLS handshake and new lists and watches — the apiserver
+// finished 76 watches of cliques a second, most of them 10 to 30 s old. On loopback a connection
+// whose peer is gone is reset at once; the health check only finds a hung peer, later.
+func http2PingTimeout(nodes int) time.Duration {
+	if nodes <= largeSimAbove {
+		return 0
+	}
+	return 5 * time.Minute
+}
+
+// setTimings sets the node Lease renewal, the probe floors, the simulated IMEX's link retry and
+// the clients' HTTP/2 health check for a sim of the given size.
 func (st *State) setTimings(nodes int) {
+	st.HTTP2PingTimeout = metav1.Duration{Duration: http2PingTimeout(nodes)}
 	st.NodeLeaseRenew = metav1.Duration{Duration: nodeLeaseRenew(nodes)}
 	st.ProbePeriodFloor = metav1.Duration{Duration: probePeriodFloor(nodes)}
 	st.ProbeTimeoutFloor = metav1.Duration{Duration: probeTimeoutFloor(nodes)}

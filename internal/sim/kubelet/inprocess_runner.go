@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Program is a container entry point run inside this process: args are the container's
@@ -26,18 +28,91 @@ type Program func(ctx context.Context, args []string, lookupEnv func(string) (st
 // Compared with a process: SIGTERM and SIGINT cancel the instance's context (exit code 0 or 1,
 // from what the program returns); Kill cancels it too and reports 137, but the program still
 // runs its own shutdown path — a goroutine cannot be killed; an instance that has not returned
-// killGrace after Kill is reported exited and left behind, with a line in its log. A panic ends
-// the instance with exit code 2 and the stack in its log, not the process. The working
-// directory is not applied (instances share the process's).
+// KillGrace after Kill is reported exited and left behind, with a line in its log; the next
+// instance of the same container (pod UID and container name) starts only once it has
+// returned, or LeftBehindWait later: a killed process's ports and sockets are free when its
+// container restarts, and a left-behind instance still holds its own (in a starved 2,304-node
+// sim, killed plugins still held their metrics port, and their restarts exited on it into
+// CrashLoopBackOff). A panic ends the instance with exit code 2 and the stack in its log, not the
+// process. The working directory is not applied (instances share the process's).
 type InProcessRunner struct {
 	Programs map[string]Program
 	Fallback Runner
+	// KillGrace and LeftBehindWait: DefaultKillGrace and DefaultLeftBehindWait when zero.
+	KillGrace, LeftBehindWait time.Duration
+
+	mu sync.Mutex
+	// behind holds, by container, the returned channel of its instance left behind.
+	behind map[containerKey]chan struct{}
 }
 
 var _ Runner = (*InProcessRunner)(nil)
 
-// killGrace is how long Kill waits for an instance to return before reporting it exited.
-const killGrace = 10 * time.Second
+// containerKey names a container across its restarts.
+type containerKey struct {
+	pod  types.UID
+	name string
+}
+
+const (
+	// DefaultKillGrace is how long Kill waits for an instance to return before reporting it
+	// exited.
+	DefaultKillGrace = 10 * time.Second
+	// DefaultLeftBehindWait is how long the next instance of a container waits for one left
+	// behind to return.
+	DefaultLeftBehindWait = 5 * time.Minute
+)
+
+func (r *InProcessRunner) killGrace() time.Duration {
+	if r.KillGrace > 0 {
+		return r.KillGrace
+	}
+	return DefaultKillGrace
+}
+
+func (r *InProcessRunner) leftBehindWait() time.Duration {
+	if r.LeftBehindWait > 0 {
+		return r.LeftBehindWait
+	}
+	return DefaultLeftBehindWait
+}
+
+// leaveBehind records h as its container's instance left behind.
+func (r *InProcessRunner) leaveBehind(h *inProcessHandle) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.behind == nil {
+		r.behind = map[containerKey]chan struct{}{}
+	}
+	r.behind[h.key] = h.returned
+}
+
+// awaitLeftBehind waits, for at most LeftBehindWait, for the instance of key left behind (if
+// any) to return, and reports on log when it has not.
+func (r *InProcessRunner) awaitLeftBehind(ctx context.Context, key containerKey, log io.Writer) error {
+	r.mu.Lock()
+	returned, ok := r.behind[key]
+	r.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	wait := r.leftBehindWait()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-returned:
+	case <-t.C:
+		fmt.Fprintf(log, "the previous instance, left behind, still runs %s later: starting anyway\n", wait)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	r.mu.Lock()
+	if r.behind[key] == returned {
+		delete(r.behind, key)
+	}
+	r.mu.Unlock()
+	return nil
+}
 
 func (r *InProcessRunner) program(command []string) (Program, bool) {
 	if len(command) == 0 {
@@ -64,8 +139,12 @@ func (r *InProcessRunner) Start(ctx context.Context, spec *ContainerSpec) (Handl
 	if log == nil {
 		log = io.Discard
 	}
+	key := containerKey{pod: spec.PodUID, name: spec.Name}
+	if err := r.awaitLeftBehind(ctx, key, log); err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	h := &inProcessHandle{cancel: cancel, done: make(chan struct{}), returned: make(chan struct{}), log: log}
+	h := &inProcessHandle{r: r, key: key, cancel: cancel, done: make(chan struct{}), returned: make(chan struct{}), log: log}
 	args := append(append([]string{}, spec.Command[1:]...), spec.Args...)
 	go func() {
 		code := invoke(runCtx, p, filepath.Base(spec.Command[0]), args, envLookup(spec.Env), log)
@@ -119,6 +198,8 @@ func envLookup(env []EnvVar) func(string) (string, bool) {
 }
 
 type inProcessHandle struct {
+	r        *InProcessRunner
+	key      containerKey
 	cancel   context.CancelFunc
 	done     chan struct{}
 	returned chan struct{}
@@ -166,18 +247,22 @@ func (h *inProcessHandle) Signal(sig os.Signal) error {
 	}
 }
 
-// Kill cancels the instance and reports it exited with 137 once it returns, or after
-// killGrace if it does not.
+// Kill cancels the instance and reports it exited with 137 once it returns, or after the
+// runner's KillGrace if it does not (left behind: its container's next instance waits for it).
 func (h *inProcessHandle) Kill() error {
 	h.mu.Lock()
 	h.killed = true
 	h.mu.Unlock()
 	h.cancel()
+	grace := h.r.killGrace()
 	go func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
 		select {
 		case <-h.returned:
-		case <-time.After(killGrace):
-			fmt.Fprintf(h.log, "killed, and still running %s later: reported exited, left behind\n", killGrace)
+		case <-t.C:
+			fmt.Fprintf(h.log, "killed, and still running %s later: reported exited, left behind\n", grace)
+			h.r.leaveBehind(h)
 			h.finish(0)
 		}
 	}()

@@ -7,8 +7,10 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // syncBuffer is a log written by an instance's goroutine and read by the test.
@@ -131,5 +133,109 @@ func TestInProcessRunner(t *testing.T) {
 	waitDone(t, h)
 	if !strings.HasPrefix(noop.String(), "ARGS sh -c true\n") {
 		t.Errorf("fallback log %q, want the no-op record", noop.String())
+	}
+}
+
+// A killed instance that has not returned within KillGrace is reported exited and left behind;
+// its container's next instance starts only once it has returned (never two at once, as a
+// killed process's port is free before its container restarts), or LeftBehindWait later.
+// Other containers do not wait.
+func TestInProcessRunnerWaitsForALeftBehindInstance(t *testing.T) {
+	var running, overlaps atomic.Int32 // instances of the "plugin" container
+	release := make(chan struct{})
+	started := make(chan string, 8)
+	prog := func(ctx context.Context, args []string, _ func(string) (string, bool), _ io.Writer) error {
+		if args[0] == "same" {
+			if running.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			defer running.Add(-1)
+		}
+		started <- args[0]
+		<-ctx.Done()
+		<-release // a slow shutdown
+		return nil
+	}
+	r := &InProcessRunner{Programs: map[string]Program{"tool": prog}, KillGrace: 20 * time.Millisecond, LeftBehindWait: time.Minute}
+	start := func(ctx context.Context, name, arg string, log io.Writer) (Handle, error) {
+		return r.Start(ctx, &ContainerSpec{PodUID: "pod-1", Name: name, Command: []string{"tool"}, Args: []string{arg}, Log: log})
+	}
+
+	first, err := start(t.Context(), "plugin", "same", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	log := &syncBuffer{}
+	if err := first.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitDone(t, first); code != 137 {
+		t.Errorf("exit code of the instance left behind %d, want 137", code)
+	}
+
+	// Another container of the pod starts at once (its instance is released at the end).
+	other, err := start(t.Context(), "sidecar", "other", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-started; got != "other" {
+		t.Fatalf("started %q, want the other container", got)
+	}
+	_ = other.Signal(syscall.SIGTERM)
+
+	// A start that is given up while it waits says so.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := start(ctx, "plugin", "same", io.Discard); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled start while the previous instance runs: %v, want context.Canceled", err)
+	}
+
+	next := make(chan Handle, 1)
+	go func() {
+		h, err := start(t.Context(), "plugin", "same", log)
+		if err != nil {
+			t.Error(err)
+		}
+		next <- h
+	}()
+	// Nothing may start while the instance left behind runs: give a wrong start time to show.
+	select {
+	case got := <-started:
+		t.Fatalf("%q started while the instance left behind still runs", got)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	h := <-next
+	if got := <-started; got != "same" {
+		t.Fatalf("started %q, want the container's next instance", got)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("the next instance ran beside the one left behind (%d times)", n)
+	}
+	_ = h.Signal(syscall.SIGTERM)
+	waitDone(t, h)
+
+	// One that never returns holds the next for LeftBehindWait only.
+	stuck := &InProcessRunner{Programs: map[string]Program{"tool": func(ctx context.Context, _ []string, _ func(string) (string, bool), _ io.Writer) error {
+		<-ctx.Done()
+		<-t.Context().Done()
+		return nil
+	}}, KillGrace: 20 * time.Millisecond, LeftBehindWait: 50 * time.Millisecond}
+	spec := func(log io.Writer) *ContainerSpec {
+		return &ContainerSpec{PodUID: "pod-2", Name: "plugin", Command: []string{"tool"}, Log: log}
+	}
+	h, err = stuck.Start(t.Context(), spec(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Kill()
+	waitDone(t, h)
+	log = &syncBuffer{}
+	if _, err := stuck.Start(t.Context(), spec(log)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "left behind, still runs 50ms later: starting anyway") {
+		t.Errorf("log of an instance started beside one left behind: %q", log.String())
 	}
 }

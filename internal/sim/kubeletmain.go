@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,9 +53,6 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 	nodes := shardNodes(st.Nodes, shard, shards)
 	// Before any API client of this process exists: client-go reads it as it builds a transport.
 	st.applyHTTP2PingTimeout()
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(coresPerShard(runtime.GOMAXPROCS(0), shards))
-	}
 	if err := lowerPriority("/proc/self/autogroup"); err != nil {
 		klog.Background().Error(err, "Lowering the simulated kubelet's CPU priority; it competes with the control plane at equal weight", "nice", KubeletNice)
 	}
@@ -124,16 +120,6 @@ func (st *State) applyHTTP2PingTimeout() {
 		return
 	}
 	_ = os.Setenv(HTTP2PingTimeoutEnv, strconv.Itoa(int(d.Seconds())))
-}
-
-// coresPerShard is the GOMAXPROCS of each of shards simulated-kubelet processes on a machine
-// where a Go process gets procs: their share of it, at least one. Each process schedules hundreds
-// of nodes' timers, probes and watches; with every process free to use every core, each one's
-// idle threads kept waking one another to look for work (a third of an idle 288-node process's
-// CPU was the Go scheduler's, at 8 processes on 2 cores), and the processes together can use
-// no more than the machine anyway.
-func coresPerShard(procs, shards int) int {
-	return max(1, procs/max(1, shards))
 }
 
 // startHostIMEX starts the simulated nvidia-imex host service of each node of mine that has a

@@ -62,17 +62,6 @@ func TestKubeletShards(t *testing.T) {
 
 // The runner is resolved before anything starts, and an in-process sim the kubelet processes
 // cannot serve is refused with the limit named.
-// Each kubelet process gets its share of the cores, never less than one.
-func TestCoresPerShard(t *testing.T) {
-	for _, c := range []struct{ procs, shards, want int }{
-		{2, 8, 1}, {2, 1, 2}, {16, 8, 2}, {16, 3, 5}, {1, 1, 1}, {4, 0, 4},
-	} {
-		if got := coresPerShard(c.procs, c.shards); got != c.want {
-			t.Errorf("%d cores, %d processes: %d each, want %d", c.procs, c.shards, got, c.want)
-		}
-	}
-}
-
 func TestRunnerChoice(t *testing.T) {
 	limit := maxShards * NodesPerKubelet
 	for _, c := range []struct {

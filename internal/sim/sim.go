@@ -90,8 +90,10 @@ func nodeLeaseRenew(nodes int) time.Duration {
 }
 
 // largeSimAbove is the size above which the sim trades a kubelet's and IMEX's timings for fewer
-// runs (probePeriodFloor, probeTimeoutFloor, livenessFailureFloor, imexLinkRetryMax): every node's probes and IMEX
-// links run in the machine's few kubelet processes, which a real cluster spreads over its nodes.
+// runs (probePeriodFloor, probeTimeoutFloor, livenessFailureFloor, imexLinkRetryMax) and its
+// clients' HTTP/2 health check for patience (http2PingTimeout): every node's probes, IMEX links
+// and API clients run in the machine's few kubelet processes, which a real cluster spreads over
+// its nodes.
 const largeSimAbove = 1000
 
 // probePeriodFloor is the shortest period the simulated kubelet runs a probe at: none up to

@@ -106,12 +106,19 @@ func (r *InProcessRunner) awaitLeftBehind(ctx context.Context, key containerKey,
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	r.forgetLeftBehind(key, returned)
+	return nil
+}
+
+// forgetLeftBehind drops key's instance left behind if it is the one whose returned channel this
+// is: once it has returned (a container that is not restarted leaves nothing recorded), or when
+// its next instance no longer waits for it.
+func (r *InProcessRunner) forgetLeftBehind(key containerKey, returned chan struct{}) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.behind[key] == returned {
 		delete(r.behind, key)
 	}
-	r.mu.Unlock()
-	return nil
 }
 
 func (r *InProcessRunner) program(command []string) (Program, bool) {
@@ -150,6 +157,7 @@ func (r *InProcessRunner) Start(ctx context.Context, spec *ContainerSpec) (Handl
 		code := invoke(runCtx, p, filepath.Base(spec.Command[0]), args, envLookup(spec.Env), log)
 		h.finish(code)
 		close(h.returned)
+		r.forgetLeftBehind(key, h.returned)
 	}()
 	return h, nil
 }

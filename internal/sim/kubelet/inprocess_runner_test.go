@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"cdplane/internal/testutil"
 )
 
 // syncBuffer is a log written by an instance's goroutine and read by the test.
@@ -215,6 +217,32 @@ func TestInProcessRunnerWaitsForALeftBehindInstance(t *testing.T) {
 	}
 	_ = h.Signal(syscall.SIGTERM)
 	waitDone(t, h)
+
+	// A container that is not restarted: its instance left behind is forgotten once it returns.
+	slow := make(chan struct{})
+	solo := &InProcessRunner{Programs: map[string]Program{"tool": func(ctx context.Context, _ []string, _ func(string) (string, bool), _ io.Writer) error {
+		<-ctx.Done()
+		<-slow
+		return nil
+	}}, KillGrace: 20 * time.Millisecond}
+	recorded := func() int {
+		solo.mu.Lock()
+		defer solo.mu.Unlock()
+		return len(solo.behind)
+	}
+	h, err = solo.Start(t.Context(), &ContainerSpec{PodUID: "pod-3", Name: "plugin", Command: []string{"tool"}, Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Kill()
+	waitDone(t, h)
+	if n := recorded(); n != 1 {
+		t.Fatalf("%d instances recorded as left behind, want 1", n)
+	}
+	close(slow)
+	testutil.Eventually(t, 10*time.Second, "nothing recorded as left behind", func() (bool, error) {
+		return recorded() == 0, nil
+	})
 
 	// One that never returns holds the next for LeftBehindWait only.
 	stuck := &InProcessRunner{Programs: map[string]Program{"tool": func(ctx context.Context, _ []string, _ func(string) (string, bool), _ io.Writer) error {

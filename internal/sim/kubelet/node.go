@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -36,10 +35,6 @@ type node struct {
 	plugins  map[string]*plugin               // by driver name
 	sockets  map[string]socketInfo            // by registration socket path
 	claimRef map[types.UID]map[types.UID]bool // claim UID → pods on this node using it
-	listing  registryListing                  // the plugin registry's last listing
-
-	// listings counts the listings of the plugin registry (tests).
-	listings atomic.Int64
 }
 
 func newNode(k *Kubelet, spec NodeSpec, ip netip.Addr, dir string) *node {

@@ -37,8 +37,7 @@ type socketInfo struct {
 
 // watchPlugins scans every node's plugin registry every PluginPollInterval, registering new
 // sockets and dropping the plugins whose socket went away (a scan of a small directory per node
-// is cheaper than an inotify watch per node and needs nothing more; see scanRegistry for what a
-// scan of an unchanged directory costs).
+// is cheaper than an inotify watch per node and needs nothing more).
 func (k *Kubelet) watchPlugins(ctx context.Context) {
 	t := time.NewTicker(k.cfg.PluginPollInterval)
 	defer t.Stop()
@@ -54,46 +53,8 @@ func (k *Kubelet) watchPlugins(ctx context.Context) {
 	}
 }
 
-// registryListing is what a node's last listing of its plugin registry saw.
-type registryListing struct {
-	// dirMod is the directory's modification time then (zero: list it on the next scan).
-	dirMod time.Time
-	// at is when that listing began.
-	at time.Time
-	// pending: a socket was there that is not registered (it did not answer yet, or refused).
-	pending bool
-}
-
-// registryUnchanged reports whether the registry directory is known to hold what the last
-// listing saw: its modification time (which a socket's creation, removal or replacement
-// changes) is the one seen then, that listing registered every socket, and it began well after
-// that modification time — the kernel stamps directories from a coarse clock, so a socket made
-// in the same tick as an earlier change would not move the time that listing saw. At 288 nodes
-// a kubelet process, a listing of every registry every second (open, read, a stat per socket)
-// was an eighth of an idle process's CPU; unchanged, a scan is one stat.
-func (l registryListing) unchanged(dirMod time.Time) bool {
-	return !l.pending && !l.dirMod.IsZero() && dirMod.Equal(l.dirMod) && l.at.Sub(dirMod) > registryClockMargin
-}
-
-// registryClockMargin is how long after a directory's modification time a listing of it must
-// begin to be sure it saw that modification's tick whole: far above the kernel's coarse clock
-// granularity (a few milliseconds).
-const registryClockMargin = time.Second
-
 func (n *node) scanRegistry(ctx context.Context) {
 	dir := filepath.Join(n.dir, PluginRegistryDir)
-	started := time.Now()
-	var dirMod time.Time
-	if fi, err := os.Stat(dir); err == nil {
-		dirMod = fi.ModTime()
-		n.mu.Lock()
-		unchanged := n.listing.unchanged(dirMod)
-		n.mu.Unlock()
-		if unchanged {
-			return
-		}
-	}
-	n.listings.Add(1)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -102,7 +63,6 @@ func (n *node) scanRegistry(ctx context.Context) {
 		entries = nil
 	}
 	present := map[string]bool{}
-	pending := false
 	for _, e := range entries {
 		if e.Type()&os.ModeSocket == 0 || strings.HasPrefix(e.Name(), ".") {
 			continue
@@ -110,7 +70,6 @@ func (n *node) scanRegistry(ctx context.Context) {
 		path := filepath.Join(dir, e.Name())
 		fi, err := e.Info()
 		if err != nil {
-			pending = true
 			continue
 		}
 		present[path] = true
@@ -119,16 +78,10 @@ func (n *node) scanRegistry(ctx context.Context) {
 		n.mu.Unlock()
 		if !ok || !known.mod.Equal(fi.ModTime()) {
 			// New, or a plugin that restarted and made its socket again.
-			if !n.registerPlugin(ctx, path, fi.ModTime()) {
-				pending = true
-			}
+			n.registerPlugin(ctx, path, fi.ModTime())
 		}
 	}
 	n.mu.Lock()
-	n.listing = registryListing{at: started, pending: pending}
-	if err == nil {
-		n.listing.dirMod = dirMod
-	}
 	var gone []*plugin
 	for path, known := range n.sockets {
 		if !present[path] {
@@ -148,15 +101,14 @@ func (n *node) scanRegistry(ctx context.Context) {
 
 // registerPlugin plays the kubelet's plugin watcher for one registration socket: GetInfo, check
 // the type and the DRA service version, dial the endpoint (remapped into the node directory),
-// and report the outcome with NotifyRegistrationStatus. It reports whether the socket is done
-// with (registered, or refused and told so); one that does not answer is tried again on the next
-// scan.
-func (n *node) registerPlugin(ctx context.Context, socket string, mod time.Time) bool {
+// and report the outcome with NotifyRegistrationStatus. A socket that does not answer is tried
+// again on the next scan.
+func (n *node) registerPlugin(ctx context.Context, socket string, mod time.Time) {
 	logger := klog.FromContext(ctx).WithValues("node", n.spec.Name, "socket", socket)
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		logger.Error(err, "Dialing a registration socket")
-		return false
+		return
 	}
 	defer func() { _ = conn.Close() }()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -165,7 +117,7 @@ func (n *node) registerPlugin(ctx context.Context, socket string, mod time.Time)
 	info, err := reg.GetInfo(cctx, &registerapi.InfoRequest{})
 	if err != nil {
 		logger.V(2).Info("Registration socket does not answer yet", "err", err)
-		return false
+		return
 	}
 	p, regErr := n.newPlugin(info)
 	status := &registerapi.RegistrationStatus{PluginRegistered: regErr == nil}
@@ -177,7 +129,7 @@ func (n *node) registerPlugin(ctx context.Context, socket string, mod time.Time)
 		if p != nil {
 			_ = p.conn.Close()
 		}
-		return false
+		return
 	}
 	n.mu.Lock()
 	n.sockets[socket] = socketInfo{name: info.Name, mod: mod}
@@ -193,10 +145,9 @@ func (n *node) registerPlugin(ctx context.Context, socket string, mod time.Time)
 	}
 	if regErr != nil {
 		logger.Error(regErr, "Refused plugin registration", "plugin", info.Name)
-		return true
+		return
 	}
 	logger.V(1).Info("DRA plugin registered", "driver", info.Name, "endpoint", p.endpoint)
-	return true
 }
 
 // newPlugin checks a plugin's info and connects to its DRA endpoint.
@@ -233,5 +184,4 @@ func (n *node) closePlugins() {
 		delete(n.plugins, name)
 	}
 	clear(n.sockets)
-	n.listing = registryListing{}
 }

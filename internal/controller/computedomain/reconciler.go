@@ -160,7 +160,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if wait := r.rests.wait(req.NamespacedName); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	defer r.rests.passed(req.NamespacedName, time.Now(), r.opts.BatchWindow)
+	start, hint := time.Now(), passHint{}
+	defer func() { r.rests.passed(req.NamespacedName, start, r.opts.BatchWindow, hint) }()
 	cd := &cdv1beta1.ComputeDomain{}
 	if err := r.client.Get(ctx, req.NamespacedName, cd); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -169,6 +170,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// What the domain's pods look like as the pass reads them (see passRests).
+	hint = r.rests.hint(string(cd.UID), cd.Spec.NumNodes)
 	if !plane.Owns(r.opts.ControlPlaneID, cd.Labels) {
 		refuse(ctx, r.opts.ControlPlaneID, "ComputeDomain", klog.KObj(cd).String())
 		return ctrl.Result{}, nil
@@ -369,11 +372,7 @@ func podInfo(p *corev1.Pod, ds *appsv1.DaemonSet) membership.Pod {
 		owner := metav1.GetControllerOf(p)
 		out.Owned = owner != nil && owner.UID == ds.UID && owner.Kind == "DaemonSet" && owner.Name == ds.Name
 	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			out.Ready = c.Status == corev1.ConditionTrue
-		}
-	}
+	out.Ready = podIsReady(p)
 	return out
 }
 

@@ -23,38 +23,77 @@ const maxPassRest = 5 * time.Second
 // Short passes (small domains, a quiet apiserver) are unaffected. A pass that failed after a long
 // time rests too: the controller's backoff for it starts again after the rest (the rest's
 // requeue resets it), so a failing large domain is retried at most every rest.
+//
+// A rest ends early for the pass that may turn a domain Ready or NotReady: when the domain's pods
+// (ready, kept by the pod event handler) have all turned Ready since the pass before the rest
+// began, or stopped being so, a pass runs at once. The status write that follows waits for no
+// rest either (see statusWrites). Measured at 2,304 joins, the last pod Ready waited 1.4 to 3.3
+// s for a rest before the pass that wrote the domain Ready.
 type passRests struct {
 	mu    sync.Mutex
-	until map[types.NamespacedName]time.Time
+	rests map[types.NamespacedName]passRest
+	// ready is the domain's pods' readiness, or nil (no rest ends early).
+	ready *podReadiness
 	// now is time.Now unless a test sets it.
 	now func() time.Time
 }
 
-func newPassRests() *passRests {
-	return &passRests{until: map[types.NamespacedName]time.Time{}, now: time.Now}
+// passRest is one domain's rest: until when, and what its pods looked like when the pass before
+// it began (see passHint).
+type passRest struct {
+	until time.Time
+	hint  passHint
 }
 
-// wait returns how long key's domain still rests (0: a pass may run; always on a nil p).
+// passHint is what a pass saw of its domain's pods as it began: whether the domain's (by UID)
+// labelled pods, at least numNodes of them, were all Ready. A zero hint (no uid) ends no rest.
+type passHint struct {
+	uid      string
+	numNodes int
+	allReady bool
+}
+
+func newPassRests(ready *podReadiness) *passRests {
+	return &passRests{rests: map[types.NamespacedName]passRest{}, ready: ready, now: time.Now}
+}
+
+// hint returns what p's readiness says of the domain uid's pods now (a zero hint on a nil p).
+func (p *passRests) hint(uid string, numNodes int) passHint {
+	if p == nil || p.ready == nil || uid == "" {
+		return passHint{}
+	}
+	return passHint{uid: uid, numNodes: numNodes, allReady: p.ready.allReady(uid, numNodes)}
+}
+
+// wait returns how long key's domain still rests (0: a pass may run; always on a nil p). A rest
+// whose domain's pods all turned Ready, or stopped being so, since its pass began ends now.
 func (p *passRests) wait(key types.NamespacedName) time.Duration {
 	if p == nil {
 		return 0
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	until, ok := p.until[key]
+	rest, ok := p.rests[key]
 	if !ok {
 		return 0
 	}
-	if d := until.Sub(p.now()); d > 0 {
+	d := rest.until.Sub(p.now())
+	if d > 0 && !p.turned(rest.hint) {
 		return d
 	}
-	delete(p.until, key)
+	delete(p.rests, key)
 	return 0
 }
 
-// passed records a pass of key's domain that began at start: longer than window, the domain rests
-// as long as it took. Nothing on a nil p.
-func (p *passRests) passed(key types.NamespacedName, start time.Time, window time.Duration) {
+// turned reports whether the domain's pods have all turned Ready, or stopped being so, since h
+// was taken (false for a zero h).
+func (p *passRests) turned(h passHint) bool {
+	return h.uid != "" && p.hint(h.uid, h.numNodes).allReady != h.allReady
+}
+
+// passed records a pass of key's domain that began at start, seeing h: longer than window, the
+// domain rests as long as it took. Nothing on a nil p.
+func (p *passRests) passed(key types.NamespacedName, start time.Time, window time.Duration, h passHint) {
 	if p == nil {
 		return
 	}
@@ -65,7 +104,7 @@ func (p *passRests) passed(key types.NamespacedName, start time.Time, window tim
 	if took <= window {
 		return
 	}
-	p.until[key] = end.Add(min(took, maxPassRest))
+	p.rests[key] = passRest{until: end.Add(min(took, maxPassRest)), hint: h}
 }
 
 // forget drops key's rest (the domain is gone).
@@ -75,5 +114,5 @@ func (p *passRests) forget(key types.NamespacedName) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.until, key)
+	delete(p.rests, key)
 }

@@ -11,7 +11,7 @@ import (
 
 func TestLongPassesAreFollowedByARest(t *testing.T) {
 	now := time.Unix(1000, 0)
-	p := newPassRests()
+	p := newPassRests(nil)
 	p.now = func() time.Time { return now }
 	a, b := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
 	const window = 200 * time.Millisecond
@@ -19,7 +19,7 @@ func TestLongPassesAreFollowedByARest(t *testing.T) {
 	// A pass no longer than the window: no rest.
 	start := now
 	now = now.Add(window)
-	p.passed(a, start, window)
+	p.passed(a, start, window, passHint{})
 	if w := p.wait(a); w != 0 {
 		t.Errorf("after a pass of the window's length: rest %v, want none", w)
 	}
@@ -27,7 +27,7 @@ func TestLongPassesAreFollowedByARest(t *testing.T) {
 	// A pass of 700 ms: the domain rests 700 ms from its end, and only that domain.
 	start = now
 	now = now.Add(700 * time.Millisecond)
-	p.passed(a, start, window)
+	p.passed(a, start, window, passHint{})
 	if w := p.wait(a); w != 700*time.Millisecond {
 		t.Errorf("right after a 700ms pass: rest %v, want 700ms", w)
 	}
@@ -42,14 +42,14 @@ func TestLongPassesAreFollowedByARest(t *testing.T) {
 	if w := p.wait(a); w != 0 {
 		t.Errorf("at the rest's end: %v left, want none", w)
 	}
-	if _, ok := p.until[a]; ok {
+	if _, ok := p.rests[a]; ok {
 		t.Errorf("a rest that ended is still kept")
 	}
 
 	// A very long pass rests at most maxPassRest; a domain that is gone rests no more.
 	start = now
 	now = now.Add(time.Minute)
-	p.passed(a, start, window)
+	p.passed(a, start, window, passHint{})
 	if w := p.wait(a); w != maxPassRest {
 		t.Errorf("after a one-minute pass: rest %v, want %v", w, maxPassRest)
 	}
@@ -63,11 +63,11 @@ func TestLongPassesAreFollowedByARest(t *testing.T) {
 // asks to come back when the rest ends.
 func TestAPassInARestComesBackWhenItEnds(t *testing.T) {
 	r := New(nil, nil, Options{DriverNamespace: "driver"})
-	r.rests = newPassRests() // as SetupWithManager does
+	r.rests = newPassRests(newPodReadiness()) // as SetupWithManager does
 	now := time.Unix(1000, 0)
 	r.rests.now = func() time.Time { return now }
 	key := types.NamespacedName{Namespace: "ns", Name: "cd"}
-	r.rests.until[key] = now.Add(time.Second)
+	r.rests.rests[key] = passRest{until: now.Add(time.Second)}
 	// The reconciler has no client: a pass that did anything but wait would fail.
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
 	if err != nil || res.RequeueAfter != time.Second {
@@ -80,8 +80,68 @@ func TestAPassInARestComesBackWhenItEnds(t *testing.T) {
 func TestWithoutAManagerEveryPassRuns(t *testing.T) {
 	r := New(nil, nil, Options{DriverNamespace: "driver"})
 	key := types.NamespacedName{Namespace: "ns", Name: "cd"}
-	r.rests.passed(key, time.Now().Add(-time.Hour), time.Millisecond)
+	r.rests.passed(key, time.Now().Add(-time.Hour), time.Millisecond, passHint{})
 	if w := r.rests.wait(key); w != 0 {
 		t.Errorf("a reconciler without a manager rests %v", w)
+	}
+}
+
+// TestARestEndsWhenTheDomainsPodsTurnReady: a rest ends at once when the domain's pods have all
+// turned Ready since its pass began, or stopped being so; it holds while they stay as that pass
+// saw them (also when the pass did not find the domain Ready for another reason), and a pass
+// that saw nothing of the pods (a zero hint) rests in full.
+func TestARestEndsWhenTheDomainsPodsTurnReady(t *testing.T) {
+	ready := newPodReadiness()
+	p := newPassRests(ready)
+	now := time.Unix(1000, 0)
+	p.now = func() time.Time { return now }
+	key := types.NamespacedName{Namespace: "ns", Name: "cd"}
+	const window = 200 * time.Millisecond
+	pass := func() {
+		t.Helper()
+		h := p.hint("d1", 2)
+		start := now
+		now = now.Add(time.Second)
+		p.passed(key, start, window, h)
+	}
+	a, b := daemonPod("a", "d1", true), daemonPod("b", "d1", false)
+	ready.observe(nil, a, false)
+	ready.observe(nil, b, false)
+
+	pass()
+	if w := p.wait(key); w != time.Second {
+		t.Fatalf("after a 1s pass with one pod of two Ready: rest %v, want 1s", w)
+	}
+	bReady := daemonPod("b", "d1", true)
+	ready.observe(b, bReady, false)
+	if w := p.wait(key); w != 0 {
+		t.Errorf("the pods all turned Ready during the rest: rest %v, want it ended", w)
+	}
+	if _, ok := p.rests[key]; ok {
+		t.Errorf("a rest that ended early is still kept")
+	}
+
+	// The next pass saw them all Ready: its rest holds while they stay so, whatever that pass
+	// found (it may not have made the domain Ready), and ends when one stops being Ready.
+	pass()
+	now = now.Add(100 * time.Millisecond)
+	if w := p.wait(key); w != 900*time.Millisecond {
+		t.Errorf("pods unchanged since the pass: rest %v left, want 900ms", w)
+	}
+	ready.observe(bReady, b, false)
+	if w := p.wait(key); w != 0 {
+		t.Errorf("a pod stopped being Ready during the rest: rest %v, want it ended", w)
+	}
+
+	// A pass without a hint (no readiness followed, or no domain read) rests in full.
+	start := now
+	now = now.Add(time.Second)
+	p.passed(key, start, window, passHint{})
+	ready.observe(b, bReady, false)
+	if w := p.wait(key); w != time.Second {
+		t.Errorf("a rest after a pass without a hint: %v, want 1s", w)
+	}
+	if h := newPassRests(nil).hint("d1", 2); h != (passHint{}) {
+		t.Errorf("rests without readiness give the hint %+v, want none", h)
 	}
 }

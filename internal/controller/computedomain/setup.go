@@ -32,7 +32,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		return err
 	}
 	byLabel := r.labelHandler(mgr.GetCache())
-	pods := byLabel
+	// The daemon pods' readiness, for passes that come while their domain rests (see passRests).
+	ready := newPodReadiness()
+	pods := ready.following(byLabel)
 	if r.hostManaged() {
 		pods = r.pluginPodHandler(mgr.GetCache(), byLabel)
 	}
@@ -40,7 +42,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	// back through these (see statusWrites): at once, or with the controller's backoff.
 	r.statusWrites.wire()
 	// A pass that comes while its domain rests is put back in the queue for the rest's end.
-	r.rests = newPassRests()
+	r.rests = newPassRests(ready)
 	again := source.Channel(r.statusWrites.again, &handler.TypedEnqueueRequestForObject[*cdv1beta1.ComputeDomain]{})
 	failed := source.Channel(r.statusWrites.failed, handler.TypedFuncs[*cdv1beta1.ComputeDomain, reconcile.Request]{
 		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*cdv1beta1.ComputeDomain], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {

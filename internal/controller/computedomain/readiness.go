@@ -18,7 +18,7 @@ import (
 // podReadiness follows, per domain (by UID), the daemon pods the controller's cache shows
 // carrying the domain's label and whether each is Ready. It is kept by the pod event handler at
 // a map update an event, so that a pass coming while its domain rests can tell, without
-// computing membership, whether the domain may have turned Ready or NotReady since its last
+// computing membership, whether the domain may have turned Ready since its last
 // pass (see passRests). It is a hint: the pass computes the truth.
 type podReadiness struct {
 	mu sync.Mutex

@@ -24,11 +24,14 @@ const maxPassRest = 5 * time.Second
 // time rests too: the controller's backoff for it starts again after the rest (the rest's
 // requeue resets it), so a failing large domain is retried at most every rest.
 //
-// A rest ends early for the pass that may turn a domain Ready or NotReady: when the domain's pods
-// (ready, kept by the pod event handler) have all turned Ready since the pass before the rest
-// began, or stopped being so, a pass runs at once. The status write that follows waits for no
-// rest either (see statusWrites). Measured at 2,304 joins, the last pod Ready waited 1.4 to 3.3
-// s for a rest before the pass that wrote the domain Ready.
+// A rest ends early for the pass that may turn a domain Ready: when the domain's pods (ready,
+// kept by the pod event handler), at least its numNodes, have all turned Ready since the pass
+// before the rest began, a pass runs at once. The status write that follows waits for no rest
+// either (see statusWrites). Measured at 2,304 joins, the last pod Ready waited 1.4 to 3.3 s for
+// a rest before the pass that wrote the domain Ready. Only that way, and only with numNodes set:
+// with numNodes 0, or pods joining a domain that has its numNodes, every join turns the pods
+// not all Ready and then all Ready again, and ending rests on both would undo the pacing in a
+// burst; a domain that stops being Ready is told after the rest (at most maxPassRest).
 type passRests struct {
 	mu    sync.Mutex
 	rests map[types.NamespacedName]passRest
@@ -46,7 +49,8 @@ type passRest struct {
 }
 
 // passHint is what a pass saw of its domain's pods as it began: whether the domain's (by UID)
-// labelled pods, at least numNodes of them, were all Ready. A zero hint (no uid) ends no rest.
+// labelled pods, at least numNodes of them, were all Ready. A zero hint (no uid: no readiness
+// followed, or numNodes 0) ends no rest.
 type passHint struct {
 	uid      string
 	numNodes int
@@ -57,16 +61,17 @@ func newPassRests(ready *podReadiness) *passRests {
 	return &passRests{rests: map[types.NamespacedName]passRest{}, ready: ready, now: time.Now}
 }
 
-// hint returns what p's readiness says of the domain uid's pods now (a zero hint on a nil p).
+// hint returns what p's readiness says of the domain uid's pods now (a zero hint on a nil p, or
+// for a domain without numNodes).
 func (p *passRests) hint(uid string, numNodes int) passHint {
-	if p == nil || p.ready == nil || uid == "" {
+	if p == nil || p.ready == nil || uid == "" || numNodes <= 0 {
 		return passHint{}
 	}
 	return passHint{uid: uid, numNodes: numNodes, allReady: p.ready.allReady(uid, numNodes)}
 }
 
 // wait returns how long key's domain still rests (0: a pass may run; always on a nil p). A rest
-// whose domain's pods all turned Ready, or stopped being so, since its pass began ends now.
+// whose domain's pods all turned Ready since its pass began ends now.
 func (p *passRests) wait(key types.NamespacedName) time.Duration {
 	if p == nil {
 		return 0
@@ -85,10 +90,10 @@ func (p *passRests) wait(key types.NamespacedName) time.Duration {
 	return 0
 }
 
-// turned reports whether the domain's pods have all turned Ready, or stopped being so, since h
-// was taken (false for a zero h).
+// turned reports whether the domain's pods have all turned Ready since h was taken (false for a
+// zero h).
 func (p *passRests) turned(h passHint) bool {
-	return h.uid != "" && p.hint(h.uid, h.numNodes).allReady != h.allReady
+	return h.uid != "" && !h.allReady && p.hint(h.uid, h.numNodes).allReady
 }
 
 // passed records a pass of key's domain that began at start, seeing h: longer than window, the

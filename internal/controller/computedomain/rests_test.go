@@ -86,10 +86,11 @@ func TestWithoutAManagerEveryPassRuns(t *testing.T) {
 	}
 }
 
-// TestARestEndsWhenTheDomainsPodsTurnReady: a rest ends at once when the domain's pods have all
-// turned Ready since its pass began, or stopped being so; it holds while they stay as that pass
-// saw them (also when the pass did not find the domain Ready for another reason), and a pass
-// that saw nothing of the pods (a zero hint) rests in full.
+// TestARestEndsWhenTheDomainsPodsTurnReady: a rest ends at once when the domain's pods, at least
+// its numNodes, have all turned Ready since its pass began; it holds while they stay as that pass
+// saw them (also when that pass did not find the domain Ready for another reason), when one stops
+// being Ready (told after the rest), for a domain without numNodes, and after a pass that saw
+// nothing of the pods (a zero hint).
 func TestARestEndsWhenTheDomainsPodsTurnReady(t *testing.T) {
 	ready := newPodReadiness()
 	p := newPassRests(ready)
@@ -97,9 +98,9 @@ func TestARestEndsWhenTheDomainsPodsTurnReady(t *testing.T) {
 	p.now = func() time.Time { return now }
 	key := types.NamespacedName{Namespace: "ns", Name: "cd"}
 	const window = 200 * time.Millisecond
-	pass := func() {
+	pass := func(numNodes int) {
 		t.Helper()
-		h := p.hint("d1", 2)
+		h := p.hint("d1", numNodes)
 		start := now
 		now = now.Add(time.Second)
 		p.passed(key, start, window, h)
@@ -108,7 +109,7 @@ func TestARestEndsWhenTheDomainsPodsTurnReady(t *testing.T) {
 	ready.observe(nil, a, false)
 	ready.observe(nil, b, false)
 
-	pass()
+	pass(2)
 	if w := p.wait(key); w != time.Second {
 		t.Fatalf("after a 1s pass with one pod of two Ready: rest %v, want 1s", w)
 	}
@@ -122,18 +123,29 @@ func TestARestEndsWhenTheDomainsPodsTurnReady(t *testing.T) {
 	}
 
 	// The next pass saw them all Ready: its rest holds while they stay so, whatever that pass
-	// found (it may not have made the domain Ready), and ends when one stops being Ready.
-	pass()
+	// found (it may not have made the domain Ready), and also when one stops being Ready.
+	pass(2)
 	now = now.Add(100 * time.Millisecond)
 	if w := p.wait(key); w != 900*time.Millisecond {
 		t.Errorf("pods unchanged since the pass: rest %v left, want 900ms", w)
 	}
 	ready.observe(bReady, b, false)
-	if w := p.wait(key); w != 0 {
-		t.Errorf("a pod stopped being Ready during the rest: rest %v, want it ended", w)
+	now = now.Add(100 * time.Millisecond)
+	if w := p.wait(key); w != 800*time.Millisecond {
+		t.Errorf("a pod stopped being Ready during the rest: rest %v left, want 800ms", w)
+	}
+
+	// A domain without numNodes: every join turns its pods not all Ready and back; its rests hold.
+	now = now.Add(time.Second)
+	pass(0)
+	ready.observe(b, bReady, false)
+	if w := p.wait(key); w != time.Second {
+		t.Errorf("a domain without numNodes whose pods turned Ready: rest %v, want 1s", w)
 	}
 
 	// A pass without a hint (no readiness followed, or no domain read) rests in full.
+	ready.observe(bReady, b, false)
+	now = now.Add(time.Second)
 	start := now
 	now = now.Add(time.Second)
 	p.passed(key, start, window, passHint{})

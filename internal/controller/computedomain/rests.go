@@ -41,33 +41,31 @@ type passRests struct {
 	now func() time.Time
 }
 
-// passRest is one domain's rest: until when, and what its pods looked like when the pass before
-// it began (see passHint).
+// passRest is one domain's rest: until when, and which pods end it early (see passHint).
 type passRest struct {
 	until time.Time
 	hint  passHint
 }
 
-// passHint is what a pass saw of its domain's pods as it began: whether the domain's (by UID)
-// labelled pods, at least numNodes of them, were all Ready. A zero hint (no uid: no readiness
-// followed, or numNodes 0) ends no rest.
+// passHint names the domain (by UID, with its numNodes) whose labelled pods were not all Ready,
+// at least numNodes of them, as a pass began: their turning so ends the rest after that pass. A
+// zero hint (no readiness followed, numNodes 0, or the pods already all Ready) ends no rest.
 type passHint struct {
 	uid      string
 	numNodes int
-	allReady bool
 }
 
 func newPassRests(ready *podReadiness) *passRests {
 	return &passRests{rests: map[types.NamespacedName]passRest{}, ready: ready, now: time.Now}
 }
 
-// hint returns what p's readiness says of the domain uid's pods now (a zero hint on a nil p, or
-// for a domain without numNodes).
+// hint returns the hint for the domain uid as its pods are now: zero on a nil p, for a domain
+// without numNodes, or when they are all Ready already.
 func (p *passRests) hint(uid string, numNodes int) passHint {
-	if p == nil || p.ready == nil || uid == "" || numNodes <= 0 {
+	if p == nil || p.ready == nil || uid == "" || numNodes <= 0 || p.ready.allReady(uid, numNodes) {
 		return passHint{}
 	}
-	return passHint{uid: uid, numNodes: numNodes, allReady: p.ready.allReady(uid, numNodes)}
+	return passHint{uid: uid, numNodes: numNodes}
 }
 
 // wait returns how long key's domain still rests (0: a pass may run; always on a nil p). A rest
@@ -93,7 +91,7 @@ func (p *passRests) wait(key types.NamespacedName) time.Duration {
 // turned reports whether the domain's pods have all turned Ready since h was taken (false for a
 // zero h).
 func (p *passRests) turned(h passHint) bool {
-	return h.uid != "" && !h.allReady && p.hint(h.uid, h.numNodes).allReady
+	return h.uid != "" && p.ready.allReady(h.uid, h.numNodes)
 }
 
 // passed records a pass of key's domain that began at start, seeing h: longer than window, the

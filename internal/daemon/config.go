@@ -54,6 +54,9 @@ type Config struct {
 	// FabricError is why the node serves without a fabric although it has one (its registration
 	// failed, from the kubelet plugin); empty otherwise.
 	FabricError string
+	// HostIMEXService is the kubelet plugin's evidence of an enabled host nvidia-imex service on
+	// the node (daemonenv.HostIMEXService); empty when it found none.
+	HostIMEXService string
 }
 
 // ConfigFromEnv reads the daemon's identity from lookup (os.LookupEnv in production) through the
@@ -70,6 +73,7 @@ func ConfigFromEnv(lookup func(string) (string, bool), cliqueFallback func() (st
 		CDUID: e.DomainUID, CDName: e.DomainName, CDNamespace: e.DomainNamespace, CliqueID: e.CliqueID,
 		MaxNodes: e.MaxNodesPerIMEXDomain, LogVerbosity: e.LogVerbosity,
 		ConfigDir: e.IMEXConfigDir, HostsPath: e.HostsFile, DNSNames: true, DriverVersion: e.DriverVersion, FabricError: e.FabricError,
+		HostIMEXService: e.HostIMEXService,
 	}
 	switch {
 	case e.CliqueIDSet:

@@ -33,6 +33,9 @@ type Deps struct {
 	// RestartBackoff is the first delay before restarting an IMEX that exited (default 1s,
 	// doubling up to 30s).
 	RestartBackoff time.Duration
+	// SessionInUseRetry is how long IMEX is retried while another IMEX holds the node's
+	// session (NV_ERR_IN_USE); zero: DefaultSessionInUseRetry; negative: not at all.
+	SessionInUseRetry time.Duration
 	// Metrics records the daemon's events; nil records none.
 	Metrics *Metrics
 }
@@ -196,10 +199,13 @@ type supervisor struct {
 	// skipped is the last set of clique entries left out (see usablePeers), logged when it
 	// changes.
 	skipped []skippedPeer
-	// blocked is why IMEX cannot run on this node, for a reason retrying does not cure
+	// blocked is why IMEX cannot run on this node, for a reason retrying did not cure
 	// (cdv1beta1.IMEXBlockedHostIMEXInUse); once set, IMEX is not started again by this
 	// process.
 	blocked string
+	// inUseSince is when IMEX first failed with NV_ERR_IN_USE since it last ran Ready; zero:
+	// it has not.
+	inUseSince time.Time
 	// report tells the cluster that IMEX is blocked (see reportBlocked); nil: nothing reports.
 	report func(ctx context.Context, reason, message string)
 	// started is true once IMEX was started by this daemon.
@@ -360,28 +366,62 @@ func (s *supervisor) sync(ctx context.Context) error {
 	}
 	if s.readySeen {
 		s.backoff = 0 // a run that turned Ready resets the backoff
+		s.inUseSince = time.Time{}
 	}
 	return nil
 }
 
-// block decides whether IMEX ended (or failed to start) for a reason retrying does not cure;
-// then it records and reports it and IMEX stays stopped. Today there is one such reason:
-// another IMEX, a host nvidia-imex.service, holds the node's IMEX session (NV_ERR_IN_USE).
+// block decides what an IMEX that ended (or failed to start) with NV_ERR_IN_USE does: another
+// IMEX holds the node's IMEX session, which the kernel gives one IMEX a node. That is most
+// often the previous domain's IMEX on the node, still releasing its memory exports after its
+// pod was told to stop (jobs run back to back on the same nodes): IMEX is then started again
+// with the usual backoff, for up to SessionInUseRetry. A session still held after that is
+// reported (a host nvidia-imex service, when the plugin found one enabled) and IMEX stays
+// stopped. It returns false for any other error, which the caller retries as always.
 func (s *supervisor) block(ctx context.Context, err error) bool {
 	if !imex.IsSessionInUse(err) {
 		return false
 	}
+	now := s.clock()
+	if s.inUseSince.IsZero() {
+		s.inUseSince = now
+	}
+	window := s.deps.SessionInUseRetry
+	if window == 0 {
+		window = DefaultSessionInUseRetry
+	}
+	if held := now.Sub(s.inUseSince); held < window {
+		s.restart = s.timer(s.nextBackoff())
+		s.log.Info("The node's IMEX session is still held by another IMEX (a previous domain's, shutting down?); trying again",
+			"code", imex.SessionInUseCode, "after", s.backoff, "heldFor", held.Round(time.Second), "givingUpAfter", window)
+		return true
+	}
 	s.blocked = cdv1beta1.IMEXBlockedHostIMEXInUse
 	s.restart = nil
 	s.deps.Metrics.blocked(s.blocked)
-	msg := "another nvidia-imex, most likely the host's nvidia-imex.service, holds this node's IMEX session (" +
-		imex.SessionInUseCode + "); the kernel allows one per node. IMEX is not restarted: stop and disable the host " +
-		"service (systemctl disable --now nvidia-imex) and delete this pod, or run the plane with imex.mode=hostManaged"
+	msg := sessionHeldMessage(s.cfg.HostIMEXService, window)
 	s.log.Error(err, "IMEX cannot run on this node", "reason", s.blocked, "help", msg)
 	if s.report != nil {
 		s.report(ctx, s.blocked, msg)
 	}
 	return true
+}
+
+// DefaultSessionInUseRetry is how long IMEX is retried while another IMEX holds the node's
+// session: a stopping daemon pod's IMEX gets the pod's 30 s grace period to release its
+// exports; two minutes cover that and a slow node.
+const DefaultSessionInUseRetry = 2 * time.Minute
+
+// sessionHeldMessage says what holds the session and what to do.
+func sessionHeldMessage(hostService string, window time.Duration) string {
+	if hostService != "" {
+		return "a host nvidia-imex service is enabled on this node (" + hostService + ") and holds its IMEX session (" +
+			imex.SessionInUseCode + "); the kernel allows one per node. IMEX is not restarted: stop and disable the host " +
+			"service (systemctl disable --now nvidia-imex) and delete this pod, or run the plane with imex.mode=hostManaged"
+	}
+	return "the node's IMEX session is still held by another IMEX (" + imex.SessionInUseCode + ") after " + window.String() +
+		" of retries; no host nvidia-imex service was found enabled. IMEX is not restarted: find the nvidia-imex process " +
+		"on the node (a previous domain's that does not exit, or a service started by hand), stop it, and delete this pod"
 }
 
 // restartStopTimeout bounds the stop of a restart: an IMEX that ignores SIGTERM that long is

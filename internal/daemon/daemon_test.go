@@ -232,7 +232,9 @@ func (h *harness) advance(d time.Duration) {
 type setup struct {
 	dnsNames       bool
 	restartBackoff time.Duration
-	unsynced       int
+	// sessionInUseRetry is Deps.SessionInUseRetry.
+	sessionInUseRetry time.Duration
+	unsynced          int
 	// log receives the supervisor's log; the test's log when unset.
 	log logr.Logger
 	// metrics records the supervisor's events; nil: none.
@@ -262,7 +264,7 @@ func start(t *testing.T, s setup, members ...imex.Peer) *harness {
 		log = testr.NewWithOptions(t, testr.Options{Verbosity: 1})
 	}
 	sup := &supervisor{
-		cfg: h.cfg, deps: Deps{IMEX: h.imex, Log: log, RestartBackoff: s.restartBackoff, Metrics: s.metrics}, view: h.view, log: log,
+		cfg: h.cfg, deps: Deps{IMEX: h.imex, Log: log, RestartBackoff: s.restartBackoff, SessionInUseRetry: s.sessionInUseRetry, Metrics: s.metrics}, view: h.view, log: log,
 		after: func(d time.Duration) <-chan time.Time {
 			c := make(chan time.Time, 1)
 			h.timers <- timer{d: d, c: c}
@@ -674,10 +676,11 @@ func TestSupervisorBackoffResetsOnlyAfterAReadyRun(t *testing.T) {
 	h.expectTimer(time.Second)
 }
 
-// A host nvidia-imex.service holds the node's IMEX session: IMEX fails with NV_ERR_IN_USE, at
-// start or when it exits. The supervisor reports it once and does not restart IMEX, however
-// membership changes; other failures are still retried.
-func TestSupervisorDoesNotRetryWhenTheSessionIsInUse(t *testing.T) {
+// Another IMEX holds the node's IMEX session: IMEX fails with NV_ERR_IN_USE, at start or when
+// it exits. Most often that is the previous domain's IMEX still shutting down, so the supervisor
+// starts IMEX again with its backoff; once the session stays held past the retry window it
+// reports it once and stops trying, however membership changes.
+func TestSupervisorRetriesThenReportsASessionInUse(t *testing.T) {
 	inUse := &imex.ExitError{Binary: "nvidia-imex", Code: 1, Stderr: "IMEX session: NV_ERR_IN_USE"}
 	for name, failAtStart := range map[string]bool{"the run ends": false, "the start fails": true} {
 		t.Run(name, func(t *testing.T) {
@@ -690,6 +693,25 @@ func TestSupervisorDoesNotRetryWhenTheSessionIsInUse(t *testing.T) {
 				h.firstStart()
 				h.imex.end(inUse)
 			}
+			// Retried with the usual backoff while the window lasts.
+			for _, d := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+				tm := h.expectTimer(d)
+				h.advance(d)
+				h.imex.failNextStart(fmt.Errorf("starting: %w", inUse))
+				tm.fire()
+				h.expectCalls("Start")
+			}
+			select {
+			case r := <-h.reports:
+				t.Fatalf("reported %q within the retry window", r)
+			default:
+			}
+			// Past the window: reported once, never started again.
+			tm := h.expectTimer(8 * time.Second)
+			h.advance(DefaultSessionInUseRetry)
+			h.imex.failNextStart(fmt.Errorf("starting: %w", inUse))
+			tm.fire()
+			h.expectCalls("Start")
 			select {
 			case reason := <-h.reports:
 				if reason != cdv1beta1.IMEXBlockedHostIMEXInUse {
@@ -710,6 +732,40 @@ func TestSupervisorDoesNotRetryWhenTheSessionIsInUse(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// The previous domain's IMEX releases the session within the window: the next start runs, and
+// nothing is reported.
+func TestSupervisorStartsOnceTheSessionIsReleased(t *testing.T) {
+	inUse := &imex.ExitError{Binary: "nvidia-imex", Code: 1, Stderr: "IMEX session: NV_ERR_IN_USE"}
+	h := start(t, setup{dnsNames: true}, peer(1), peer(2))
+	h.imex.failNextStart(fmt.Errorf("starting: %w", inUse))
+	h.expectTimer(50 * time.Millisecond).fire()
+	h.expectCalls("Start")
+	tm := h.expectTimer(time.Second)
+	h.advance(time.Second)
+	tm.fire()
+	h.expectCalls("Start")
+	select {
+	case r := <-h.reports:
+		t.Fatalf("reported %q although the session was released", r)
+	default:
+	}
+}
+
+func TestSessionHeldMessage(t *testing.T) {
+	host := sessionHeldMessage("/etc/systemd/system/multi-user.target.wants/nvidia-imex.service", time.Minute)
+	for _, w := range []string{"host nvidia-imex service is enabled", "multi-user.target.wants/nvidia-imex.service", "systemctl disable --now nvidia-imex"} {
+		if !strings.Contains(host, w) {
+			t.Errorf("host service message %q lacks %q", host, w)
+		}
+	}
+	held := sessionHeldMessage("", 2*time.Minute)
+	for _, w := range []string{"still held by another IMEX", "NV_ERR_IN_USE", "after 2m0s", "no host nvidia-imex service was found"} {
+		if !strings.Contains(held, w) {
+			t.Errorf("held message %q lacks %q", held, w)
+		}
 	}
 }
 

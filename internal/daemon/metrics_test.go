@@ -238,7 +238,8 @@ func TestDaemonMetricsConfigChangeAndFailures(t *testing.T) {
 
 	m = NewMetrics(metricsConfig, "plane-a", testStart)
 	want = freshSeries()
-	h = start(t, setup{dnsNames: true, metrics: m}, peer(1))
+	// No retry of a held session: the first NV_ERR_IN_USE is reported.
+	h = start(t, setup{dnsNames: true, metrics: m, sessionInUseRetry: -1}, peer(1))
 	if err := os.Mkdir(h.cfg.NodesConfigPath(), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -36,12 +36,19 @@ const (
 	// FabricError says why a node serves without a fabric although it has GPUs with one: its
 	// NVLink fabric registration failed (CrashOnNVLinkFabricErrors off); empty otherwise.
 	FabricError = "NVLINK_FABRIC_ERROR"
+	// HostIMEXService names the evidence the kubelet plugin found, in the driver root, of an
+	// nvidia-imex host service enabled on the node (its systemd unit link); empty when none.
+	// The daemon names it when IMEX cannot get the node's session.
+	HostIMEXService = "NVIDIA_HOST_IMEX_SERVICE"
 	// IMEXBinary, IMEXCtlBinary and NVMLLibrary are where the host driver's files were mounted
 	// into the daemon container (the daemon's --imex-binary, --imex-ctl-binary and
 	// --nvml-library defaults).
 	IMEXBinary    = "IMEX_BINARY"
 	IMEXCtlBinary = "IMEX_CTL_BINARY"
 	NVMLLibrary   = "NVML_LIBRARY"
+	// LibraryPath is the loader's search path: the directory of the driver libraries mounted
+	// into the daemon container, which nvidia-imex and the NVML library link.
+	LibraryPath = "LD_LIBRARY_PATH"
 	// NvidiaVisibleDevices=void tells an NVIDIA container runtime to give the container no GPU.
 	NvidiaVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 	// VisibleDevicesNone is the NvidiaVisibleDevices value of daemon containers.
@@ -97,6 +104,8 @@ type Claim struct {
 	// IMEXBinary, IMEXCtlBinary and NVMLLibrary are the container paths of the host driver's
 	// files; each is left out when empty (NVMLLibrary when the driver root has none).
 	IMEXBinary, IMEXCtlBinary, NVMLLibrary string
+	// LibraryPath is LD_LIBRARY_PATH; left out when empty.
+	LibraryPath string
 	// NoGPUs sets NVIDIA_VISIBLE_DEVICES=void, so that an NVIDIA container runtime gives the
 	// daemon container no GPU.
 	NoGPUs bool
@@ -104,6 +113,8 @@ type Claim struct {
 	DriverVersion string
 	// FabricError is the failed fabric registration's error, left out when empty.
 	FabricError string
+	// HostIMEXService is the host IMEX service's evidence, left out when empty.
+	HostIMEXService string
 }
 
 // Environ returns the entries as NAME=value, as CDI container edits carry them.
@@ -118,7 +129,7 @@ func (c Claim) Environ() []string {
 	if c.NoGPUs {
 		env = append(env, NvidiaVisibleDevices+"="+VisibleDevicesNone)
 	}
-	for _, v := range []struct{ name, value string }{{IMEXBinary, c.IMEXBinary}, {IMEXCtlBinary, c.IMEXCtlBinary}, {NVMLLibrary, c.NVMLLibrary}, {DriverVersion, c.DriverVersion}, {FabricError, c.FabricError}} {
+	for _, v := range []struct{ name, value string }{{IMEXBinary, c.IMEXBinary}, {IMEXCtlBinary, c.IMEXCtlBinary}, {NVMLLibrary, c.NVMLLibrary}, {LibraryPath, c.LibraryPath}, {DriverVersion, c.DriverVersion}, {FabricError, c.FabricError}, {HostIMEXService, c.HostIMEXService}} {
 		if v.value != "" {
 			env = append(env, v.name+"="+v.value)
 		}
@@ -144,6 +155,8 @@ type Env struct {
 	DriverVersion string
 	// FabricError is why the node serves without a fabric; empty when it does not.
 	FabricError string
+	// HostIMEXService is the evidence of a host IMEX service on the node; empty: none found.
+	HostIMEXService string
 }
 
 // required are the variables a daemon cannot run without, each with what it carries.
@@ -174,6 +187,7 @@ func Read(lookup func(string) (string, bool)) (Env, error) {
 		FeatureGates:          get(FeatureGates),
 		DriverVersion:         get(DriverVersion),
 		FabricError:           get(FabricError),
+		HostIMEXService:       get(HostIMEXService),
 		IMEXConfigDir:         cdv1beta1.DaemonIMEXConfigDir,
 		HostsFile:             cdv1beta1.DaemonHostsFile,
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -92,16 +93,17 @@ func channelSpec(claimUID types.UID, plan claimPlan, nodes []*cdispec.DeviceNode
 // daemonSpec is the CDI spec of a daemon claim: the domain's identity and clique in the
 // environment (the daemonenv contract), the domain's config directory, the host driver's files
 // (driverMounts, named in env), and the IMEX management device when the node has a clique.
-func daemonSpec(claimUID types.UID, device string, env daemonenv.Claim, configDir string, driverMounts []*cdispec.Mount, mgmtDev *cdispec.DeviceNode) *cdispec.Spec {
+func daemonSpec(claimUID types.UID, device string, env daemonenv.Claim, configDir string, driverMounts []*cdispec.Mount, driverDevices []*cdispec.DeviceNode, mgmtDev *cdispec.DeviceNode) *cdispec.Spec {
 	edits := cdispec.ContainerEdits{
 		Env: env.Environ(),
 		Mounts: append([]*cdispec.Mount{{
 			HostPath: configDir, ContainerPath: env.IMEXConfigDir,
 			Options: []string{"rw", "nosuid", "nodev", "bind"},
 		}}, driverMounts...),
+		DeviceNodes: slices.Clone(driverDevices),
 	}
 	if env.CliqueID != "" && mgmtDev != nil {
-		edits.DeviceNodes = []*cdispec.DeviceNode{mgmtDev}
+		edits.DeviceNodes = append(edits.DeviceNodes, mgmtDev)
 	}
 	return &cdispec.Spec{
 		Kind:    CDIKind,

@@ -73,7 +73,7 @@ func TestDaemonSpec(t *testing.T) {
 		wantNodes int
 	}{"clique": {"c.1", 1}, "no fabric": {"", 0}} {
 		env := daemonenv.Claim{CliqueID: tc.clique, DomainUID: "d", DomainName: "n", DomainNamespace: "ns", IMEXConfigDir: "/etc/nvidia-imex"}
-		spec := daemonSpec("u1", DaemonDeviceName, env, "/state/d", nil, mgmt)
+		spec := daemonSpec("u1", DaemonDeviceName, env, "/state/d", nil, nil, mgmt)
 		edits := spec.Devices[0].ContainerEdits
 		want := []string{"CLIQUE_ID=" + tc.clique, "COMPUTE_DOMAIN_UUID=d", "COMPUTE_DOMAIN_NAME=n", "COMPUTE_DOMAIN_NAMESPACE=ns", "IMEX_CONFIG_DIR=/etc/nvidia-imex"}
 		if diff := cmp.Diff(want, edits.Env); diff != "" {

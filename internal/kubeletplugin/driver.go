@@ -83,6 +83,9 @@ type Options struct {
 	// ContainerDriverRoot is where the plugin reads NvidiaDriverRoot (its mount point in the
 	// plugin's pod); empty: NvidiaDriverRoot.
 	ContainerDriverRoot string
+	// DevRoot is where the plugin reads the host's /dev, for /dev/nvidiactl when the driver
+	// root holds no device nodes (a driver installed on the host); empty: only the root's.
+	DevRoot string
 
 	// NumChannels is how many channel devices are published (at most MaxChannels).
 	NumChannels int

@@ -2,19 +2,25 @@ package kubeletplugin
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"cdplane/internal/daemonenv"
+	"cdplane/internal/driverroot"
 )
 
 // DefaultNvidiaDriverRoot is the host's NVIDIA driver root: / where the driver is installed on
 // the host itself.
 const DefaultNvidiaDriverRoot = "/"
+
+// DefaultDevRoot is where the plugin's pod mounts the host's /dev.
+const DefaultDevRoot = "/dev"
 
 // Where a daemon container sees the host driver's files (the daemonenv IMEX_BINARY,
 // IMEX_CTL_BINARY and NVML_LIBRARY values).
@@ -24,25 +30,37 @@ const (
 	ContainerNVMLLibrary   = "/usr/local/nvidia/lib/libnvidia-ml.so.1"
 )
 
-// Directories of a driver root searched for the IMEX binaries and for the NVML library, in
-// order.
-var (
-	driverBinDirs = []string{"usr/bin", "usr/sbin", "bin", "sbin"}
-	driverLibDirs = []string{"usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib/aarch64-linux-gnu", "lib64", "usr/lib"}
+// ContainerDriverLibDir is the daemon container's directory of the driver libraries it gets
+// (LD_LIBRARY_PATH), and ctlDevice the driver's control device every NVIDIA program opens.
+const (
+	ContainerDriverLibDir = "/usr/local/nvidia/lib"
+	ctlDevice             = "dev/nvidiactl"
 )
 
 // driverRoot is the host driver's root as the plugin reads it (Container) and as the container
 // runtime sees it on the host (Host); they differ when the plugin runs in a pod that mounts the
-// host's driver root elsewhere. An empty Host disables the injection.
-type driverRoot struct{ Host, Container string }
+// host's driver root elsewhere. Dev is where the plugin reads the host's /dev (the chart mounts
+// it at /dev), for a driver installed on the host whose root holds no device nodes; "": only
+// the root's. An empty Host disables the injection.
+type driverRoot struct {
+	driverroot.Root
+	Dev string
+}
 
-// driverFiles are the host driver's files a daemon container gets, as paths relative to the
-// driver root; NVML is empty when the root has no NVML library (the daemon needs it only when
-// the plugin does not give it CLIQUE_ID, which the plugin always does).
-type driverFiles struct{ IMEX, IMEXCtl, NVML string }
+// driverFiles are the host driver's files a daemon container gets: paths relative to the driver
+// root with every link resolved inside it, and the host path of the control device.
+type driverFiles struct {
+	IMEX, IMEXCtl, NVML string
+	// Libs are the driver libraries the IMEX binaries link, by soname (NVML among them).
+	Libs map[string]string
+	// CtlDevice is /dev/nvidiactl's host path: below the driver root when the root holds the
+	// driver's device nodes (a driver container), else the host's.
+	CtlDevice string
+}
 
-// locate finds the IMEX binaries and the NVML library under the root. A root that does not
-// exist or lacks an IMEX binary is an error naming the root and what is missing.
+// locate finds what nvidia-imex needs from the root: the IMEX binaries, the NVML library, the
+// driver libraries the binaries link, and the control device. A root that does not exist or
+// lacks any of them is an error naming the root, what is missing and every place tried.
 func (r driverRoot) locate() (driverFiles, error) {
 	if fi, err := os.Stat(r.Container); err != nil || !fi.IsDir() {
 		if err == nil {
@@ -50,62 +68,101 @@ func (r driverRoot) locate() (driverFiles, error) {
 		}
 		return driverFiles{}, fmt.Errorf("NVIDIA driver root %s (read at %s): %w", r.Host, r.Container, err)
 	}
-	f := driverFiles{
-		IMEX:    r.find(driverBinDirs, "nvidia-imex", true),
-		IMEXCtl: r.find(driverBinDirs, "nvidia-imex-ctl", true),
-		NVML:    r.find(driverLibDirs, "libnvidia-ml.so.1", false),
+	var f driverFiles
+	for _, b := range []struct {
+		name string
+		rel  *string
+	}{{"nvidia-imex", &f.IMEX}, {"nvidia-imex-ctl", &f.IMEXCtl}} {
+		l := r.Find(driverroot.BinDirs, b.name, true, false)
+		if l.Rel == "" {
+			return driverFiles{}, r.Miss("executable "+b.name, l, " (is the nvidia-imex package of the driver installed?)")
+		}
+		*b.rel = l.Rel
 	}
-	var missing []string
-	if f.IMEX == "" {
-		missing = append(missing, "nvidia-imex")
+	nvmlPath, l := r.FindNVML()
+	if nvmlPath == "" {
+		return driverFiles{}, r.Miss(driverroot.NVMLLibrary, l, "")
 	}
-	if f.IMEXCtl == "" {
-		missing = append(missing, "nvidia-imex-ctl")
+	f.NVML = l.Rel
+	libs, err := r.NeededDriverLibs([]string{f.IMEX, f.IMEXCtl})
+	if err != nil {
+		return driverFiles{}, err
 	}
-	if len(missing) > 0 {
-		return driverFiles{}, fmt.Errorf("NVIDIA driver root %s (read at %s) has no executable %s in %s",
-			r.Host, r.Container, strings.Join(missing, " or "), strings.Join(driverBinDirs, ", "))
+	libs[driverroot.NVMLLibrary] = f.NVML
+	f.Libs = libs
+	if f.CtlDevice, err = r.ctlDevice(); err != nil {
+		return driverFiles{}, err
 	}
 	return f, nil
 }
 
-// find returns the path, relative to the root, of the first file name in dirs (executable when
-// exec), or "".
-func (r driverRoot) find(dirs []string, name string, exec bool) string {
-	for _, d := range dirs {
-		rel := path.Join(d, name)
-		fi, err := os.Stat(filepath.Join(r.Container, rel))
-		if err != nil || fi.IsDir() || (exec && fi.Mode().Perm()&0o111 == 0) {
-			continue
-		}
-		return rel
+// ctlDevice finds /dev/nvidiactl: in the driver root (a driver container creates the device
+// nodes in its root), else in the host's /dev.
+func (r driverRoot) ctlDevice() (string, error) {
+	tried := []string{filepath.Join(r.Container, ctlDevice)}
+	if _, err := os.Stat(tried[0]); err == nil {
+		return path.Join(r.Host, ctlDevice), nil
 	}
-	return ""
+	if r.Dev != "" {
+		p := filepath.Join(r.Dev, path.Base(ctlDevice))
+		tried = append(tried, p)
+		if _, err := os.Stat(p); err == nil {
+			return "/" + ctlDevice, nil
+		}
+	}
+	return "", fmt.Errorf("no NVIDIA control device %s (tried %s): is the NVIDIA kernel driver loaded?",
+		"/"+ctlDevice, strings.Join(tried, ", "))
 }
 
-// edits are the daemon container's edits of f: a read-only bind mount of each file at its fixed
-// container path, and, set in env, the daemonenv variables that name those paths and
-// NVIDIA_VISIBLE_DEVICES=void (daemon containers get no GPU). No root (tests): no edits.
-func (r driverRoot) edits(f driverFiles, env *daemonenv.Claim) []*cdispec.Mount {
+// edits are the daemon container's edits of f: /dev/nvidiactl; a read-only bind mount of each
+// IMEX binary at its fixed container path and of each driver library in ContainerDriverLibDir
+// under its soname; and, set in env, the daemonenv variables that name those paths,
+// LD_LIBRARY_PATH, and NVIDIA_VISIBLE_DEVICES=void (daemon containers get no GPU). No root
+// (tests): no edits.
+func (r driverRoot) edits(f driverFiles, env *daemonenv.Claim) ([]*cdispec.Mount, []*cdispec.DeviceNode) {
 	if r.Host == "" {
-		return nil
+		return nil, nil
 	}
 	var mounts []*cdispec.Mount
 	env.NoGPUs = true
-	add := func(rel, ctrPath string, v *string) {
-		if rel == "" {
-			return
-		}
+	add := func(rel, ctrPath string) {
 		mounts = append(mounts, &cdispec.Mount{
 			HostPath: path.Join(r.Host, rel), ContainerPath: ctrPath,
 			Options: []string{"ro", "nosuid", "nodev", "bind"},
 		})
-		*v = ctrPath
 	}
-	add(f.IMEX, ContainerIMEXBinary, &env.IMEXBinary)
-	add(f.IMEXCtl, ContainerIMEXCtlBinary, &env.IMEXCtlBinary)
-	add(f.NVML, ContainerNVMLLibrary, &env.NVMLLibrary)
-	return mounts
+	add(f.IMEX, ContainerIMEXBinary)
+	env.IMEXBinary = ContainerIMEXBinary
+	add(f.IMEXCtl, ContainerIMEXCtlBinary)
+	env.IMEXCtlBinary = ContainerIMEXCtlBinary
+	for _, name := range slices.Sorted(maps.Keys(f.Libs)) {
+		add(f.Libs[name], path.Join(ContainerDriverLibDir, name))
+	}
+	env.NVMLLibrary = ContainerNVMLLibrary
+	env.LibraryPath = ContainerDriverLibDir
+	var devices []*cdispec.DeviceNode
+	if f.CtlDevice != "" {
+		devices = append(devices, &cdispec.DeviceNode{Path: "/" + ctlDevice, HostPath: f.CtlDevice})
+	}
+	return mounts, devices
+}
+
+// hostIMEXUnitLinks are where systemd keeps an enabled nvidia-imex service's unit link, relative
+// to the root.
+var hostIMEXUnitLinks = []string{
+	"etc/systemd/system/multi-user.target.wants/nvidia-imex.service",
+	"etc/systemd/system/default.target.wants/nvidia-imex.service",
+}
+
+// hostIMEXService returns the path (as on the node) of an enabled nvidia-imex service's unit
+// link in the root, or "": a daemon whose IMEX cannot get the node's session names it.
+func (r driverRoot) hostIMEXService() string {
+	for _, rel := range hostIMEXUnitLinks {
+		if _, err := os.Lstat(filepath.Join(r.Container, rel)); err == nil {
+			return "/" + rel
+		}
+	}
+	return ""
 }
 
 // DriverVersionFile is the loaded kernel driver's version file, read through the host's
@@ -147,15 +204,12 @@ func isDottedVersion(s string) bool {
 
 // nvmlVersion returns the driver version the root's NVML library belongs to: the driver
 // installs libnvidia-ml.so.1 as a link to libnvidia-ml.so.<version>.
+// rel has its links resolved inside the root already (locate).
 func (r driverRoot) nvmlVersion(rel string) (string, bool) {
 	if rel == "" {
 		return "", false
 	}
-	target, err := filepath.EvalSymlinks(filepath.Join(r.Container, rel))
-	if err != nil {
-		return "", false
-	}
-	v, ok := strings.CutPrefix(filepath.Base(target), "libnvidia-ml.so.")
+	v, ok := strings.CutPrefix(path.Base(rel), "libnvidia-ml.so.")
 	if !ok || !isDottedVersion(v) {
 		return "", false
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"cdplane/internal/component"
+	"cdplane/internal/driverroot"
 	"cdplane/internal/features"
 )
 
@@ -52,12 +53,11 @@ func (h hostIMEX) check(ctx context.Context) error {
 	if _, err := os.Stat(h.Root.Container); err != nil {
 		return fmt.Errorf("host-managed IMEX: NVIDIA driver root %s (read at %s): %w", h.Root.Host, h.Root.Container, err)
 	}
-	rel := h.Root.find(driverBinDirs, "nvidia-imex-ctl", true)
-	if rel == "" {
-		return fmt.Errorf("host-managed IMEX: NVIDIA driver root %s (read at %s) has no executable nvidia-imex-ctl in %s (is the nvidia-imex package installed on this node?)",
-			h.Root.Host, h.Root.Container, strings.Join(driverBinDirs, ", "))
+	l := h.Root.Find(driverroot.BinDirs, "nvidia-imex-ctl", true, false)
+	if l.Rel == "" {
+		return fmt.Errorf("host-managed IMEX: %w", h.Root.Miss("executable nvidia-imex-ctl", l, " (is the nvidia-imex package installed on this node?)"))
 	}
-	ctl := filepath.Join(h.Root.Container, rel)
+	ctl := filepath.Join(h.Root.Container, l.Rel)
 	hostSocket := path.Join(h.Root.Host, h.Socket)
 	socket := filepath.Join(h.Root.Container, h.Socket)
 	fi, err := os.Stat(socket)
@@ -96,7 +96,7 @@ func CheckHostIMEX(ctx context.Context, inv component.Invocation) error {
 	}
 	root := inv.EnvOr(NvidiaDriverRootEnv, DefaultNvidiaDriverRoot)
 	h := hostIMEX{
-		Root:   driverRoot{Host: root, Container: inv.EnvOr(ContainerDriverRootEnv, root)},
+		Root:   driverRoot{Root: driverroot.Root{Host: root, Container: inv.EnvOr(ContainerDriverRootEnv, root)}},
 		Socket: inv.EnvOr(HostIMEXSocketPathEnv, DefaultHostIMEXSocketPath),
 	}
 	if err := h.check(ctx); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"cdplane/internal/component"
+	"cdplane/internal/driverroot"
 )
 
 // hostIMEXFixture is a driver root whose nvidia-imex-ctl is a shell script answering answer
@@ -56,7 +57,7 @@ func TestHostIMEXCheck(t *testing.T) {
 		"query fails":    {answer: "connection refused", code: 1, listen: true, wantErr: "exit status 1: connection refused"},
 		"no socket":      {answer: "READY", wantErr: "no command socket at /host/s.sock: is nvidia-imex running as a host service with IMEX_CMD_ENABLED=1 and IMEX_CMD_UNIX_DOMAIN_PATH=/s.sock?"},
 		"not a socket":   {answer: "READY", socket: "/args", wantErr: "/host/args is not a socket"},
-		"no imex-ctl":    {listen: true, noCtl: true, wantErr: "NVIDIA driver root /host (read at ROOT) has no executable nvidia-imex-ctl in usr/bin, usr/sbin, bin, sbin"},
+		"no imex-ctl":    {listen: true, noCtl: true, wantErr: "NVIDIA driver root /host (read at ROOT) has no executable nvidia-imex-ctl: tried"},
 		"no driver root": {socket: "/missing-root", wantErr: "NVIDIA driver root /host (read at ROOT/missing)"},
 	}
 	for name, tc := range cases {
@@ -72,7 +73,7 @@ func TestHostIMEXCheck(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			h := hostIMEX{Root: driverRoot{Host: "/host", Container: root}, Socket: "/s.sock"}
+			h := hostIMEX{Root: driverRoot{Root: driverroot.Root{Host: "/host", Container: root}}, Socket: "/s.sock"}
 			if tc.socket != "" {
 				h.Socket = tc.socket
 			}

@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"cdplane/internal/component"
+	"cdplane/internal/driverroot"
 	"cdplane/internal/features"
 	"cdplane/internal/nvml"
 	"cdplane/internal/plane"
@@ -78,7 +79,7 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 
 		HealthcheckPort: DefaultHealthcheckPort, MetricsBindAddress: DefaultMetricsBindAddress, PodIP: inv.Getenv(PodIPEnv),
 	}
-	o.NvidiaDriverRoot, o.ContainerDriverRoot = DefaultNvidiaDriverRoot, inv.Getenv(ContainerDriverRootEnv)
+	o.NvidiaDriverRoot, o.ContainerDriverRoot, o.DevRoot = DefaultNvidiaDriverRoot, inv.Getenv(ContainerDriverRootEnv), DefaultDevRoot
 	if v := inv.Getenv(NvidiaDriverRootEnv); v != "" {
 		o.NvidiaDriverRoot = v
 	}
@@ -101,10 +102,11 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ProcDevices, "proc-devices", o.ProcDevices, "File listing character device major numbers")
 	fs.StringVar(&o.IMEXMgmtCapability, "imex-mgmt-capability", o.IMEXMgmtCapability, "NVIDIA capability file of the IMEX management device")
 	fs.StringVar(&o.NvidiaDriverRoot, "nvidia-driver-root", o.NvidiaDriverRoot, "Host path of the NVIDIA driver root whose nvidia-imex, nvidia-imex-ctl and libnvidia-ml.so.1 daemon containers get (env "+NvidiaDriverRootEnv+")")
+	fs.StringVar(&o.DevRoot, "dev-root", o.DevRoot, "Where this plugin reads the host's /dev, for /dev/nvidiactl when the driver root holds no device nodes")
 	fs.StringVar(&o.ContainerDriverRoot, "container-driver-root", o.ContainerDriverRoot, "Where this plugin reads the driver root, when it is mounted elsewhere than --nvidia-driver-root (env "+ContainerDriverRootEnv+"; default --nvidia-driver-root)")
 	plane.AddFlag(fs, &o.ControlPlaneID)
 	fs.IntVar(&o.NumChannels, "num-channels", o.NumChannels, "Channel devices to publish per node: channel-0 … channel-(N-1). The shipped channel DeviceClass allocates only channel-0; more are for DeviceClasses an administrator adds")
-	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "NVML library to load (default "+nvml.DefaultLibraryPath+")")
+	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "NVML library to load, by path (default: "+driverroot.NVMLLibrary+" found under the driver root, --container-driver-root)")
 	fs.BoolVar(&o.CliqueNodeLabel, "node-clique-label", o.CliqueNodeLabel, "Keep the node's nvidia.com/gpu.clique label equal to its clique")
 	fs.DurationVar(&o.CliqueRefreshPeriod, "clique-refresh-period", o.CliqueRefreshPeriod, "How often the node's clique is discovered again")
 	fs.DurationVar(&o.StaleSweepInterval, "stale-sweep-interval", o.StaleSweepInterval, "How often claims the node holds whose ResourceClaim is gone, and CDI specs of claims it does not hold, are removed (negative: never)")
@@ -211,7 +213,7 @@ func Main(ctx context.Context, inv component.Invocation, o *CommandOptions, host
 	}
 	o.Discoverer, o.ReadHostFile = host.Discoverer, host.ReadHostFile
 	if o.Discoverer == nil {
-		d, err := nvml.New(o.NVMLLibrary)
+		d, err := o.nvmlDiscoverer()
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/atomicfile"
 	"cdplane/internal/daemonenv"
+	"cdplane/internal/driverroot"
 	"cdplane/internal/imex"
 )
 
@@ -49,14 +50,15 @@ func checkDaemonNamespace(claimNS, claimName, driverNS string) error {
 
 // driverRoot is the host driver's root of the options.
 func (d *Driver) driverRoot() driverRoot {
-	return driverRoot{Host: d.opts.NvidiaDriverRoot, Container: d.opts.ContainerDriverRoot}
+	return driverRoot{Root: driverroot.Root{Host: d.opts.NvidiaDriverRoot, Container: d.opts.ContainerDriverRoot}, Dev: d.opts.DevRoot}
 }
 
 // prepareDaemon writes the domain's IMEX config template into the domain's directory under the
 // state directory, and a CDI spec that gives the daemon container its identity (CLIQUE_ID,
-// COMPUTE_DOMAIN_UUID/NAME/NAMESPACE), mounts that directory at /etc/nvidia-imex, mounts the host
-// driver's files drv read-only (IMEX_BINARY, IMEX_CTL_BINARY, NVML_LIBRARY name them), and adds
-// the IMEX management device when the node has a clique.
+// COMPUTE_DOMAIN_UUID/NAME/NAMESPACE), mounts that directory at /etc/nvidia-imex, gives it what
+// nvidia-imex needs from the host driver drv (/dev/nvidiactl, the IMEX binaries and the driver
+// libraries, read-only; IMEX_BINARY, IMEX_CTL_BINARY, NVML_LIBRARY and LD_LIBRARY_PATH name
+// them), and adds the IMEX management device when the node has a clique.
 func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, drv driverFiles) ([]PreparedDevice, string, error) {
 	if err := checkDaemonNamespace(claim.Namespace, claim.Name, d.opts.DriverNamespace); err != nil {
 		return nil, "", failed(FailureWrongNamespace, err)
@@ -91,7 +93,10 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	if block, blockErr := d.clique.blocked(); block == blockFabricFailed && blockErr != nil {
 		env.FabricError = truncateRunes(blockErr.Error(), 256)
 	}
-	driverMounts := d.driverRoot().edits(drv, &env)
+	driverMounts, driverDevices := d.driverRoot().edits(drv, &env)
+	if d.opts.NvidiaDriverRoot != "" {
+		env.HostIMEXService = d.driverRoot().hostIMEXService()
+	}
 	var mgmtDev *cdispec.DeviceNode
 	if cliqueID != "" {
 		if mgmtDev, err = d.nodes.imexMgmt(); err != nil {
@@ -101,7 +106,7 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	// A node publishes one daemon device, so a daemon claim holds exactly one.
 	device := plan.Devices[0].Device
 	name := CDISpecName(claim.UID)
-	if err := d.cdi.write(daemonSpec(claim.UID, device, env, dir, driverMounts, mgmtDev), name); err != nil {
+	if err := d.cdi.write(daemonSpec(claim.UID, device, env, dir, driverMounts, driverDevices, mgmtDev), name); err != nil {
 		return nil, "", err
 	}
 	withCDI := map[string]bool{device: true}

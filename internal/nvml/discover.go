@@ -143,8 +143,14 @@ type RealBackend struct {
 
 var realBackend *RealBackend
 
-// RegisterRealBackend makes the real backend available to [New].
-func RegisterRealBackend(b RealBackend) { realBackend = &b }
+// RegisterRealBackend makes the real backend available to [New]; a zero RealBackend removes it.
+func RegisterRealBackend(b RealBackend) {
+	if b.New == nil {
+		realBackend = nil
+		return
+	}
+	realBackend = &b
+}
 
 func newNVML(libraryPath string) (Discoverer, error) {
 	if realBackend == nil {

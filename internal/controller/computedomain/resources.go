@@ -148,10 +148,12 @@ func (r *Reconciler) daemonSet(cd *cdv1beta1.ComputeDomain) *appsv1.DaemonSet {
 						// a 20-minute start-up window, which an IMEX restarted after an unsafe
 						// termination needs to reach recovery quorum; readiness every 10 s, Not
 						// Ready after 3 failures in a row, so that one slow answer does not churn
-						// the clique; a daemon whose IMEX stays unready 5 minutes is restarted.
+						// the clique; liveness gives a running IMEX the same 20 minutes (60 s x
+						// 20, as NVIDIA's driver) to recover from a lost peer before its container
+						// is restarted, since a restart ends its memory exports on every other node.
 						StartupProbe:   probe(2, 600),
 						ReadinessProbe: probe(10, 3),
-						LivenessProbe:  probe(30, 10),
+						LivenessProbe:  probe(60, 20),
 						Resources:      corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: DaemonClaimName}}},
 					}},
 					ResourceClaims: []corev1.PodResourceClaim{{

@@ -1,6 +1,8 @@
 package computedomain
 
 import (
+	"time"
+
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -173,7 +175,7 @@ func (w daemonWant) daemonSet() *appsv1.DaemonSet {
 		ServiceAccount(w.serviceAccount).PriorityClass(w.priorityClass).TerminationGracePeriod(30).
 		Containers(corev1.Container{
 			Name: "compute-domain-daemon", Image: w.image, Command: []string{w.binary, "run"}, Args: w.args, Ports: w.ports, Env: env,
-			StartupProbe: probe(2, 600), ReadinessProbe: probe(10, 3), LivenessProbe: probe(30, 10),
+			StartupProbe: probe(2, 600), ReadinessProbe: probe(10, 3), LivenessProbe: probe(60, 20),
 		}).
 		ClaimFromTemplate("compute-domain-daemon", "computedomain-daemon-"+testUID)
 	for k, v := range ownedBy(w.planeID) {
@@ -331,5 +333,24 @@ func TestOwnedLabels(t *testing.T) {
 		if !r.createdFor(r.ownedLabels(testDomain()), testUID) {
 			t.Errorf("plane %q: the labels it stamps are not recognised as its own", planeID)
 		}
+	}
+}
+
+// A running IMEX that lost a peer recovers inside its container; a liveness restart ends its
+// memory exports on every other node. Liveness must wait as long as NVIDIA's driver does (20
+// minutes) and never be stricter than the start-up window.
+func TestDaemonLivenessLetsIMEXRecover(t *testing.T) {
+	c := New(nil, nil, Options{DriverNamespace: testDriverNS, DaemonImage: "cdplane:v1"}).daemonSet(testDomain()).Spec.Template.Spec.Containers[0]
+	window := func(p *corev1.Probe) time.Duration {
+		return time.Duration(p.PeriodSeconds*p.FailureThreshold) * time.Second
+	}
+	if got := window(c.LivenessProbe); got < 20*time.Minute {
+		t.Errorf("liveness restarts a daemon whose IMEX is unready for %s, want at least 20m", got)
+	}
+	if got, want := window(c.LivenessProbe), window(c.StartupProbe); got < want {
+		t.Errorf("liveness window %s is shorter than the start-up window %s", got, want)
+	}
+	if c.ReadinessProbe.PeriodSeconds != 10 {
+		t.Errorf("readiness every %ds, want 10s", c.ReadinessProbe.PeriodSeconds)
 	}
 }

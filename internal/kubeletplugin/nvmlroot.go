@@ -1,0 +1,67 @@
+package kubeletplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"cdplane/internal/driverroot"
+	"cdplane/internal/nvml"
+)
+
+// nvmlDiscoverer is the node's real NVML: the library --nvml-library names, or, by default,
+// libnvidia-ml.so.1 found under the driver root and loaded by its full path. The plugin's image
+// carries no driver library, and the loader's own search would look in the image, not on the
+// host.
+func (o *CommandOptions) nvmlDiscoverer() (nvml.Discoverer, error) {
+	if o.NVMLLibrary != "" {
+		return nvml.New(o.NVMLLibrary)
+	}
+	container := o.ContainerDriverRoot
+	if container == "" {
+		container = o.NvidiaDriverRoot
+	}
+	return &rootNVML{root: driverroot.Root{Host: o.NvidiaDriverRoot, Container: container}}, nil
+}
+
+// rootNVML finds NVML under a driver root on the first discovery, and again after a discovery
+// that could not load it: a driver container mounts its root after the plugin started, and a
+// driver upgrade replaces libnvidia-ml.so.<version>.
+type rootNVML struct {
+	root driverroot.Root
+	mu   sync.Mutex
+	path string
+	d    nvml.Discoverer
+}
+
+// Discover discovers through the library found under the root. A miss is an error wrapping
+// nvml.ErrNVMLUnavailable that names every place tried (the plugin logs it and posts it as the
+// node's NVMLUnavailable event).
+func (n *rootNVML) Discover(ctx context.Context) (nvml.Result, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.d == nil {
+		p, l := n.root.FindNVML()
+		if p == "" {
+			return nvml.Result{Backend: nvml.BackendNVML}, fmt.Errorf("%w: %w", nvml.ErrNVMLUnavailable, n.root.Miss(driverroot.NVMLLibrary, l, " (is the NVIDIA driver installed, and nvidiaDriverRoot its root?)"))
+		}
+		d, err := nvml.New(p)
+		if err != nil {
+			return nvml.Result{Backend: nvml.BackendNVML}, err
+		}
+		n.d, n.path = d, p
+	}
+	res, err := n.d.Discover(ctx)
+	if errors.Is(err, nvml.ErrNVMLUnavailable) {
+		n.d = nil
+	}
+	return res, err
+}
+
+// Path is the library loaded last ("" before the first discovery found one).
+func (n *rootNVML) Path() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.path
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"cdplane/internal/driverroot"
 	"cdplane/internal/nvml"
 	_ "cdplane/internal/nvml/nvmlreal" // the real NVML backend
 	"cdplane/internal/version"
@@ -32,11 +33,23 @@ func main() {
 }
 
 func newDiscoverCommand() *cobra.Command {
-	var library string
+	var library, root string
 	discover := &cobra.Command{
 		Use:   "discover",
 		Short: "Print this node's GPUs, their raw NVLink fabric state and the clique they derive",
+		Long: "Finds libnvidia-ml.so.1 under the driver root as the kubelet plugin does (the root's loader cache, then the\n" +
+			"directories a driver install uses, links resolved inside the root), loads it by its full path, and prints what\n" +
+			"the plugin would derive. --nvml-library loads a library by path instead.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if library == "" {
+				r := driverroot.Root{Host: root, Container: root}
+				p, l := r.FindNVML()
+				if p == "" {
+					return r.Miss(driverroot.NVMLLibrary, l, "")
+				}
+				library = p
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "NVML: %s\n", library)
 			d, err := nvml.New(library)
 			if err != nil {
 				return err
@@ -46,6 +59,7 @@ func newDiscoverCommand() *cobra.Command {
 			return derr
 		},
 	}
-	discover.Flags().StringVar(&library, "nvml-library", "", "NVML library to load (default "+nvml.DefaultLibraryPath+")")
+	discover.Flags().StringVar(&library, "nvml-library", "", "NVML library to load, by path (default: found under --driver-root)")
+	discover.Flags().StringVar(&root, "driver-root", "/", "NVIDIA driver root to find libnvidia-ml.so.1 under (the chart's nvidiaDriverRoot)")
 	return discover
 }

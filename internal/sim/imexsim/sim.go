@@ -10,7 +10,8 @@
 // What the real daemon learns from its host it learns from stand-ins in its environment (the
 // process environment for Main, imex.Options.Env for an in-process Sim): this host's addresses
 // (LocalAddrsEnv), the container's resolv.conf (ResolvConfEnv) and hosts file (HostsFileEnv),
-// and the node's directory (NodeDirEnv). A behaviour whose stand-in is not set is not modelled.
+// the node's directory (NodeDirEnv) and the container's view of the filesystem
+// (ContainerPathsEnv). A behaviour whose stand-in is not set is not modelled.
 //
 // It is as strict as the real daemon where a supervisor can get things wrong:
 //   - It reads its configuration only at start. A reload (SIGUSR1) re-reads only the hosts file,
@@ -44,6 +45,18 @@
 //     config sets IMEX_WAIT_FOR_QUORUM=RECOVERY: it answers the readiness query RECOVERY, not
 //     READY, until it is connected again to every peer of its node list that the unsafe run was
 //     connected to, or DefaultRecoveryTimeout (20 min) passes.
+//   - In a container (ContainerPathsEnv set: the simulated kubelet's IMEX of a daemon
+//     container) it has only what the container has: it refuses to start, before it takes the
+//     session, when libnvidia-ml.so.1 is in none of the loader's directories (LibraryPathEnv,
+//     then StandardLibDirs) or /dev/nvidiactl or the IMEX management device
+//     /dev/nvidia-caps/nvidia-cap<minor> (minor from the node's IMEXMgmtCapabilityPath) is not
+//     in the container's view with its host file, each a *MissingError in the real program's
+//     or the dynamic loader's words (a process exits with status 1, or LoaderExitCode). Outside
+//     a container (the host-managed service the simulator runs, most tests) nothing is checked.
+//   - A clean stop of a run that holds the node's session keeps holding it for the shutdown
+//     delay (ShutdownDelayEnv; DefaultShutdownDelay, 3 s, in a container, none outside unless
+//     set), listeners already closed, as a real IMEX releases its memory exports: an IMEX
+//     started on the node meanwhile ends with ErrSessionInUse. A crash or kill is not delayed.
 //
 // It runs two ways: as a program (Main) installed in a simulated node's driver root as
 // nvidia-imex and nvidia-imex-ctl, which the daemon finds and runs exactly as it runs the real
@@ -106,6 +119,9 @@ type Sim struct {
 	dnsRetryInterval time.Duration
 	recoveryTimeout  time.Duration
 	now              func() time.Time
+	// shutdownAfter, when set, replaces time.After as the clock of the shutdown delay
+	// (ShutdownDelayEnv): this package's tests end the delay when they want.
+	shutdownAfter func(time.Duration) <-chan time.Time
 
 	mu  sync.Mutex
 	srv *simServer
@@ -116,8 +132,8 @@ var _ imex.Interface = (*Sim)(nil)
 // New returns a simulated IMEX that serves the imexd config at o.ConfigPath and resolves
 // peer names through o.HostsPath (default: HostsFileEnv in o.Env, else /etc/hosts). o.Env
 // stands for its process environment: it takes its stand-ins from there (NodeDirEnv,
-// LocalAddrsEnv, ResolvConfEnv, HostsFileEnv). Binary, Args, CtlBinary and the output writers
-// are not used.
+// LocalAddrsEnv, ResolvConfEnv, HostsFileEnv, ContainerPathsEnv, LibraryPathEnv,
+// ShutdownDelayEnv). Binary, Args, CtlBinary and the output writers are not used.
 func New(o imex.Options) *Sim {
 	return &Sim{
 		opts:             o,
@@ -131,11 +147,12 @@ func New(o imex.Options) *Sim {
 
 // Start reads the configuration (the imexd config, nodes.cfg and the hosts file: the node list
 // stays as read here for the whole run) and binds the listeners; a configuration the real IMEX
-// would refuse fails Start with a *imex.ConfigError naming the line. The run then spends its
-// start-up phase (DefaultStartupPhase) before it answers peers and the readiness query and
-// connects to its peers: Ready fails until then, and a Reload kills the run. At the end of the
-// start-up phase a run with a node directory takes the node's IMEX session; when another run
-// holds it, the run ends with an error wrapping ErrSessionInUse.
+// would refuse fails Start with a *imex.ConfigError naming the line, and in a container
+// (ContainerPathsEnv) a missing device node or library fails it with a *MissingError. The run
+// then spends its start-up phase (DefaultStartupPhase) before it answers peers and the
+// readiness query and connects to its peers: Ready fails until then, and a Reload kills the
+// run. At the end of the start-up phase a run with a node directory takes the node's IMEX
+// session; when another run holds it, the run ends with an error wrapping ErrSessionInUse.
 func (s *Sim) Start(ctx context.Context) (<-chan error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
@@ -152,6 +169,9 @@ func (s *Sim) Start(ctx context.Context) (<-chan error, error) {
 	srv := newSimServer(s.opts.ConfigPath, s.opts.HostsPath, env, s.opts.Log)
 	srv.startupPhase, srv.reloadInterval, srv.now = s.startupPhase, s.reloadInterval, s.now
 	srv.dnsRetryInterval, srv.recoveryTimeout = s.dnsRetryInterval, s.recoveryTimeout
+	if s.shutdownAfter != nil {
+		srv.shutdownAfter = s.shutdownAfter
+	}
 	if err := srv.start(); err != nil {
 		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
 	}
@@ -189,7 +209,9 @@ func (s *Sim) Reload() error {
 	return srv.reload()
 }
 
-// Stop shuts the simulated IMEX down cleanly and waits for it, or for ctx.
+// Stop shuts the simulated IMEX down cleanly and waits for it, or for ctx. A run that holds the
+// node's IMEX session keeps it for the shutdown delay (ShutdownDelayEnv) before it ends; when
+// ctx ends first, Stop returns and the run still ends after the delay.
 func (s *Sim) Stop(ctx context.Context) error {
 	srv := s.current()
 	if srv == nil {
@@ -234,15 +256,18 @@ func (s *Sim) Ready(ctx context.Context) error {
 // start again, and reconnects (nodes.cfg is not read again; a refused hosts file keeps the
 // previous resolution and is logged); it is honoured at most once every -reload-interval
 // (DefaultReloadInterval), sooner ones are ignored. SIGTERM or SIGINT stops it cleanly (status 0)
-// at any time, start-up phase included; told to crash it exits with CrashExitCode. A command
+// at any time, start-up phase included, after the shutdown delay (ShutdownDelayEnv) when it
+// holds the node's IMEX session; told to crash it exits with CrashExitCode. A command
 // socket (IMEX_CMD_UNIX_DOMAIN_PATH) that an earlier, killed run left behind is replaced; the
 // socket is removed when the run ends. Running changes this process's SIGUSR1 disposition: run
 // the daemon as a program, not in a process that has other uses for the signal.
 //
 // It takes its stand-ins from its environment (NodeDirEnv, LocalAddrsEnv, ResolvConfEnv,
-// HostsFileEnv), which the simulated kubelet sets on every container. When another run holds
-// the node's IMEX session it exits with status 1 at the end of its start-up phase, naming
-// NV_ERR_IN_USE. -dns-retry-interval (DefaultDNSRetryInterval) and -recovery-timeout
+// HostsFileEnv, ContainerPathsEnv), which the simulated kubelet sets on every container, and
+// ShutdownDelayEnv. In a container (ContainerPathsEnv) a missing library ends it as the dynamic
+// loader does (status LoaderExitCode, the loader's message after the program's path), a
+// missing device node with status 1. When another run holds the node's IMEX session it exits
+// with status 1 at the end of its start-up phase, naming NV_ERR_IN_USE. -dns-retry-interval (DefaultDNSRetryInterval) and -recovery-timeout
 // (DefaultRecoveryTimeout) change how often unresolved names are retried and how long a
 // recovery waits.
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -308,6 +333,12 @@ func serveMain(srv *simServer, log logr.Logger, stderr io.Writer) int {
 	}
 	srv.beforeStarted = func() { signal.Notify(sigs, syscall.SIGUSR1) }
 	if err := srv.start(); err != nil {
+		var missing *MissingError
+		if errors.As(err, &missing) && missing.Loader {
+			// The loader's message, after the program's path, and its status.
+			fmt.Fprintf(stderr, "%s: %v\n", os.Args[0], err)
+			return LoaderExitCode
+		}
 		fmt.Fprintf(stderr, "imex-sim: %v\n", err)
 		return 1
 	}

@@ -80,6 +80,8 @@ type simServer struct {
 	dnsRetryInterval time.Duration
 	recoveryTimeout  time.Duration
 	now              func() time.Time
+	// shutdownAfter is the clock of the shutdown delay (time.After unless set before start).
+	shutdownAfter func(time.Duration) <-chan time.Time
 	// beforeStarted, when set, runs at the end of the start-up phase, before the daemon
 	// connects and answers READY: Main installs its SIGUSR1 handler there.
 	beforeStarted func()
@@ -143,6 +145,7 @@ func newSimServer(configPath, hostsPath string, env standIns, log logr.Logger) *
 		dnsRetryInterval: DefaultDNSRetryInterval,
 		recoveryTimeout:  DefaultRecoveryTimeout,
 		now:              time.Now,
+		shutdownAfter:    time.After,
 		links:            map[netip.Addr]*peerLink{},
 		inbound:          map[net.Conn]netip.Addr{},
 		rejected:         map[string]int{},
@@ -158,6 +161,11 @@ func newSimServer(configPath, hostsPath string, env standIns, log logr.Logger) *
 // (the real daemon binds after its checks; the simulation binds first so that its caller gets
 // the error); on error nothing is left running.
 func (s *simServer) start() error {
+	// A containerized IMEX: the loader finds its libraries before it runs, and the driver's
+	// devices are opened once the configuration is read.
+	if err := s.checkLibraries(); err != nil {
+		return err
+	}
 	data, err := os.ReadFile(s.configPath)
 	if err != nil {
 		return fmt.Errorf("reading IMEX config: %w", err)
@@ -167,6 +175,9 @@ func (s *simServer) start() error {
 		return err
 	}
 	s.cfg, s.waitForQuorum = cfg, configValue(data, waitForQuorumKey)
+	if err := s.checkDevices(); err != nil {
+		return err
+	}
 	if !cfg.BindIP.IsValid() && !s.env.localAddrsSet {
 		return &imex.ConfigError{File: s.configPath, Reason: "BIND_INTERFACE_IP is empty, and the simulated IMEX " +
 			"can find its own node list entry only among this host's addresses, which it is told through " +
@@ -424,6 +435,9 @@ func (s *simServer) teardown(result error) {
 		_ = ln.Close() // a Unix domain socket's file goes with it
 	}
 	s.wg.Wait()
+	if result == nil {
+		s.releaseExports()
+	}
 	s.releaseSession(result)
 	s.result = result
 	if result != nil {
@@ -432,6 +446,22 @@ func (s *simServer) teardown(result error) {
 		s.log.Info("Simulated IMEX stopped", "address", s.peerLn.Addr().String())
 	}
 	close(s.done)
+}
+
+// releaseExports is the end of a clean stop: like a real IMEX releasing its memory exports,
+// the run keeps holding the node's IMEX session for the shutdown delay (ShutdownDelayEnv),
+// listeners and peer connections already closed, so that an IMEX started on the node meanwhile
+// fails with ErrSessionInUse. A run that holds no session has nothing to release.
+func (s *simServer) releaseExports() {
+	s.mu.Lock()
+	held := s.session != nil
+	s.mu.Unlock()
+	d := s.env.stopDelay()
+	if !held || d <= 0 {
+		return
+	}
+	s.log.Info("Releasing memory exports before giving the node's IMEX session back", "delay", d.String())
+	<-s.shutdownAfter(d)
 }
 
 // stop asks for a clean shutdown; crash for an abrupt one. Both return at once; done closes

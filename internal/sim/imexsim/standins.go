@@ -37,7 +37,31 @@ const (
 	// daemons waiting for peers that have not started share a few processes: at 2,304 nodes their
 	// dials were a fifth of a kubelet process's CPU.
 	LinkRetryMaxEnv = "CDPLANE_SIM_IMEX_LINK_RETRY_MAX"
+	// ContainerPathsEnv is the container's view of the filesystem: the simulated kubelet sets
+	// it on every container to the device nodes and mounts the container has, as a JSON object
+	// from container path to host path (see EncodeContainerPaths). Its presence says that the
+	// simulated IMEX runs in a container, which makes it strict: it refuses to start without
+	// /dev/nvidiactl, the IMEX management device and libnvidia-ml.so.1 in the view (see
+	// MissingError), and it takes DefaultShutdownDelay to stop.
+	ContainerPathsEnv = "CDPLANE_SIM_CONTAINER_PATHS"
+	// ShutdownDelayEnv is how long a clean stop (SIGTERM, Stop) keeps holding the node's IMEX
+	// session before the run releases it and ends, a Go duration; "0" stops at once. Unset, a
+	// containerized IMEX (ContainerPathsEnv set) takes DefaultShutdownDelay and any other (the
+	// host-managed service the simulator runs, which is not given it, and runs built by tests)
+	// none. A crash or a kill is
+	// never delayed. The simulated kubelet passes it from its own environment (set for
+	// `cdplane sim up`) to every container.
+	ShutdownDelayEnv = "CDPLANE_SIM_IMEX_SHUTDOWN_DELAY"
+	// LibraryPathEnv is the dynamic loader's search path, colon-separated container
+	// directories, that a containerized IMEX looks for libnvidia-ml.so.1 in before the
+	// standard library directories (StandardLibDirs).
+	LibraryPathEnv = "LD_LIBRARY_PATH"
 )
+
+// DefaultShutdownDelay is how long a containerized simulated IMEX keeps holding the node's
+// IMEX session after a clean stop: a few seconds, as a real IMEX releasing its memory exports
+// before it exits.
+const DefaultShutdownDelay = 3 * time.Second
 
 // Paths below a node directory (NodeDirEnv) that a simulated IMEX uses.
 const (
@@ -68,6 +92,25 @@ type standIns struct {
 	resolvConf string
 	// linkRetryMax is LinkRetryMaxEnv's value; zero: linkBackoffMax.
 	linkRetryMax time.Duration
+	// view is ContainerPathsEnv's value, decoded; nil when the IMEX is not in a container.
+	view *containerView
+	// libraryPath is LibraryPathEnv's value.
+	libraryPath string
+	// shutdownDelay is ShutdownDelayEnv's value when shutdownDelaySet.
+	shutdownDelay    time.Duration
+	shutdownDelaySet bool
+}
+
+// stopDelay is how long a clean stop keeps holding the node's IMEX session: ShutdownDelayEnv's
+// value, else DefaultShutdownDelay in a container and none outside.
+func (si standIns) stopDelay() time.Duration {
+	switch {
+	case si.shutdownDelaySet:
+		return si.shutdownDelay
+	case si.view != nil:
+		return DefaultShutdownDelay
+	}
+	return 0
 }
 
 // linkBackoffCap is the longest wait between two attempts to reach a peer.
@@ -97,6 +140,21 @@ func standInsFrom(lookup func(string) (string, bool)) (standIns, error) {
 		}
 		si.linkRetryMax = d
 	}
+	if v := get(ShutdownDelayEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return si, fmt.Errorf("%s: %q is not a duration of 0 or more", ShutdownDelayEnv, v)
+		}
+		si.shutdownDelay, si.shutdownDelaySet = d, true
+	}
+	if v, ok := lookup(ContainerPathsEnv); ok {
+		view, err := decodeView(v)
+		if err != nil {
+			return si, fmt.Errorf("%s: %w", ContainerPathsEnv, err)
+		}
+		si.view = view
+	}
+	si.libraryPath, _ = lookup(LibraryPathEnv)
 	if v, ok := lookup(LocalAddrsEnv); ok {
 		si.localAddrsSet = true
 		for f := range strings.SplitSeq(v, ",") {

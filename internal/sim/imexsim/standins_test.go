@@ -24,3 +24,31 @@ func TestLinkRetryMax(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownDelaySetting: a containerized IMEX waits DefaultShutdownDelay unless
+// ShutdownDelayEnv says otherwise; outside a container none unless it says so; a value that is
+// not a duration of 0 or more is refused, naming it.
+func TestShutdownDelaySetting(t *testing.T) {
+	view := ContainerPathsEnv + "={}"
+	for name, tc := range map[string]struct {
+		env  []string
+		want time.Duration
+	}{
+		"in a container":          {env: []string{view}, want: DefaultShutdownDelay},
+		"set in a container":      {env: []string{view, ShutdownDelayEnv + "=5s"}, want: 5 * time.Second},
+		"0 in a container":        {env: []string{view, ShutdownDelayEnv + "=0"}},
+		"outside a container":     {},
+		"set outside a container": {env: []string{ShutdownDelayEnv + "=2s"}, want: 2 * time.Second},
+	} {
+		si, err := standInsFrom(envLookup(tc.env))
+		if err != nil || si.stopDelay() != tc.want {
+			t.Errorf("%s: delay %s (err %v), want %s", name, si.stopDelay(), err, tc.want)
+		}
+	}
+	for _, bad := range []string{"soon", "-1s", "3"} {
+		_, err := standInsFrom(envLookup([]string{ShutdownDelayEnv + "=" + bad}))
+		if err == nil || !strings.Contains(err.Error(), ShutdownDelayEnv) || !strings.Contains(err.Error(), bad) {
+			t.Errorf("%q: %v, want an error naming %s and the value", bad, err, ShutdownDelayEnv)
+		}
+	}
+}

@@ -91,7 +91,8 @@ func (r *cdiResolver) resolve(ids []string) ([]*cdispec.ContainerEdits, error) {
 // in order (a later one replacing an earlier one of the same name), device nodes and mounts
 // whose host paths are remapped into nodeDir (see OnNode; a device node without hostPath is
 // its path on the host), a later device or mount at the same container path replacing an
-// earlier one. Hooks and other edits have no meaning here and are ignored.
+// earlier one. Hooks and other edits have no meaning here and are ignored. A device's host file
+// need not exist: the container's view (containerPaths) leaves out one that does not.
 func applyCDIEdits(nodeDir string, edits []*cdispec.ContainerEdits) Edits {
 	var out Edits
 	for _, e := range edits {

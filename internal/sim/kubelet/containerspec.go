@@ -38,8 +38,11 @@ func (w *podWorker) containerSpec(ctx context.Context, c *ctr) (*instance, error
 		env[i].Value = pm.Value(env[i].Value)
 	}
 	// What the node's host gives every container, already in host paths: the host's own
-	// variables (Config.HostEnv), and the simulated IMEX's stand-ins.
+	// variables (Config.HostEnv), the simulated IMEX's stand-ins, the container's view among
+	// them, and the simulated IMEX's settings forwarded from this process's environment.
 	env = mergeEnv(env, standInEnv(pm, addrs.PodIP)...)
+	env = mergeEnv(env, EnvVar{Name: imexsim.ContainerPathsEnv, Value: containerPaths(mounts, c.edits.Devices)})
+	env = mergeEnv(env, simulatedHostSettings(os.LookupEnv)...)
 	if w.k.cfg.HostEnv != nil {
 		env = mergeEnv(env, w.k.cfg.HostEnv(w.n.spec.Name, w.k.NodeDir(w.n.spec.Name))...)
 	}
@@ -138,6 +141,46 @@ func standInEnv(pm *PathMap, podIP string) []EnvVar {
 	}
 	if podIP != "" {
 		env = append(env, EnvVar{Name: imexsim.LocalAddrsEnv, Value: podIP})
+	}
+	return env
+}
+
+// containerPaths is the container's view, told to the programs that stand for a host's in
+// imexsim.ContainerPathsEnv (imexsim.EncodeContainerPaths: a JSON object of container path to
+// host path): its mounts, then its device nodes, a device replacing a mount at the same path.
+// A device node whose host file does not exist on the node is left out, as a container runtime
+// fails to create it; so are paths that are not absolute.
+func containerPaths(mounts []Mount, devices []Device) string {
+	paths := make(map[string]string, len(mounts)+len(devices))
+	for _, m := range mounts {
+		if path.IsAbs(m.ContainerPath) && filepath.IsAbs(m.HostPath) {
+			paths[path.Clean(m.ContainerPath)] = filepath.Clean(m.HostPath)
+		}
+	}
+	for _, d := range devices {
+		if !path.IsAbs(d.ContainerPath) || !filepath.IsAbs(d.HostPath) {
+			continue
+		}
+		if _, err := os.Stat(d.HostPath); err != nil {
+			continue
+		}
+		paths[path.Clean(d.ContainerPath)] = filepath.Clean(d.HostPath)
+	}
+	return imexsim.EncodeContainerPaths(paths)
+}
+
+// forwardedSettings are the simulated IMEX's settings that the simulated kubelet passes from
+// its own environment (set for `cdplane sim up`) to every container, as settings of the
+// simulated hosts.
+var forwardedSettings = []string{imexsim.ShutdownDelayEnv}
+
+// simulatedHostSettings is the forwardedSettings set in the environment lookup reads.
+func simulatedHostSettings(lookup func(string) (string, bool)) []EnvVar {
+	var env []EnvVar
+	for _, k := range forwardedSettings {
+		if v, ok := lookup(k); ok {
+			env = append(env, EnvVar{Name: k, Value: v})
+		}
 	}
 	return env
 }

@@ -372,12 +372,13 @@ func (s *supervisor) sync(ctx context.Context) error {
 }
 
 // block decides what an IMEX that ended (or failed to start) with NV_ERR_IN_USE does: another
-// IMEX holds the node's IMEX session, which the kernel gives one IMEX a node. That is most
-// often the previous domain's IMEX on the node, still releasing its memory exports after its
-// pod was told to stop (jobs run back to back on the same nodes): IMEX is then started again
-// with the usual backoff, for up to SessionInUseRetry. A session still held after that is
-// reported (a host nvidia-imex service, when the plugin found one enabled) and IMEX stays
-// stopped. It returns false for any other error, which the caller retries as always.
+// IMEX holds the node's IMEX session, which the kernel gives one IMEX a node. Unless the plugin
+// found a host nvidia-imex service enabled on the node (then that is the holder, and it is
+// reported at once), that is most often the previous domain's IMEX on the node, still
+// releasing its memory exports after its pod was told to stop (jobs run back to back on the
+// same nodes): IMEX is then started again with the usual backoff, for up to SessionInUseRetry.
+// A session still held after that is reported and IMEX stays stopped. It returns false for any
+// other error, which the caller retries as always.
 func (s *supervisor) block(ctx context.Context, err error) bool {
 	if !imex.IsSessionInUse(err) {
 		return false
@@ -390,7 +391,7 @@ func (s *supervisor) block(ctx context.Context, err error) bool {
 	if window == 0 {
 		window = DefaultSessionInUseRetry
 	}
-	if held := now.Sub(s.inUseSince); held < window {
+	if held := now.Sub(s.inUseSince); held < window && s.cfg.HostIMEXService == "" {
 		s.restart = s.timer(s.nextBackoff())
 		s.log.Info("The node's IMEX session is still held by another IMEX (a previous domain's, shutting down?); trying again",
 			"code", imex.SessionInUseCode, "after", s.backoff, "heldFor", held.Round(time.Second), "givingUpAfter", window)

@@ -234,7 +234,9 @@ type setup struct {
 	restartBackoff time.Duration
 	// sessionInUseRetry is Deps.SessionInUseRetry.
 	sessionInUseRetry time.Duration
-	unsynced          int
+	// hostIMEXService is Config.HostIMEXService.
+	hostIMEXService string
+	unsynced        int
 	// log receives the supervisor's log; the test's log when unset.
 	log logr.Logger
 	// metrics records the supervisor's events; nil: none.
@@ -254,7 +256,7 @@ func start(t *testing.T, s setup, members ...imex.Peer) *harness {
 		t: t, imex: newFakeIMEX(), view: &fakeView{unsynced: s.unsynced, members: members},
 		cfg: Config{
 			NodeName: "n1", PodIP: peer(1).IPAddress, CliqueID: "c.1", CDUID: testUID, MaxNodes: 18, DNSNames: s.dnsNames,
-			ConfigDir: dir, HostsPath: filepath.Join(dir, "hosts"),
+			ConfigDir: dir, HostsPath: filepath.Join(dir, "hosts"), HostIMEXService: s.hostIMEXService,
 		},
 		timers: make(chan timer, 64), notify: make(chan struct{}), done: make(chan error, 1), reports: make(chan string, 8),
 		clock: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
@@ -750,6 +752,30 @@ func TestSupervisorStartsOnceTheSessionIsReleased(t *testing.T) {
 	select {
 	case r := <-h.reports:
 		t.Fatalf("reported %q although the session was released", r)
+	default:
+	}
+}
+
+// With a host nvidia-imex service enabled on the node (the plugin found its unit link), the
+// service is the holder: reported at the first NV_ERR_IN_USE, no retry.
+func TestSupervisorReportsAHostServiceAtOnce(t *testing.T) {
+	inUse := &imex.ExitError{Binary: "nvidia-imex", Code: 1, Stderr: "IMEX session: NV_ERR_IN_USE"}
+	h := start(t, setup{dnsNames: true, hostIMEXService: "/etc/systemd/system/multi-user.target.wants/nvidia-imex.service"}, peer(1), peer(2))
+	h.imex.failNextStart(fmt.Errorf("starting: %w", inUse))
+	h.expectTimer(50 * time.Millisecond).fire()
+	h.expectCalls("Start")
+	select {
+	case reason := <-h.reports:
+		if reason != cdv1beta1.IMEXBlockedHostIMEXInUse {
+			t.Errorf("reported %q", reason)
+		}
+	case <-time.After(waitLimit):
+		t.Fatalf("nothing reported within %s", waitLimit)
+	}
+	h.settle()
+	select {
+	case tm := <-h.timers:
+		t.Fatalf("the supervisor set a timer of %s: want no retry", tm.d)
 	default:
 	}
 }

@@ -91,6 +91,9 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 		if err := nodehost.WriteNode(k.NodeDir(n.Name), n.NVML); err != nil {
 			return err
 		}
+		if err := nodehost.WriteDeviceNodes(k.NodeDir(n.Name)); err != nil {
+			return fmt.Errorf("device nodes of node %s: %w", n.Name, err)
+		}
 		// The node's driver root (its "/") holds the simulated IMEX as nvidia-imex and
 		// nvidia-imex-ctl, which the kubelet plugin mounts into daemon containers as it
 		// mounts the real ones on a GPU node.

@@ -157,7 +157,8 @@ func InProcessDaemon(inv component.Invocation) daemon.Host {
 // standInEnv is the simulated IMEX's stand-ins set in inv's environment, as KEY=VALUE.
 func standInEnv(inv component.Invocation) []string {
 	var env []string
-	for _, k := range []string{imexsim.NodeDirEnv, imexsim.LocalAddrsEnv, imexsim.ResolvConfEnv, imexsim.HostsFileEnv, imexsim.LinkRetryMaxEnv} {
+	for _, k := range []string{imexsim.NodeDirEnv, imexsim.LocalAddrsEnv, imexsim.ResolvConfEnv, imexsim.HostsFileEnv, imexsim.LinkRetryMaxEnv,
+		imexsim.ContainerPathsEnv, imexsim.LibraryPathEnv, imexsim.ShutdownDelayEnv} {
 		if inv.LookupEnv == nil {
 			break
 		}

@@ -1,6 +1,17 @@
 // Package nvmlsim is the simulated NVML of the simulated cluster: a simulated node's GPUs and
-// their fabric info, read through the product's clique derivation (nvml.DeriveCliqueID) like
-// real readings.
+// their fabric info (Node, kept as JSON in the node's directory), in two forms:
+//
+//   - a real shared library, libnvidia-ml.so.1 as the NVIDIA driver installs it, built from C
+//     (libnvml/nvml_sim.c, BuildLibrary) at `cdplane sim up` and installed in every simulated
+//     node's driver root. It exports NVML's entry points and reads the node's readings from a
+//     text spec (RenderConf, at ConfPath) at every nvmlInit, so the kubelet plugin's real NVML
+//     code (package nvmlreal, go-nvml) loads and reads it as it does a GPU node's.
+//   - a Go stand-in, Node.Discover, for the simulator's in-process mode: one process serves
+//     hundreds of nodes there, and a process loads a shared library once, so the library could
+//     not answer as each of them.
+//
+// Both feed the product's clique derivation (nvml.DeriveCliqueID) with the same readings, and
+// the tests hold them to the same results and errors.
 package nvmlsim
 
 import (
@@ -148,8 +159,8 @@ func Parse(data []byte) (Node, error) {
 
 // Validate reports a spec that no real node could produce or that is ill formed.
 func (s Node) Validate() error {
-	if s.GPUs < 0 {
-		return fmt.Errorf("sim spec: gpus %d is negative", s.GPUs)
+	if s.GPUs < 0 || s.GPUs > MaxGPUs {
+		return fmt.Errorf("sim spec: gpus %d: want 0 to %d", s.GPUs, MaxGPUs)
 	}
 	if s.Node == "" && s.GPUs > 0 {
 		return errors.New("sim spec: node must be set (GPU UUIDs derive from it)")
@@ -220,16 +231,22 @@ func (s Node) Discover(ctx context.Context) (nvml.Result, error) {
 	if s.Unavailable {
 		return res, fmt.Errorf("%w: simulated node %q has no usable NVML", nvml.ErrNVMLUnavailable, s.Node)
 	}
-	res.GPUs = make([]nvml.GPU, 0, s.GPUs)
+	res.GPUs = s.readings()
+	var err error
+	res.CliqueID, err = nvml.DeriveCliqueID(res.GPUs)
+	return res, err
+}
+
+// readings are the raw readings of a validated spec's GPUs, in index order.
+func (s Node) readings() []nvml.GPU {
+	gpus := make([]nvml.GPU, 0, s.GPUs)
 	for i := range s.GPUs {
 		f := s.Fabric
 		if override, ok := s.PerGPU[i]; ok {
 			f = override
 		}
-		info, _ := f.info() // validated above
-		res.GPUs = append(res.GPUs, nvml.GPU{Index: i, UUID: GPUUUID(s.Node, i), Fabric: info})
+		info, _ := f.info() // validated
+		gpus = append(gpus, nvml.GPU{Index: i, UUID: GPUUUID(s.Node, i), Fabric: info})
 	}
-	var err error
-	res.CliqueID, err = nvml.DeriveCliqueID(res.GPUs)
-	return res, err
+	return gpus
 }

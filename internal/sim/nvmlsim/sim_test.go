@@ -202,7 +202,8 @@ func TestParseSim(t *testing.T) {
 		"cluster without state": {spec: `{"node":"n1","gpus":1,"fabric":{"clusterUUID":"` + rack0ClusterUUID + `"}}`, wantErr: "state must be set"},
 		"noFabric with a state": {spec: `{"node":"n1","gpus":1,"fabric":{"noFabric":true,"state":"COMPLETED"}}`, wantErr: "noFabric leaves no room"},
 		"perGPU out of range":   {spec: `{"node":"n1","gpus":1,"perGPU":{"1":{}}}`, wantErr: "perGPU names GPU 1, but the node has 1 GPUs"},
-		"negative GPUs":         {spec: `{"node":"n1","gpus":-1}`, wantErr: "negative"},
+		"negative GPUs":         {spec: `{"node":"n1","gpus":-1}`, wantErr: "gpus -1: want 0 to 64"},
+		"too many GPUs":         {spec: `{"node":"n1","gpus":65}`, wantErr: "gpus 65: want 0 to 64"},
 		"driver version": {
 			spec: `{"node":"n1","gpus":0,"driverVersion":"570.133.20"}`,
 			want: Node{Node: "n1", DriverVersion: "570.133.20"},

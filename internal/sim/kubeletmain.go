@@ -29,6 +29,7 @@ import (
 	"cdplane/internal/sim/imexsim"
 	"cdplane/internal/sim/kubelet"
 	"cdplane/internal/sim/nodehost"
+	"cdplane/internal/sim/nvmlsim"
 )
 
 // RunKubelet is the background process `cdplane sim kubelet`: the simulated kubelet for every
@@ -95,9 +96,13 @@ func RunKubelet(ctx context.Context, stateDir string, shard, shards int) error {
 			return fmt.Errorf("device nodes of node %s: %w", n.Name, err)
 		}
 		// The node's driver root (its "/") holds the simulated IMEX as nvidia-imex and
-		// nvidia-imex-ctl, which the kubelet plugin mounts into daemon containers as it
-		// mounts the real ones on a GPU node.
-		if err := nodehost.InstallDriverRoot(k.NodeDir(n.Name), filepath.Join(st.BinDir, "imex-sim")); err != nil {
+		// nvidia-imex-ctl and the simulated NVML as libnvidia-ml.so.1, which the kubelet plugin
+		// loads for its own discovery and mounts into daemon containers, as on a GPU node.
+		if err := nodehost.InstallDriverRoot(k.NodeDir(n.Name), nodehost.DriverFiles{
+			IMEXSim:       filepath.Join(st.BinDir, "imex-sim"),
+			NVMLLibrary:   filepath.Join(st.BinDir, nvmlsim.LibraryFile),
+			DriverVersion: n.NVML.Driver(),
+		}); err != nil {
 			return fmt.Errorf("simulated driver root of node %s: %w", n.Name, err)
 		}
 	}
@@ -216,7 +221,8 @@ func router(st *State, cfg *rest.Config) (kubelet.Runner, error) {
 	raiseFileLimit()
 	r.ByRepository["cdplane"] = &kubelet.InProcessRunner{
 		Programs: map[string]kubelet.Program{
-			"cdplane-kubelet-plugin": program(mapper, nodehost.RunPlugin),
+			// With the Go stand-in for NVML: one process cannot load a library per node.
+			"cdplane-kubelet-plugin": program(mapper, nodehost.RunPluginInProcess),
 			"cdplane-daemon": program(mapper, func(ctx context.Context, inv component.Invocation) error {
 				return daemon.Run(ctx, inv, nodehost.InProcessDaemon(inv))
 			}),

@@ -26,6 +26,7 @@ import (
 	"cdplane/internal/scheme"
 	"cdplane/internal/sim/controlplane"
 	"cdplane/internal/sim/kubelet"
+	"cdplane/internal/sim/nvmlsim"
 )
 
 // stateFile records what `sim up` started, in the state directory.
@@ -398,7 +399,10 @@ func build(ctx context.Context, o *Options, st *State) error {
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("building cdplane: %w", err)
 	}
-	return nil
+	// The simulated NVML library, a real shared library built from C, that every node's driver
+	// root holds as libnvidia-ml.so.1 for the kubelet plugin to load (nodehost.InstallDriverRoot).
+	o.progress("Building the simulated NVML library")
+	return nvmlsim.BuildLibrary(ctx, filepath.Join(st.BinDir, nvmlsim.LibraryFile))
 }
 
 // script runs a build script, its progress on Out, and returns the last line it prints.

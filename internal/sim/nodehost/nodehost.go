@@ -1,19 +1,24 @@
 // Package nodehost is what a simulated node offers cdplane's node components in place of a GPU
-// host: NVML readings (the node's simulated NVML spec), the NVIDIA driver's /proc files, device
-// nodes that are empty files, a driver root whose nvidia-imex and nvidia-imex-ctl are the
-// simulated IMEX, and, for host-managed IMEX, the simulated IMEX run as a host service. The
-// product components take these through their Host hooks and their flags, and never learn that
-// they run on a simulated node.
+// host: NVML (a driver root whose libnvidia-ml.so.1 is the simulated NVML library, reading the
+// node's simulated NVML spec), the NVIDIA driver's /proc files, device nodes that are empty
+// files, nvidia-imex and nvidia-imex-ctl in the driver root that are the simulated IMEX, and,
+// for host-managed IMEX, the simulated IMEX run as a host service. The product components take
+// these through their Host hooks and their flags, and never learn that they run on a simulated
+// node. Only the simulator's in-process mode hands the kubelet plugin a Go stand-in for NVML
+// (InProcessPlugin).
 package nodehost
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +26,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"cdplane/internal/atomicfile"
 	"cdplane/internal/component"
 	"cdplane/internal/daemon"
 	"cdplane/internal/imex"
@@ -37,8 +43,12 @@ const NodeDirEnv = imexsim.NodeDirEnv
 
 // Paths of a node's host files, below its node directory.
 const (
-	// NVMLSpecPath holds the node's simulated NVML (nvmlsim.Node as JSON).
+	// NVMLSpecPath holds the node's simulated NVML (nvmlsim.Node as JSON): the simulator's
+	// record, which the in-process mode's Go stand-in reads.
 	NVMLSpecPath = "/etc/cdplane/nvml-sim.json"
+	// NVMLConfPath holds the same in the text form the simulated NVML library reads at every
+	// nvmlInit (nvmlsim.RenderConf).
+	NVMLConfPath = nvmlsim.ConfPath
 	// ProcDevicesPath and IMEXMgmtCapabilityPath stand for the driver's /proc files.
 	ProcDevicesPath        = "/proc/devices"
 	IMEXMgmtCapabilityPath = "/proc/driver/nvidia/capabilities/fabric-imex-mgmt"
@@ -55,15 +65,13 @@ const (
 	IMEXMgmtMinor = 1
 )
 
-// WriteNode writes a simulated node's host files into nodeDir: its NVML spec and the driver's
-// /proc files, the version file naming the spec's driver version.
+// WriteNode writes a simulated node's host files into nodeDir: its NVML spec (WriteNVML) and the
+// driver's /proc files, the version file naming the spec's driver version.
 func WriteNode(nodeDir string, spec nvmlsim.Node) error {
-	data, err := json.Marshal(spec)
-	if err != nil {
+	if err := WriteNVML(nodeDir, spec); err != nil {
 		return err
 	}
 	files := map[string]string{
-		NVMLSpecPath: string(data),
 		ProcDevicesPath: fmt.Sprintf("Character devices:\n  1 mem\n%d nvidia-caps-imex-channels\n%d nvidia-caps\n\nBlock devices:\n  8 sd\n",
 			channelMajor, capsMajor),
 		IMEXMgmtCapabilityPath: fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 256\nDeviceFileModify: 1\n", IMEXMgmtMinor),
@@ -81,6 +89,27 @@ func WriteNode(nodeDir string, spec nvmlsim.Node) error {
 	return nil
 }
 
+// WriteNVML writes, or rewrites, a simulated node's NVML spec into nodeDir: the JSON record
+// (NVMLSpecPath) and the simulated library's text form (NVMLConfPath). Every writer of a node's
+// NVML goes through it, so that the two never differ. Each file is replaced whole: a plugin
+// reading it meanwhile reads the old spec or the new.
+func WriteNVML(nodeDir string, spec nvmlsim.Node) error {
+	conf, err := nvmlsim.RenderConf(spec)
+	if err != nil {
+		return fmt.Errorf("the simulated node's NVML: %w", err)
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("the simulated node's NVML: %w", err)
+	}
+	for p, content := range map[string][]byte{NVMLSpecPath: data, NVMLConfPath: conf} {
+		if err := atomicfile.WriteVolatile(filepath.Join(nodeDir, p), content, 0o644); err != nil {
+			return fmt.Errorf("the simulated node's NVML: %w", err)
+		}
+	}
+	return nil
+}
+
 // DriverVersionFile is the content of the driver's version file for a driver version, as the
 // open kernel module of a GB200 node (aarch64) writes it.
 func DriverVersionFile(version string) string {
@@ -89,25 +118,40 @@ func DriverVersionFile(version string) string {
 		"GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n", version)
 }
 
-// Plugin is the host of a kubelet plugin on the node named by the invocation's NodeDirEnv: its
-// simulated NVML, its /proc files, and device nodes as empty files (creating a character device
-// would need privileges a simulation should not).
+// Plugin is the host of a kubelet plugin process on the node named by the invocation's
+// NodeDirEnv: its /proc files. It has no Discoverer: the plugin reads NVML as on a GPU node,
+// loading libnvidia-ml.so.1 from its driver root, where InstallDriverRoot put the simulated
+// library, which reads the node's spec (NVMLConfPath) at every nvmlInit.
 func Plugin(inv component.Invocation) (kubeletplugin.Host, error) {
 	nodeDir := inv.Getenv(NodeDirEnv)
 	if nodeDir == "" {
 		return kubeletplugin.Host{}, fmt.Errorf("%s is not set: this plugin must run on a simulated node", NodeDirEnv)
 	}
-	disc := specFile(filepath.Join(nodeDir, NVMLSpecPath))
-	if _, err := disc.read(); err != nil {
-		return kubeletplugin.Host{}, err
-	}
 	return kubeletplugin.Host{
-		Discoverer:   disc,
 		ReadHostFile: func(p string) ([]byte, error) { return os.ReadFile(onNode(nodeDir, p)) },
 	}, nil
 }
 
-// specFile is a simulated node's NVML read from its spec file on every discovery, so that a
+// InProcessPlugin is the host of a kubelet plugin run in the simulated kubelet's process (the
+// in-process mode, and tests that run a plugin in theirs): Plugin's, with a Go stand-in for
+// NVML that reads the node's JSON spec (NVMLSpecPath) at every discovery. One process serves
+// hundreds of nodes there, and a process loads a shared library once and binds its symbols
+// once, so the simulated library could answer as one node only; the stand-in feeds the same
+// readings to the same derivation (the nvmlsim tests hold the two to the same results).
+func InProcessPlugin(inv component.Invocation) (kubeletplugin.Host, error) {
+	host, err := Plugin(inv)
+	if err != nil {
+		return host, err
+	}
+	disc := specFile(filepath.Join(inv.Getenv(NodeDirEnv), NVMLSpecPath))
+	if _, err := disc.read(); err != nil {
+		return kubeletplugin.Host{}, err
+	}
+	host.Discoverer = disc
+	return host, nil
+}
+
+// specFile is a simulated node's NVML read from its JSON spec file on every discovery, so that a
 // change of the node's fabric (registration finishing, failing) reaches a running plugin, as a
 // real GPU's fabric state changes under a running driver.
 type specFile string
@@ -173,12 +217,39 @@ func standInEnv(inv component.Invocation) []string {
 // nvidia-imex-ctl.
 const DriverRootBin = "usr/bin"
 
+// DriverRootLib is the directory of a simulated driver root that holds the NVML library, as
+// the NVIDIA driver installs it on Debian and Ubuntu: the multiarch directory of this machine.
+func DriverRootLib() string {
+	if runtime.GOARCH == "arm64" {
+		return "usr/lib/aarch64-linux-gnu"
+	}
+	return "usr/lib/x86_64-linux-gnu"
+}
+
+// DriverFiles are what InstallDriverRoot installs.
+type DriverFiles struct {
+	// IMEXSim is the imex-sim binary, nvidia-imex and nvidia-imex-ctl.
+	IMEXSim string
+	// NVMLLibrary is the simulated NVML library (nvmlsim.BuildLibrary), libnvidia-ml.so.1.
+	NVMLLibrary string
+	// DriverVersion is the node's driver version (nvmlsim.Node.Driver), which names the
+	// library's file as the driver's own.
+	DriverVersion string
+}
+
 // InstallDriverRoot lays out a simulated driver root at root, a node's directory (the node's
-// "/", the chart's default nvidiaDriverRoot): nvidia-imex and nvidia-imex-ctl in usr/bin are
-// links to the imex-sim binary. The kubelet plugin finds them there as it finds the real ones
-// on a GPU node, and hands them to daemon containers through the daemon claim's CDI mounts.
-// There is no simulated NVML library: the plugin gives daemons CLIQUE_ID, so they need none.
-func InstallDriverRoot(root, imexSim string) error {
+// "/", the chart's default nvidiaDriverRoot), as the NVIDIA driver lays out its own:
+// nvidia-imex and nvidia-imex-ctl in usr/bin are links to the imex-sim binary, and
+// DriverRootLib holds the simulated NVML library as libnvidia-ml.so.<driver version> (a hard
+// link to f.NVMLLibrary, or a copy where none can be made) with the relative link
+// libnvidia-ml.so.1 to it. The kubelet plugin finds them there as it finds the real ones on a
+// GPU node: it loads the library by its full path for its own discovery, and hands all three to
+// daemon containers through the daemon claim's CDI mounts. Installing again (a restarted
+// simulated kubelet) replaces them, and removes a library of another driver version.
+func InstallDriverRoot(root string, f DriverFiles) error {
+	if f.IMEXSim == "" || f.NVMLLibrary == "" || f.DriverVersion == "" {
+		return fmt.Errorf("simulated driver root %s: the imex-sim binary, the NVML library and the driver version are all needed", root)
+	}
 	bin := filepath.Join(root, DriverRootBin)
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return err
@@ -186,11 +257,53 @@ func InstallDriverRoot(root, imexSim string) error {
 	for _, name := range []string{"nvidia-imex", "nvidia-imex-ctl"} {
 		link := filepath.Join(bin, name)
 		_ = os.Remove(link)
-		if err := os.Symlink(imexSim, link); err != nil {
+		if err := os.Symlink(f.IMEXSim, link); err != nil {
 			return err
 		}
 	}
-	return nil
+	return installNVML(filepath.Join(root, DriverRootLib()), f.NVMLLibrary, f.DriverVersion)
+}
+
+// installNVML puts the library into dir as libnvidia-ml.so.<version>, linked from
+// libnvidia-ml.so.1, removing any other libnvidia-ml.so.* there.
+func installNVML(dir, lib, version string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	old, err := filepath.Glob(filepath.Join(dir, "libnvidia-ml.so.*"))
+	if err != nil {
+		return err
+	}
+	for _, p := range old {
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+	}
+	name := "libnvidia-ml.so." + version
+	target := filepath.Join(dir, name)
+	if err := os.Link(lib, target); err != nil {
+		if err := copyFile(lib, target); err != nil {
+			return fmt.Errorf("installing the simulated NVML library: %w", err)
+		}
+	}
+	return os.Symlink(name, filepath.Join(dir, nvmlsim.LibrarySoname))
+}
+
+// copyFile copies src to dst, executable as a shared library is.
+func copyFile(src, dst string) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		return errors.Join(err, out.Close())
+	}
+	return out.Close()
 }
 
 // Paths of a node's host-managed IMEX (nvidia-imex run as a host service, configured by the
@@ -353,10 +466,20 @@ func runHostIMEX(root string, self netip.Addr, log logr.Logger) (func(context.Co
 	}, nil
 }
 
-// RunPlugin runs the kubelet plugin with the simulated node's host: the simulated image's
-// cdplane-kubelet-plugin binary and the in-process runner both call it.
+// RunPlugin runs the kubelet plugin as a process on the simulated node (Plugin): the simulated
+// image's cdplane-kubelet-plugin binary, which links the real NVML backend, calls it.
 func RunPlugin(ctx context.Context, inv component.Invocation) error {
 	host, err := Plugin(inv)
+	if err != nil {
+		return err
+	}
+	return kubeletplugin.Run(ctx, inv, host)
+}
+
+// RunPluginInProcess runs the kubelet plugin in the simulated kubelet's process, with the Go
+// stand-in for NVML (InProcessPlugin says why): the in-process runner calls it.
+func RunPluginInProcess(ctx context.Context, inv component.Invocation) error {
+	host, err := InProcessPlugin(inv)
 	if err != nil {
 		return err
 	}

@@ -33,15 +33,15 @@ func hostOf(t *testing.T, dir string) component.Invocation {
 	return component.Invocation{LookupEnv: func(k string) (string, bool) { return dir, k == NodeDirEnv }}
 }
 
-// A plugin on a simulated node discovers from the node's spec file each time, so a fabric that
-// changes while the plugin runs is seen; the driver's /proc files are the node's.
-func TestPluginHost(t *testing.T) {
+// A plugin run in-process on a simulated node discovers from the node's spec file each time, so
+// a fabric that changes while the plugin runs is seen; the driver's /proc files are the node's.
+func TestInProcessPluginHost(t *testing.T) {
 	dir := t.TempDir()
 	spec := nvmlsim.Rack(0, "n1")
 	if err := WriteNode(dir, spec); err != nil {
 		t.Fatal(err)
 	}
-	host, err := Plugin(hostOf(t, dir))
+	host, err := InProcessPlugin(hostOf(t, dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,24 +62,81 @@ func TestPluginHost(t *testing.T) {
 	}
 }
 
-func TestPluginHostNeedsASimulatedNode(t *testing.T) {
-	if _, err := Plugin(component.Invocation{LookupEnv: func(string) (string, bool) { return "", false }}); err == nil {
-		t.Error("a plugin host without a node directory")
+// A plugin process on a simulated node gets the node's /proc files and no NVML stand-in: it
+// loads the simulated library from its driver root, as on a GPU node.
+func TestPluginHost(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteNode(dir, nvmlsim.Rack(0, "n1")); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := Plugin(hostOf(t, t.TempDir())); err == nil {
-		t.Error("a plugin host without an NVML spec")
+	host, err := Plugin(hostOf(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host.Discoverer != nil {
+		t.Errorf("a plugin process got a Discoverer (%T); it must load NVML itself", host.Discoverer)
+	}
+	if data, err := host.ReadHostFile(ProcDevicesPath); err != nil || len(data) == 0 {
+		t.Errorf("the node's /proc/devices: %q, %v", data, err)
 	}
 }
 
-// A node's driver root holds the simulated IMEX where the kubelet plugin looks for the real
-// one, and installing it again (a restarted simulated kubelet) replaces the links.
-func TestInstallDriverRoot(t *testing.T) {
-	root, imexSim := t.TempDir(), filepath.Join(t.TempDir(), "imex-sim")
-	if err := os.WriteFile(imexSim, nil, 0o755); err != nil {
-		t.Fatal(err)
+func TestPluginHostNeedsASimulatedNode(t *testing.T) {
+	noNode := component.Invocation{LookupEnv: func(string) (string, bool) { return "", false }}
+	if _, err := Plugin(noNode); err == nil {
+		t.Error("a plugin host without a node directory")
 	}
-	for range 2 {
-		if err := InstallDriverRoot(root, imexSim); err != nil {
+	if _, err := InProcessPlugin(noNode); err == nil {
+		t.Error("an in-process plugin host without a node directory")
+	}
+	if _, err := InProcessPlugin(hostOf(t, t.TempDir())); err == nil {
+		t.Error("an in-process plugin host without an NVML spec")
+	}
+}
+
+// WriteNode writes the node's NVML in both forms, and rewriting it replaces both.
+func TestWriteNodeNVML(t *testing.T) {
+	dir := t.TempDir()
+	spec := nvmlsim.Rack(0, "n1")
+	for _, state := range []nvml.FabricState{nvml.FabricStateInProgress, nvml.FabricStateCompleted} {
+		spec.Fabric.State = state
+		if err := WriteNode(dir, spec); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(dir, NVMLSpecPath))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := nvmlsim.Parse(data); err != nil || !cmp.Equal(got, spec) {
+			t.Errorf("JSON spec %s (%v), want %+v", data, err, spec)
+		}
+		conf, err := os.ReadFile(filepath.Join(dir, NVMLConfPath))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := nvmlsim.RenderConf(spec); !bytes.Equal(conf, want) {
+			t.Errorf("library spec:\n%s\nwant:\n%s", conf, want)
+		}
+	}
+	if err := WriteNode(dir, nvmlsim.Node{Node: "n1", GPUs: nvmlsim.MaxGPUs + 1}); err == nil {
+		t.Error("WriteNode wrote an invalid spec")
+	}
+}
+
+// A node's driver root holds the simulated IMEX and NVML library where the kubelet plugin
+// looks for the real ones, the library named by the node's driver version as the driver names
+// its own; installing again (a restarted simulated kubelet) replaces them.
+func TestInstallDriverRoot(t *testing.T) {
+	bin := t.TempDir()
+	root, imexSim, lib := t.TempDir(), filepath.Join(bin, "imex-sim"), filepath.Join(bin, nvmlsim.LibraryFile)
+	for _, p := range []string{imexSim, lib} {
+		if err := os.WriteFile(p, []byte(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	libDir := filepath.Join(root, DriverRootLib())
+	for _, version := range []string{"570.133.20", nvmlsim.DefaultDriverVersion, nvmlsim.DefaultDriverVersion} {
+		if err := InstallDriverRoot(root, DriverFiles{IMEXSim: imexSim, NVMLLibrary: lib, DriverVersion: version}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -88,6 +145,27 @@ func TestInstallDriverRoot(t *testing.T) {
 		if err != nil || target != imexSim {
 			t.Errorf("%s links to %q (%v), want %s", name, target, err, imexSim)
 		}
+	}
+	versioned := "libnvidia-ml.so." + nvmlsim.DefaultDriverVersion
+	if target, err := os.Readlink(filepath.Join(libDir, "libnvidia-ml.so.1")); err != nil || target != versioned {
+		t.Errorf("libnvidia-ml.so.1 links to %q (%v), want %s", target, err, versioned)
+	}
+	if data, err := os.ReadFile(filepath.Join(libDir, "libnvidia-ml.so.1")); err != nil || string(data) != lib {
+		t.Errorf("the installed library holds %q (%v), want the built one", data, err)
+	}
+	entries, err := os.ReadDir(libDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{"libnvidia-ml.so.1", versioned}; !slices.Equal(names, want) {
+		t.Errorf("%s holds %q, want %q (the other driver's library removed)", libDir, names, want)
+	}
+	if err := InstallDriverRoot(root, DriverFiles{IMEXSim: imexSim}); err == nil {
+		t.Error("a driver root without NVML library or version")
 	}
 }
 

@@ -3,6 +3,7 @@ package imexsim
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -65,6 +66,9 @@ const DefaultShutdownDelay = 3 * time.Second
 
 // Paths below a node directory (NodeDirEnv) that a simulated IMEX uses.
 const (
+	// ShutdownDelayPath, when it holds a Go duration, is that node's shutdown delay, in place
+	// of ShutdownDelayEnv's: a node whose IMEX is slow to release its exports.
+	ShutdownDelayPath = "/etc/cdplane/imex-shutdown-delay"
 	// DriverVersionPath is the loaded kernel driver's version file, which nodehost.WriteNode
 	// writes: host names in the node list need driver MinHostnameDriverVersion or later.
 	DriverVersionPath = "/proc/driver/nvidia/version"
@@ -101,9 +105,18 @@ type standIns struct {
 	shutdownDelaySet bool
 }
 
-// stopDelay is how long a clean stop keeps holding the node's IMEX session: ShutdownDelayEnv's
-// value, else DefaultShutdownDelay in a container and none outside.
+// stopDelay is how long a clean stop keeps holding the node's IMEX session: the node's
+// ShutdownDelayPath when it holds a duration (read at the stop, so that a test can slow one
+// node's IMEX down), else ShutdownDelayEnv's value, else DefaultShutdownDelay in a container and
+// none outside.
 func (si standIns) stopDelay() time.Duration {
+	if si.nodeDir != "" {
+		if data, err := os.ReadFile(si.onNode(ShutdownDelayPath)); err == nil {
+			if d, err := time.ParseDuration(strings.TrimSpace(string(data))); err == nil && d >= 0 {
+				return d
+			}
+		}
+	}
 	switch {
 	case si.shutdownDelaySet:
 		return si.shutdownDelay

@@ -1,6 +1,8 @@
 package imexsim
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +51,27 @@ func TestShutdownDelaySetting(t *testing.T) {
 		_, err := standInsFrom(envLookup([]string{ShutdownDelayEnv + "=" + bad}))
 		if err == nil || !strings.Contains(err.Error(), ShutdownDelayEnv) || !strings.Contains(err.Error(), bad) {
 			t.Errorf("%q: %v, want an error naming %s and the value", bad, err, ShutdownDelayEnv)
+		}
+	}
+}
+
+// A node's ShutdownDelayPath wins over the environment's delay, read at each stop.
+func TestStopDelayFromTheNode(t *testing.T) {
+	node := t.TempDir()
+	si := standIns{nodeDir: node, shutdownDelay: time.Second, shutdownDelaySet: true}
+	if got := si.stopDelay(); got != time.Second {
+		t.Errorf("without the node's file: %s, want 1s", got)
+	}
+	p := si.onNode(ShutdownDelayPath)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for content, want := range map[string]time.Duration{"20s\n": 20 * time.Second, "0": 0, "soon": time.Second, "-1s": time.Second} {
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := si.stopDelay(); got != want {
+			t.Errorf("node file %q: %s, want %s", content, got, want)
 		}
 	}
 }

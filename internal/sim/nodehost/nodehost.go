@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -239,7 +240,7 @@ type DriverFiles struct {
 
 // InstallDriverRoot lays out a simulated driver root at root, a node's directory (the node's
 // "/", the chart's default nvidiaDriverRoot), as the NVIDIA driver lays out its own:
-// nvidia-imex and nvidia-imex-ctl in usr/bin are links to the imex-sim binary, and
+// nvidia-imex and nvidia-imex-ctl in usr/bin are hard links to (or copies of) the imex-sim binary, and
 // DriverRootLib holds the simulated NVML library as libnvidia-ml.so.<driver version> (a hard
 // link to f.NVMLLibrary, or a copy where none can be made) with the relative link
 // libnvidia-ml.so.1 to it. The kubelet plugin finds them there as it finds the real ones on a
@@ -254,11 +255,16 @@ func InstallDriverRoot(root string, f DriverFiles) error {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return err
 	}
+	// Hard links (or copies), not symbolic links: the plugin resolves a driver root's links
+	// inside the root, as a real node's driver container needs, and the imex-sim binary lies
+	// outside it.
 	for _, name := range []string{"nvidia-imex", "nvidia-imex-ctl"} {
-		link := filepath.Join(bin, name)
-		_ = os.Remove(link)
-		if err := os.Symlink(f.IMEXSim, link); err != nil {
-			return err
+		p := filepath.Join(bin, name)
+		_ = os.Remove(p)
+		if err := os.Link(f.IMEXSim, p); err != nil {
+			if err := copyFile(f.IMEXSim, p); err != nil {
+				return fmt.Errorf("installing the simulated %s: %w", name, err)
+			}
 		}
 	}
 	return installNVML(filepath.Join(root, DriverRootLib()), f.NVMLLibrary, f.DriverVersion)
@@ -342,8 +348,34 @@ func StartHostIMEX(nodeDir string, self netip.Addr, peers []netip.Addr, log logr
 	if err := writeHostIMEX(root, self, peers); err != nil {
 		return nil, err
 	}
-	return runHostIMEX(root, self, log)
+	// Enabled, as `systemctl enable --now nvidia-imex` leaves it: the unit's link, which the
+	// kubelet plugin looks for in the driver root to name the session's holder. Stopping the
+	// service disables it again.
+	unit := filepath.Join(root, HostIMEXUnitLink)
+	if err := os.MkdirAll(filepath.Dir(unit), 0o755); err != nil {
+		return nil, err
+	}
+	_ = os.Remove(unit)
+	if err := os.Symlink("/usr/lib/systemd/system/nvidia-imex.service", unit); err != nil {
+		return nil, err
+	}
+	stopService, err := runHostIMEX(root, self, log)
+	if err != nil {
+		_ = os.Remove(unit)
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		err := stopService(ctx)
+		if rmErr := os.Remove(unit); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) && err == nil {
+			err = rmErr
+		}
+		return err
+	}, nil
 }
+
+// HostIMEXUnitLink is where an enabled nvidia-imex service's systemd unit link lies, below the
+// node directory.
+const HostIMEXUnitLink = "/etc/systemd/system/multi-user.target.wants/nvidia-imex.service"
 
 // writeHostIMEX writes the host service's config and node list below root.
 func writeHostIMEX(root string, self netip.Addr, peers []netip.Addr) error {

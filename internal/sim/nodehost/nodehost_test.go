@@ -140,10 +140,15 @@ func TestInstallDriverRoot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Inside the root, as regular files: the plugin follows a root's links inside the root.
+	want, err := os.Stat(imexSim)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl"} {
-		target, err := os.Readlink(filepath.Join(root, name))
-		if err != nil || target != imexSim {
-			t.Errorf("%s links to %q (%v), want %s", name, target, err, imexSim)
+		fi, err := os.Lstat(filepath.Join(root, name))
+		if err != nil || !fi.Mode().IsRegular() || !os.SameFile(fi, want) {
+			t.Errorf("%s: %v, %v; want a hard link to %s", name, fi, err, imexSim)
 		}
 	}
 	versioned := "libnvidia-ml.so." + nvmlsim.DefaultDriverVersion

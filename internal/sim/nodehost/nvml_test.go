@@ -5,6 +5,7 @@ package nodehost
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -26,7 +27,11 @@ func TestDriverRootNVML(t *testing.T) {
 	if err := WriteNode(root, spec); err != nil {
 		t.Fatal(err)
 	}
-	if err := InstallDriverRoot(root, DriverFiles{IMEXSim: filepath.Join(bin, "imex-sim"), NVMLLibrary: lib, DriverVersion: spec.Driver()}); err != nil {
+	imexSim := filepath.Join(bin, "imex-sim")
+	if err := os.WriteFile(imexSim, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := InstallDriverRoot(root, DriverFiles{IMEXSim: imexSim, NVMLLibrary: lib, DriverVersion: spec.Driver()}); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv(NodeDirEnv, root) // as the simulated kubelet sets it on the plugin's container

@@ -81,7 +81,7 @@ func startPlugin(t *testing.T, driverNS string) (string, *recordingMapper) {
 		cancel()
 		t.Fatal(err)
 	}
-	host, err := nodehost.Plugin(component.Invocation{LookupEnv: func(k string) (string, bool) { return nodeDir, k == nodehost.NodeDirEnv }})
+	host, err := nodehost.InProcessPlugin(component.Invocation{LookupEnv: func(k string) (string, bool) { return nodeDir, k == nodehost.NodeDirEnv }})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -1,8 +1,9 @@
-// Command image builds cdplane's container image and its release without a container engine:
+// Command image builds cdplane's container image, for linux/amd64 and linux/arm64 in one
+// archive, and its release without a container engine:
 //
 //	go run ./hack/image image   --out bin/image/cdplane-0.1.0.oci.tar --commit abc  # `make image`
 //	go run ./hack/image release --image bin/image/cdplane-0.1.0.oci.tar --out bin/release/0.1.0
-//	go run ./hack/image lock    # pin the current Debian versions of the lock's packages
+//	go run ./hack/image lock    # pin the current Debian versions of the lock's packages, every platform's
 //
 // Times in the image come from SOURCE_DATE_EPOCH (0 when unset); the version from
 // internal/version's VERSION file. See package imagebuild.
@@ -17,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,9 +29,14 @@ import (
 	"cdplane/internal/version"
 )
 
-const lockHeader = `Debian packages of the image's base layer, pinned: name version arch sha256 of the .deb.
-The image build downloads each with apt-get download and refuses a .deb whose SHA256 differs.
-Regenerate (the current versions of the same packages): go run ./hack/image lock`
+const lockHeader = `Debian bookworm packages of the image's base layer, pinned: name version arch sha256 of the .deb.
+One file for every platform of the image (linux/amd64, linux/arm64): a package of architecture
+"all" has one line, used for both; any other has one line per architecture (libc6 amd64, libc6
+arm64), and each platform's base layer gets the "all" lines and its own.
+The image build downloads each with apt-get download <name>:<arch>=<version> and refuses a .deb
+whose SHA256 differs. Regenerate (the current versions of the same packages, for every platform):
+go run ./hack/image lock (arm64 needs: dpkg --add-architecture arm64 && apt-get update).
+To add a package, add a line for it (any version and sha256) and regenerate.`
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -53,11 +60,16 @@ func run(args []string) error {
 		out := fs.String("out", "", "the image archive to write")
 		commit := fs.String("commit", "unknown", "the commit the binaries report")
 		repository := fs.String("repository", "docker.io/library/cdplane", "the image's repository; its tag is the version")
+		platforms := fs.String("platforms", "linux/"+strings.Join(imagebuild.Arches, ",linux/"), "the image's platforms, comma-separated, in its index's order")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		if *out == "" {
 			return errors.New("--out is required")
+		}
+		arches, err := parsePlatforms(*platforms)
+		if err != nil {
+			return err
 		}
 		cache, err := imagebuild.DefaultCacheDir()
 		if err != nil {
@@ -65,7 +77,7 @@ func run(args []string) error {
 		}
 		res, err := imagebuild.Build(imagebuild.Options{
 			Repo: ".", Version: version.Version, Commit: *commit, Name: *repository + ":" + version.Version, Tag: version.Version,
-			Epoch: epoch, Lock: *lock, CacheDir: cache, Out: *out, Log: os.Stderr,
+			Arches: arches, Epoch: epoch, Lock: *lock, CacheDir: cache, Out: *out, Log: os.Stderr,
 		})
 		if err != nil {
 			return err
@@ -74,8 +86,12 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "Wrote %s (%.1f MiB): %s:%s, binaries %s\n", *out, float64(fi.Size())/(1<<20),
-			*repository, version.Version, strings.Join(res.Binaries, " "))
+		fmt.Fprintf(os.Stderr, "Wrote %s (%.1f MiB): %s:%s %s, binaries %s\n", *out, float64(fi.Size())/(1<<20),
+			*repository, version.Version, res.Digest, strings.Join(res.Binaries, " "))
+		for _, p := range res.Platforms {
+			fmt.Fprintf(os.Stderr, "  linux/%-6s %s (base layer %.1f MiB, binaries %.1f MiB)\n", p.Arch, p.Digest,
+				float64(p.BaseSize)/(1<<20), float64(p.BinSize)/(1<<20))
+		}
 		fmt.Println(res.Digest)
 		return nil
 	case "release":
@@ -98,6 +114,20 @@ func run(args []string) error {
 	}
 }
 
+// parsePlatforms reads --platforms: linux/<arch>, comma-separated, each of imagebuild.Arches
+// at most once.
+func parsePlatforms(s string) ([]string, error) {
+	var arches []string
+	for _, p := range strings.Split(s, ",") {
+		arch, ok := strings.CutPrefix(strings.TrimSpace(p), "linux/")
+		if !ok || !slices.Contains(imagebuild.Arches, arch) || slices.Contains(arches, arch) {
+			return nil, fmt.Errorf("--platforms %q: want some of linux/%s, comma-separated, each once", s, strings.Join(imagebuild.Arches, ", linux/"))
+		}
+		arches = append(arches, arch)
+	}
+	return arches, nil
+}
+
 // sourceDateEpoch is SOURCE_DATE_EPOCH, the Unix epoch when unset.
 func sourceDateEpoch() (time.Time, error) {
 	s := os.Getenv("SOURCE_DATE_EPOCH")
@@ -111,8 +141,21 @@ func sourceDateEpoch() (time.Time, error) {
 	return time.Unix(n, 0).UTC(), nil
 }
 
-// release writes the image archive, both packaged charts and their SHA256SUMS into dir.
+// release writes the image archive, both packaged charts and their SHA256SUMS into dir. The
+// archive must hold every platform: a release never ships an image built for fewer.
 func release(image, dir string, epoch time.Time) error {
+	platforms, err := imagebuild.ArchivePlatforms(image)
+	if err != nil {
+		return err
+	}
+	var want []string
+	for _, a := range imagebuild.Arches {
+		want = append(want, "linux/"+a)
+	}
+	if !slices.Equal(platforms, want) {
+		return fmt.Errorf("%s holds %s; a release ships %s: build it with make image, without IMAGE_PLATFORMS",
+			image, strings.Join(platforms, ", "), strings.Join(want, ", "))
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -142,7 +185,7 @@ func release(image, dir string, epoch time.Time) error {
 	if err := os.WriteFile(filepath.Join(dir, "SHA256SUMS"), sums.Bytes(), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "Wrote %s:\n%s", dir, sums.String())
+	fmt.Fprintf(os.Stderr, "Wrote %s (image for %s):\n%s", dir, strings.Join(platforms, ", "), sums.String())
 	return nil
 }
 
@@ -163,7 +206,10 @@ func copyFile(from, to string) error {
 	return out.Close()
 }
 
-// relock rewrites the lock with the current candidate version of each of its packages.
+// relock rewrites the lock with the current candidate version of each of its packages, for
+// every platform: a package whose candidate is of architecture "all" gets one line, any other
+// one line per architecture of imagebuild.Arches (apt-get download <name>:<arch>), whatever
+// architectures the lock listed it for before.
 func relock(lock string) error {
 	data, err := os.ReadFile(lock)
 	if err != nil {
@@ -173,36 +219,76 @@ func relock(lock string) error {
 	if err != nil {
 		return err
 	}
+	var names []string
+	for _, p := range old {
+		if !slices.Contains(names, p.Name) {
+			names = append(names, p.Name)
+		}
+	}
 	tmp, err := os.MkdirTemp("", "cdplane-lock-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
 	var pkgs []imagebuild.Package
-	for _, p := range old {
-		dir := filepath.Join(tmp, p.Name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return err
-		}
-		cmd := exec.Command("apt-get", "download", p.Name)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("apt-get download %s: %w\n%s", p.Name, err, out)
-		}
-		debs, err := filepath.Glob(filepath.Join(dir, "*.deb"))
-		if err != nil || len(debs) != 1 {
-			return fmt.Errorf("apt-get download %s: want one .deb, got %v", p.Name, debs)
-		}
-		fields, err := exec.Command("dpkg-deb", "--showformat=${Package} ${Version} ${Architecture}", "--show", debs[0]).Output()
-		if err != nil {
-			return fmt.Errorf("dpkg-deb --show %s: %w", debs[0], err)
-		}
-		f := strings.Fields(string(fields))
-		sum, err := imagebuild.FileSHA256(debs[0])
+	for _, name := range names {
+		// The candidate for the host's architecture says whether the package is "all".
+		p, err := download(tmp, name, "")
 		if err != nil {
 			return err
 		}
-		pkgs = append(pkgs, imagebuild.Package{Name: f[0], Version: f[1], Arch: f[2], SHA256: sum})
+		if p.Arch == "all" {
+			pkgs = append(pkgs, p)
+			continue
+		}
+		for _, arch := range imagebuild.Arches {
+			if err := imagebuild.CheckDpkgArch(arch); err != nil {
+				return fmt.Errorf("pinning %s for %s: %w", name, arch, err)
+			}
+			p, err := download(tmp, name, arch)
+			if err != nil {
+				return err
+			}
+			if p.Arch != arch {
+				return fmt.Errorf("apt-get download %s:%s gave a package of architecture %s", name, arch, p.Arch)
+			}
+			pkgs = append(pkgs, p)
+		}
 	}
 	return os.WriteFile(lock, imagebuild.FormatLock(lockHeader, pkgs), 0o644)
+}
+
+// download fetches the candidate of package name (for arch; "" for apt's default) into a new
+// directory under tmp and returns it pinned.
+func download(tmp, name, arch string) (imagebuild.Package, error) {
+	spec := name
+	if arch != "" {
+		spec += ":" + arch
+	}
+	dir, err := os.MkdirTemp(tmp, "deb-")
+	if err != nil {
+		return imagebuild.Package{}, err
+	}
+	cmd := exec.Command("apt-get", "download", spec)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return imagebuild.Package{}, fmt.Errorf("apt-get download %s: %w\n%s", spec, err, out)
+	}
+	debs, err := filepath.Glob(filepath.Join(dir, "*.deb"))
+	if err != nil || len(debs) != 1 {
+		return imagebuild.Package{}, fmt.Errorf("apt-get download %s: want one .deb, got %v", spec, debs)
+	}
+	fields, err := exec.Command("dpkg-deb", "--showformat=${Package} ${Version} ${Architecture}", "--show", debs[0]).Output()
+	if err != nil {
+		return imagebuild.Package{}, fmt.Errorf("dpkg-deb --show %s: %w", debs[0], err)
+	}
+	f := strings.Fields(string(fields))
+	if len(f) != 3 {
+		return imagebuild.Package{}, fmt.Errorf("dpkg-deb --show %s: %q", debs[0], fields)
+	}
+	sum, err := imagebuild.FileSHA256(debs[0])
+	if err != nil {
+		return imagebuild.Package{}, err
+	}
+	return imagebuild.Package{Name: f[0], Version: f[1], Arch: f[2], SHA256: sum}, nil
 }

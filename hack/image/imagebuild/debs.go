@@ -26,10 +26,13 @@ func (p Package) FileName() string {
 	return fmt.Sprintf("%s_%s_%s.deb", p.Name, strings.ReplaceAll(p.Version, ":", "%3a"), p.Arch)
 }
 
-// ParseLock reads a lock file: one package a line, '#' starts a comment.
+// ParseLock reads a lock file: one package a line, '#' starts a comment. A package of
+// architecture "all" has one line, for every platform; any other has one line per architecture
+// (libc6 amd64, libc6 arm64), never also an "all" one.
 func ParseLock(data []byte) ([]Package, error) {
 	var pkgs []Package
 	seen := map[string]bool{}
+	archOf := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -50,16 +53,42 @@ func ParseLock(data []byte) ([]Package, error) {
 		if strings.ContainsAny(p.Name+p.Version+p.Arch, "/=") {
 			return nil, fmt.Errorf("line %d: invalid package %q", n, line)
 		}
-		if seen[p.Name] {
-			return nil, fmt.Errorf("line %d: package %s listed twice", n, p.Name)
+		if seen[p.Name+" "+p.Arch] {
+			return nil, fmt.Errorf("line %d: package %s listed twice for %s", n, p.Name, p.Arch)
 		}
-		seen[p.Name] = true
+		if a, ok := archOf[p.Name]; ok && (a == "all") != (p.Arch == "all") {
+			if a == "all" {
+				a = p.Arch
+			}
+			return nil, fmt.Errorf("line %d: package %s is listed both for all architectures and for %s", n, p.Name, a)
+		}
+		seen[p.Name+" "+p.Arch], archOf[p.Name] = true, p.Arch
 		pkgs = append(pkgs, p)
 	}
 	if len(pkgs) == 0 {
 		return nil, errors.New("no packages")
 	}
 	return pkgs, sc.Err()
+}
+
+// ForArch returns the packages of the base layer for arch, in the lock's order: those for
+// every architecture ("all") and those for arch. It fails when a package the lock has for
+// another architecture has no line for arch: every platform gets the same packages.
+func ForArch(pkgs []Package, arch string) ([]Package, error) {
+	var out []Package
+	has := map[string]bool{}
+	for _, p := range pkgs {
+		if p.Arch == "all" || p.Arch == arch {
+			out = append(out, p)
+			has[p.Name] = true
+		}
+	}
+	for _, p := range pkgs {
+		if !has[p.Name] {
+			return nil, fmt.Errorf("package %s is pinned for %s but not for %s (`go run ./hack/image lock` pins it for every platform)", p.Name, p.Arch, arch)
+		}
+	}
+	return out, nil
 }
 
 // FormatLock writes a lock file for pkgs under a header comment.
@@ -90,6 +119,11 @@ func Fetch(p Package, cacheDir string, log io.Writer) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
+	if p.Arch != "all" {
+		if err := CheckDpkgArch(p.Arch); err != nil {
+			return "", fmt.Errorf("downloading %s: %w", p.Name, err)
+		}
+	}
 	fmt.Fprintf(log, "Downloading %s=%s (%s)\n", p.Name, p.Version, p.Arch)
 	if out, err := aptDownload(tmp, p); err != nil {
 		if out2, err2 := exec.Command("apt-get", "update").CombinedOutput(); err2 != nil {
@@ -114,6 +148,28 @@ func aptDownload(dir string, p Package) ([]byte, error) {
 	cmd := exec.Command("apt-get", "download", name+"="+p.Version)
 	cmd.Dir = dir
 	return cmd.CombinedOutput()
+}
+
+// CheckDpkgArch fails unless apt can download packages of the Debian architecture arch: the
+// host's own (dpkg --print-architecture) or one added with dpkg --add-architecture.
+func CheckDpkgArch(arch string) error {
+	native, err := exec.Command("dpkg", "--print-architecture").Output()
+	if err != nil {
+		return fmt.Errorf("dpkg --print-architecture: %w", err)
+	}
+	if strings.TrimSpace(string(native)) == arch {
+		return nil
+	}
+	foreign, err := exec.Command("dpkg", "--print-foreign-architectures").Output()
+	if err != nil {
+		return fmt.Errorf("dpkg --print-foreign-architectures: %w", err)
+	}
+	for _, a := range strings.Fields(string(foreign)) {
+		if a == arch {
+			return nil
+		}
+	}
+	return fmt.Errorf("apt cannot download %s packages here: run `dpkg --add-architecture %s && apt-get update` (as root) once", arch, arch)
 }
 
 // checkSHA256 fails unless the file at path has SHA256 want.

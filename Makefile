@@ -20,6 +20,9 @@ CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 IMAGE_DIR ?= $(BIN_DIR)/image
 IMAGE_ARCHIVE ?= $(IMAGE_DIR)/cdplane-$(VERSION).oci.tar
+# The image's platforms: one archive, an index of one image per platform. arm64 needs Debian's
+# cross compiler and dpkg's arm64 architecture (docs/installing.md, "Building the image").
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 RELEASE_DIR ?= $(BIN_DIR)/release/$(VERSION)
 
 .PHONY: help
@@ -85,9 +88,9 @@ build: ## Build the binaries into bin/
 	$(GO) build -ldflags "-X cdplane/internal/version.Commit=$(COMMIT)" -o $(BIN_DIR)/ ./cmd/...
 
 .PHONY: image
-image: ## Build the multi-binary OCI image archive into bin/image/ (no container engine, no registry)
-	$(GO) run ./hack/image image --out $(IMAGE_ARCHIVE) --commit $(COMMIT)
+image: ## Build the OCI image archive (linux/amd64 and linux/arm64) into bin/image/ (no container engine, no registry)
+	$(GO) run ./hack/image image --out $(IMAGE_ARCHIVE) --commit $(COMMIT) --platforms $(IMAGE_PLATFORMS)
 
 .PHONY: release
-release: image ## Write the image archive, both packaged charts and SHA256SUMS into bin/release/<version>/
+release: image ## Write the image archive (both platforms), both packaged charts and SHA256SUMS into bin/release/<version>/
 	$(GO) run ./hack/image release --image $(IMAGE_ARCHIVE) --out $(RELEASE_DIR)

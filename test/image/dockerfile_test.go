@@ -27,7 +27,7 @@ var (
 )
 
 // The Dockerfile builds, with the same cgo split as make image, and copies onto PATH exactly the
-// commands under cmd/; its final stage is the distroless base it names.
+// commands under cmd/; its final stage is the distroless base with the C++ runtime.
 func TestDockerfileMatchesCommands(t *testing.T) {
 	repo := repoRoot(t)
 	data, err := os.ReadFile(filepath.Join(repo, "Dockerfile"))
@@ -66,7 +66,8 @@ func TestDockerfileMatchesCommands(t *testing.T) {
 	if diff := cmp.Diff(map[string][]string{"1": withCgo, "0": static}, built); diff != "" {
 		t.Errorf("Dockerfile builds other binaries, or with another cgo split, than make image (-image +Dockerfile):\n%s", diff)
 	}
-	if len(froms) == 0 || !strings.HasPrefix(froms[len(froms)-1], "FROM gcr.io/distroless/base-debian12") {
-		t.Errorf("the final stage is %q, want distroless base-debian12", froms)
+	// cc: base and the C++ runtime (libstdc++6, libgcc-s1), as make image's base layer has.
+	if len(froms) == 0 || !strings.HasPrefix(froms[len(froms)-1], "FROM gcr.io/distroless/cc-debian12") {
+		t.Errorf("the final stage is %q, want distroless cc-debian12", froms)
 	}
 }

@@ -259,3 +259,44 @@ func FuzzParseLDCache(f *testing.F) {
 		}
 	})
 }
+
+// readLayout materializes a layout file of testdata (see its header) under a new root: regular
+// files empty, links as listed.
+func readLayout(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "f "):
+			files[strings.TrimPrefix(line, "f ")] = ""
+		case strings.HasPrefix(line, "l "):
+			p, target, ok := strings.Cut(strings.TrimPrefix(line, "l "), " -> ")
+			if !ok {
+				t.Fatalf("%s: bad line %q", name, line)
+			}
+			files[p] = "-> " + target
+		default:
+			t.Fatalf("%s: bad line %q", name, line)
+		}
+	}
+	return layout(t, files)
+}
+
+// A real driver install's layout: Debian's, where libnvidia-ml.so.1 in the multiarch directory
+// is an absolute link through /etc/alternatives into nvidia/current. Followed from the reader's
+// own "/" (a driver root mounted elsewhere) it would lead nowhere, or to another driver.
+func TestFindInARealDriverLayout(t *testing.T) {
+	arch := map[string]string{"x86_64-linux-gnu": "amd64", "aarch64-linux-gnu": "arm64"}[LibTriplet()]
+	root := readLayout(t, "debian-bookworm-libnvidia-ml1-535.261.03-"+arch+".layout")
+	r := Root{Host: "/run/nvidia/driver", Container: root}
+	p, l := r.FindNVML()
+	want := "usr/lib/" + LibTriplet() + "/nvidia/current/libnvidia-ml.so.535.261.03"
+	if l.Rel != want || p != filepath.Join(root, want) {
+		t.Fatalf("FindNVML = %q (tried %v), want %s", l.Rel, l.Tried, want)
+	}
+}

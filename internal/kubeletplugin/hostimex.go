@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"cdplane/internal/component"
@@ -43,6 +44,9 @@ const hostIMEXCheckTimeout = 10 * time.Second
 type hostIMEX struct {
 	Root   driverRoot
 	Socket string
+	// noChroot runs nvidia-imex-ctl in place, never chrooted (tests whose stand-in is a script
+	// that needs the test machine's /bin/sh).
+	noChroot bool
 }
 
 // check runs `nvidia-imex-ctl -q --u=<socket>` from the driver root and requires READY. Each
@@ -57,7 +61,6 @@ func (h hostIMEX) check(ctx context.Context) error {
 	if l.Rel == "" {
 		return fmt.Errorf("host-managed IMEX: %w", h.Root.Miss("executable nvidia-imex-ctl", l, " (is the nvidia-imex package installed on this node?)"))
 	}
-	ctl := filepath.Join(h.Root.Container, l.Rel)
 	hostSocket := path.Join(h.Root.Host, h.Socket)
 	socket := filepath.Join(h.Root.Container, h.Socket)
 	fi, err := os.Stat(socket)
@@ -72,18 +75,48 @@ func (h hostIMEX) check(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, hostIMEXCheckTimeout)
 	defer cancel()
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, ctl, "-q", "--u="+socket) //nolint:gosec // the driver root's own tool
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	answer := strings.TrimSpace(out.String())
+	answer, ran, err := h.query(ctx, l.Rel)
 	if err != nil {
-		return fmt.Errorf("host-managed IMEX: %s -q --u=%s: %w: %s", ctl, socket, err, answer)
+		return fmt.Errorf("host-managed IMEX: %s: %w: %s", ran, err, answer)
 	}
 	if last := answer[strings.LastIndex(answer, "\n")+1:]; strings.TrimSpace(last) != "READY" {
 		return fmt.Errorf("host-managed IMEX: the host nvidia-imex (socket %s) is not ready: %q", hostSocket, answer)
 	}
 	return nil
+}
+
+// query runs `nvidia-imex-ctl -q --u=<socket>` (ctl relative to the root), as NVIDIA's plugin
+// runs it: chrooted into the driver root, so that it loads the driver's own libraries and the
+// driver root's C++ runtime, not the plugin image's, and sees the socket at its path in the
+// root. Where the plugin may not chroot (the chart runs it privileged; a test or an unprivileged
+// run outside the chart cannot), or the root is the plugin's own "/", it runs the binary in
+// place. It returns the answer and the command line run, for errors.
+func (h hostIMEX) query(ctx context.Context, ctl string) (answer, ran string, err error) {
+	run := func(chroot bool) (string, string, error) {
+		var out bytes.Buffer
+		var cmd *exec.Cmd
+		if chroot {
+			cmd = exec.CommandContext(ctx, "/"+ctl, "-q", "--u="+h.Socket) //nolint:gosec // the driver root's own tool
+			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: h.Root.Container}
+			cmd.Dir = "/"
+		} else {
+			cmd = exec.CommandContext(ctx, filepath.Join(h.Root.Container, ctl), "-q", "--u="+filepath.Join(h.Root.Container, h.Socket)) //nolint:gosec // the driver root's own tool
+		}
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		ran := strings.Join(cmd.Args, " ")
+		if chroot {
+			ran = "chroot " + h.Root.Container + " " + ran
+		}
+		return strings.TrimSpace(out.String()), ran, err
+	}
+	if h.Root.Container != "/" && !h.noChroot {
+		answer, ran, err = run(true)
+		if !errors.Is(err, syscall.EPERM) {
+			return answer, ran, err
+		}
+	}
+	return run(false)
 }
 
 // CheckHostIMEX is `cdplane-kubelet-plugin check-host-imex`: the driver root and socket come

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,7 +74,7 @@ func TestHostIMEXCheck(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			h := hostIMEX{Root: driverRoot{Root: driverroot.Root{Host: "/host", Container: root}}, Socket: "/s.sock"}
+			h := hostIMEX{Root: driverRoot{Root: driverroot.Root{Host: "/host", Container: root}}, Socket: "/s.sock", noChroot: true}
 			if tc.socket != "" {
 				h.Socket = tc.socket
 			}
@@ -105,6 +106,10 @@ func TestHostIMEXCheck(t *testing.T) {
 // The readiness probe reads what the chart puts in the environment, and prints READY.
 func TestCheckHostIMEXCommand(t *testing.T) {
 	root, _ := hostIMEXFixture(t, "READY", 0, true)
+	if os.Geteuid() == 0 {
+		// Run as root, the probe chroots into the root, where a shell script finds no shell.
+		staticCtl(t, root)
+	}
 	env := map[string]string{NvidiaDriverRootEnv: "/", ContainerDriverRootEnv: root, HostIMEXSocketPathEnv: "/s.sock", IMEXModeEnv: "hostManaged"}
 	var out bytes.Buffer
 	inv := component.Invocation{
@@ -125,5 +130,55 @@ func TestCheckHostIMEXCommand(t *testing.T) {
 	env[IMEXModeEnv] = "driverManaged"
 	if err := Run(context.Background(), inv, Host{}); err == nil || !strings.Contains(err.Error(), "there is no host IMEX to check") {
 		t.Errorf("check-host-imex in driverManaged mode: %v, want a refusal", err)
+	}
+}
+
+// nvidia-imex-ctl runs chrooted into the driver root, as NVIDIA's plugin runs it: it loads the
+// driver's libraries, not the plugin image's, and is given the socket's path in the root. The
+// stand-in is a static C program, which needs nothing from the root.
+func TestHostIMEXCheckChrooted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chroot needs root (the chart runs the plugin privileged)")
+	}
+	root, _ := hostIMEXFixture(t, "", 0, true)
+	staticCtl(t, root)
+	h := hostIMEX{Root: driverRoot{Root: driverroot.Root{Host: "/host", Container: root}}, Socket: "/s.sock"}
+	if err := h.check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	args, err := os.ReadFile(filepath.Join(root, "args"))
+	if err != nil {
+		t.Fatalf("the chrooted nvidia-imex-ctl wrote no /args in the root: %v", err)
+	}
+	if string(args) != "-q --u=/s.sock" {
+		t.Errorf("nvidia-imex-ctl got %q, want the socket's path in the root", args)
+	}
+}
+
+// staticCtl replaces the root's nvidia-imex-ctl with a static C program that records its
+// arguments in /args and answers READY; the test is skipped where none can be built.
+func staticCtl(t *testing.T, root string) {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler")
+	}
+	src := filepath.Join(t.TempDir(), "ctl.c")
+	prog := `#include <stdio.h>
+int main(int argc, char **argv) {
+	FILE *f = fopen("/args", "w");
+	if (!f) return 2;
+	for (int i = 1; i < argc; i++) fprintf(f, "%s%s", i > 1 ? " " : "", argv[i]);
+	fclose(f);
+	printf("READY\n");
+	return 0;
+}
+`
+	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctl := filepath.Join(root, "usr/bin/nvidia-imex-ctl")
+	if out, err := exec.Command(cc, "-static", "-o", ctl, src).CombinedOutput(); err != nil {
+		t.Skipf("no static C build here: %v\n%s", err, out)
 	}
 }

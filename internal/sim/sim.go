@@ -385,19 +385,29 @@ func build(ctx context.Context, o *Options, st *State) error {
 	}
 	st.BinDir = filepath.Join(o.StateDir, "bin")
 	o.progress("Building cdplane's binaries into %s", st.BinDir)
-	// The simulated image: the product's controller and daemon, the kubelet plugin on the
-	// simulated node's host (nodehost), and the simulated IMEX for the nodes' driver root.
+	// The simulated image: the product's controller and daemon, and the kubelet plugin on the
+	// simulated node's host (nodehost).
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", st.BinDir+"/",
 		"./cmd/cdplane", "./cmd/cdplane-controller", "./cmd/cdplane-daemon",
-		"./internal/sim/cmd/cdplane-kubelet-plugin", "./internal/sim/cmd/imex-sim")
+		"./internal/sim/cmd/cdplane-kubelet-plugin")
 	cmd.Dir, cmd.Stdout, cmd.Stderr = o.Repo, o.Out, o.Out
+	cmd.Env = os.Environ()
 	if os.Getenv("CGO_CFLAGS") == "" {
 		// go-nvml's C headers declare deprecated functions: without this a first build prints
 		// some 150 lines of warnings about code that is not ours (the Makefile sets the same).
-		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 	}
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("building cdplane: %w", err)
+	}
+	// The simulated IMEX for the nodes' driver root, static (no cgo): the kubelet plugin runs a
+	// host-managed node's nvidia-imex-ctl chrooted into the driver root, where no C library of
+	// this machine's is, as it runs the real one.
+	cmd = exec.CommandContext(ctx, "go", "build", "-o", st.BinDir+"/", "./internal/sim/cmd/imex-sim")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = o.Repo, o.Out, o.Out
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building the simulated IMEX: %w", err)
 	}
 	// The simulated NVML library, a real shared library built from C, that every node's driver
 	// root holds as libnvidia-ml.so.1 for the kubelet plugin to load (nodehost.InstallDriverRoot).

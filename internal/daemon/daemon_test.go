@@ -13,11 +13,15 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/imex"
@@ -859,6 +863,223 @@ func TestSupervisorWaitsForTheDomainWithAddresses(t *testing.T) {
 			h.view.set(peer(1), peer(2), peer(3))
 			h.poke()
 			h.expectCalls("Start")
+		})
+	}
+}
+
+// apiWrite is one write a client sent: its verb and the object it wrote.
+type apiWrite struct {
+	Verb, Kind, Namespace, Name string
+}
+
+// writeLog records every write (create, update, patch, apply, delete, on an object or a
+// subresource) sent through a client made by recordingClient.
+type writeLog struct {
+	mu     sync.Mutex
+	writes []apiWrite
+}
+
+func (l *writeLog) add(c client.Client, verb string, obj client.Object) {
+	kind := obj.GetObjectKind().GroupVersionKind().Kind
+	if kind == "" {
+		if gvk, err := c.GroupVersionKindFor(obj); err == nil {
+			kind = gvk.Kind
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.writes = append(l.writes, apiWrite{Verb: verb, Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName()})
+}
+
+func (l *writeLog) list() []apiWrite {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.writes)
+}
+
+// recordingClient is a fake client holding objs that records the writes sent through it and
+// passes them on; raw is the same fake without the recording, for the test's own writes. Server-side apply is recorded as a write and refused: the daemon never
+// applies. A watch that asks for its initial state as events (client-go's watch-list) is
+// refused, as by an apiserver without the feature, and the watcher lists instead: the fake
+// client does not send the bookmark that ends the initial events.
+func recordingClient(objs ...client.Object) (recorded, raw client.WithWatch, _ *writeLog) {
+	l := &writeLog{}
+	refuseApply := errors.New("the daemon does not use server-side apply")
+	raw = fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).Build()
+	recorded = interceptor.NewClient(raw, interceptor.Funcs{
+		Watch: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+			lo := &client.ListOptions{}
+			lo.ApplyOptions(opts)
+			if lo.Raw != nil && lo.Raw.SendInitialEvents != nil && *lo.Raw.SendInitialEvents {
+				return nil, errors.New("the fake client sends no initial events")
+			}
+			return c.Watch(ctx, list, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			l.add(c, "create", obj)
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			l.add(c, "update", obj)
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			l.add(c, "patch", obj)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			l.add(c, "delete", obj)
+			return c.Delete(ctx, obj, opts...)
+		},
+		DeleteAllOf: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteAllOfOption) error {
+			l.add(c, "deletecollection", obj)
+			return c.DeleteAllOf(ctx, obj, opts...)
+		},
+		Apply: func(context.Context, client.WithWatch, runtime.ApplyConfiguration, ...client.ApplyOption) error {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.writes = append(l.writes, apiWrite{Verb: "apply"})
+			return refuseApply
+		},
+		SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			l.add(c, "create/"+sub, obj)
+			return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			l.add(c, "update/"+sub, obj)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			l.add(c, "patch/"+sub, obj)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		SubResourceApply: func(_ context.Context, _ client.Client, sub string, _ runtime.ApplyConfiguration, _ ...client.SubResourceApplyOption) error {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.writes = append(l.writes, apiWrite{Verb: "apply/" + sub})
+			return refuseApply
+		},
+	})
+	return recorded, raw, l
+}
+
+// messages is a logger that sends every message it logs (info or error) to a channel.
+func messages(t *testing.T) (logr.Logger, <-chan string) {
+	ch := make(chan string, 256)
+	log := funcr.New(func(_, args string) {
+		t.Log(args)
+		select {
+		case ch <- args:
+		default:
+		}
+	}, funcr.Options{Verbosity: 1})
+	return log, ch
+}
+
+// waitForMessage waits until the log has a message containing s.
+func waitForMessage(t *testing.T, ch <-chan string, s string) {
+	t.Helper()
+	deadline := time.After(waitLimit)
+	for {
+		select {
+		case m := <-ch:
+			if strings.Contains(m, s) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no log message containing %q within %s", s, waitLimit)
+		}
+	}
+}
+
+// TestServeWritesItsPodOnce: a daemon's one API write in a healthy run is the label on its own
+// pod (the headline "one API write per daemon"), on a node with a fabric, where it labels its
+// pod, watches its clique, runs IMEX until its context ends and stops it, and on a node
+// without one, where it labels its pod and idles. Every write Serve sends, of any verb and to
+// any object, is counted: a second patch of the pod, an event, or a write to the clique or the
+// domain fails the test.
+func TestServeWritesItsPodOnce(t *testing.T) {
+	const ns, podName, node = "driver", "daemon-x", "n1"
+	cases := map[string]struct {
+		cliqueID string
+		// until is what Serve logs once it has done what the case waits for.
+		until string
+		// join, when set, adds a node to the clique once until is logged, and Serve logs it
+		// (joined) once it acted on the change.
+		join, joined string
+		// wantIMEX are the calls to IMEX by the time Serve returned.
+		wantIMEX []string
+	}{
+		"a fabric: IMEX runs, then stops": {cliqueID: "c.1", until: "Started IMEX", wantIMEX: []string{"Start", "Stop"}},
+		"a fabric: a node joins, IMEX reloads": {cliqueID: "c.1", until: "Started IMEX",
+			join: "n3", joined: "reloading IMEX", wantIMEX: []string{"Start", "Reload", "Stop"}},
+		"no fabric: it idles": {cliqueID: "", until: "idling"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := Config{
+				NodeName: node, PodIP: "127.0.0.1", PodName: podName, PodNamespace: ns, PodUID: "pod-uid",
+				CliqueID: tc.cliqueID, CDUID: testUID, CDName: "cd", CDNamespace: "user", MaxNodes: 18, DNSNames: true,
+				ConfigDir: dir, HostsPath: filepath.Join(dir, "hosts"),
+			}
+			pod := testutil.MakePod(podName, ns).Label("app", "daemon").NodeName(node).Obj()
+			objs := []client.Object{pod}
+			if tc.cliqueID != "" {
+				objs = append(objs, testutil.MakeClique(cfg.CliqueObjectName(), ns).
+					Daemon(node, cfg.PodIP, tc.cliqueID, 0, cdv1beta1.StatusReady).
+					Daemon("n2", "127.0.0.2", tc.cliqueID, 1, cdv1beta1.StatusReady).Obj())
+			}
+			c, raw, writes := recordingClient(objs...)
+			x := newFakeIMEX()
+			x.setReady(true)
+			log, logged := messages(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- Serve(ctx, cfg, Deps{Client: c, IMEX: x, Log: log}) }()
+
+			waitForMessage(t, logged, tc.until)
+			if tc.join != "" {
+				clique := &cdv1beta1.ComputeDomainClique{}
+				if err := raw.Get(ctx, client.ObjectKey{Namespace: ns, Name: cfg.CliqueObjectName()}, clique); err != nil {
+					t.Fatal(err)
+				}
+				clique.Daemons = append(clique.Daemons, cdv1beta1.ComputeDomainDaemonInfo{
+					NodeName: tc.join, IPAddress: "127.0.0.3", CliqueID: tc.cliqueID, Index: 2, Status: cdv1beta1.StatusReady})
+				if err := raw.Update(ctx, clique); err != nil {
+					t.Fatal(err)
+				}
+				waitForMessage(t, logged, tc.joined)
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Serve: %v", err)
+				}
+			case <-time.After(waitLimit):
+				t.Fatalf("Serve did not return within %s of its context ending", waitLimit)
+			}
+
+			var calls []string
+			for len(x.calls) > 0 {
+				calls = append(calls, <-x.calls)
+			}
+			if diff := cmp.Diff(tc.wantIMEX, calls); diff != "" {
+				t.Errorf("IMEX calls (-want +got):\n%s", diff)
+			}
+			want := []apiWrite{{Verb: "patch", Kind: "Pod", Namespace: ns, Name: podName}}
+			if diff := cmp.Diff(want, writes.list()); diff != "" {
+				t.Errorf("API writes of Serve (-want +got):\n%s", diff)
+			}
+			got := &corev1.Pod{}
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
+				t.Fatal(err)
+			}
+			if v, ok := got.Labels[cdv1beta1.CliqueIDLabel]; !ok || v != tc.cliqueID {
+				t.Errorf("pod labels %v, want %s=%q", got.Labels, cdv1beta1.CliqueIDLabel, tc.cliqueID)
+			}
 		})
 	}
 }

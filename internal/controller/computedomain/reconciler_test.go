@@ -1,14 +1,19 @@
 package computedomain
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-base/featuregate"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/membership"
+	"cdplane/internal/features"
 	"cdplane/internal/testutil"
 )
 
@@ -74,4 +79,89 @@ func TestPodInfo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStatusIsWrittenOnlyOnChange: a domain's status is written when it changes, and a pass
+// that finds nothing changed makes no status write (one write per change, not per pass); a
+// status someone else changed, in what the domain says as a whole or only in a condition's
+// message, is a change and is written back once. With either gate setting: cliques (the status
+// written apart from the pass, here within it: no manager) or status.nodes.
+func TestStatusIsWrittenOnlyOnChange(t *testing.T) {
+	for name, cliques := range map[string]bool{"cliques": true, "status.nodes": false} {
+		t.Run(name, func(t *testing.T) {
+			cd := unitDomain("plane-a", false)
+			c, writes := recordingClient(cd, userNamespace("plane-a"))
+			r := New(c, c, Options{DriverNamespace: testDriverNS, DaemonImage: "img", ControlPlaneID: "plane-a",
+				Gates: features.NewGatesForTest(t, map[featuregate.Feature]bool{features.ComputeDomainCliques: cliques})})
+			statusWrites := func() int { return len(writes.of("ComputeDomain")) - len(metaWrites(writes.of("ComputeDomain"))) }
+			ctx := t.Context()
+			key := client.ObjectKeyFromObject(cd)
+			edit := func(f func(*cdv1beta1.ComputeDomainStatus)) {
+				t.Helper()
+				cur := &cdv1beta1.ComputeDomain{}
+				if err := c.Get(ctx, key, cur); err != nil {
+					t.Fatal(err)
+				}
+				f(&cur.Status)
+				if err := c.Status().Update(ctx, cur); err != nil {
+					t.Fatal(err)
+				}
+				writes.reset()
+			}
+
+			pass(t, r)
+			if got := statusWrites(); got != 1 {
+				t.Fatalf("first pass: %d status writes, want 1 (%v)", got, writes.of("ComputeDomain"))
+			}
+			for i := range 2 {
+				writes.reset()
+				pass(t, r)
+				if got := statusWrites(); got != 0 {
+					t.Fatalf("pass %d with nothing changed: %d status writes, want 0 (%v)", i+2, got, writes.of("ComputeDomain"))
+				}
+			}
+			written := &cdv1beta1.ComputeDomain{}
+			if err := c.Get(ctx, key, written); err != nil {
+				t.Fatal(err)
+			}
+			if written.Status.Status != cdv1beta1.StatusNotReady {
+				t.Fatalf("status %q, want %s (no node joined)", written.Status.Status, cdv1beta1.StatusNotReady)
+			}
+
+			for change, f := range map[string]func(*cdv1beta1.ComputeDomainStatus){
+				"status.status":         func(s *cdv1beta1.ComputeDomainStatus) { s.Status = cdv1beta1.StatusReady },
+				"a condition's message": func(s *cdv1beta1.ComputeDomainStatus) { s.Conditions[0].Message = "edited" },
+			} {
+				edit(f)
+				pass(t, r)
+				if got := statusWrites(); got != 1 {
+					t.Errorf("%s changed by someone else: %d status writes, want 1 (%v)", change, got, writes.of("ComputeDomain"))
+				}
+				writes.reset()
+				pass(t, r)
+				if got := statusWrites(); got != 0 {
+					t.Errorf("the pass after %s was written back: %d status writes, want 0", change, got)
+				}
+				back := &cdv1beta1.ComputeDomain{}
+				if err := c.Get(ctx, key, back); err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(written.Status, back.Status, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")); diff != "" {
+					t.Errorf("status after %s was written back (-want +got):\n%s", change, diff)
+				}
+			}
+		})
+	}
+}
+
+// metaWrites are the writes among ws to the object itself (finalizer, annotation), not to its
+// status.
+func metaWrites(ws []apiWrite) []apiWrite {
+	var out []apiWrite
+	for _, w := range ws {
+		if !strings.HasSuffix(w.Verb, "/status") {
+			out = append(out, w)
+		}
+	}
+	return out
 }

@@ -286,14 +286,16 @@ func RenderHosts(existing []byte, s Settings, peers []Peer) ([]byte, error) {
 }
 
 // ownedHostsLine reports whether a hosts line is ours: the marker, or a mapping that names an
-// IMEX peer.
+// IMEX peer, in any case: names resolve regardless of case (RFC 4343, as glibc's hosts lookup
+// and ParseNodes compare them), so a mapping of an IMEX name in capitals, kept, would map that
+// name before the marker's block does.
 func ownedHostsLine(line string) bool {
 	if strings.TrimSpace(line) == hostsMarker {
 		return true
 	}
 	content, _, _ := strings.Cut(line, "#")
 	fields := strings.Fields(content)
-	return len(fields) > 1 && slices.ContainsFunc(fields[1:], isIMEXName)
+	return len(fields) > 1 && slices.ContainsFunc(fields[1:], func(name string) bool { return isIMEXName(strings.ToLower(name)) })
 }
 
 // splitLines splits data into lines without their terminators; a trailing newline does not

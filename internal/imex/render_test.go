@@ -592,3 +592,57 @@ func waitForNewerFileTimes(t *testing.T, dir, path string) {
 		t.Fatalf("file times did not pass %v: %v", before.ModTime(), err)
 	}
 }
+
+// FuzzRenderHosts: whatever the hosts file already holds (the kubelet's, an earlier daemon's,
+// anything), the rendered file keeps the lines that are not IMEX's and maps every name of
+// nodes.cfg so that IMEX, reading both as it does (ParseNodes), resolves each slot to its
+// peer's address, or to the slot's sentinel; and rendering it again changes nothing.
+func FuzzRenderHosts(f *testing.F) {
+	kubelet := "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n10.1.0.5\tdaemon-pod\n"
+	s := Settings{DNSNames: true, DomainUID: testUID, MaxNodes: 4}
+	for _, existing := range []string{
+		// Found by this test: names resolve regardless of case (RFC 4343; glibc's hosts lookup,
+		// and ParseNodes, as IMEX reads them), so a line naming an IMEX name in capitals is
+		// IMEX's to replace too; kept, it mapped the name before the marker's block did.
+		"10.9.9.9 " + strings.ToUpper(s.Name(0)) + "\n", "10.9.9.8 COMPUTE-DOMAIN-DAEMON-0001\n",
+		"", kubelet, kubelet + mapped(3, map[int]string{0: "10.0.0.1"}),
+		"127.0.0.1 localhost\n10.9.9.9 compute-domain-daemon-0003 # stale\n" + hostsMarker + "\n10.0.0.1\tcompute-domain-daemon-0000\n",
+		"127.0.0.1 localhost\n" + hostsMarker + "\n10.0.0.1\t" + Settings{DomainUID: "other"}.Name(0) + "\n",
+		"10.0.0.7 compute-domain-daemon-x\n", "\n\n", "no-newline", "10.0.0.1 a\r\n", "#" + hostsMarker + "\n",
+	} {
+		f.Add([]byte(existing))
+	}
+	peers := []Peer{{NodeName: "n1", IPAddress: "10.0.0.1", Index: 0}, {NodeName: "n3", IPAddress: "10.0.0.3", Index: 2}}
+	nodesCfg, err := RenderNodesConfig(s, peers)
+	if err != nil {
+		f.Fatal(err)
+	}
+	want := []string{"10.0.0.1", SentinelAddr(1).String(), "10.0.0.3", SentinelAddr(3).String()}
+	f.Fuzz(func(t *testing.T, existing []byte) {
+		got, err := RenderHosts(existing, s, peers)
+		if err != nil {
+			t.Fatalf("RenderHosts: %v", err)
+		}
+		for _, l := range splitLines(existing) {
+			if !ownedHostsLine(l) && !strings.Contains(string(got), l+"\n") {
+				t.Fatalf("line %q of the existing file was not kept", l)
+			}
+		}
+		again, err := RenderHosts(got, s, peers)
+		if err != nil {
+			t.Fatalf("rendering again: %v", err)
+		}
+		if string(again) != string(got) {
+			t.Fatalf("rendering its own output changed it:\n%s\n---\n%s", got, again)
+		}
+		nodes, err := ParseNodes("nodes.cfg", nodesCfg, "hosts", got)
+		if err != nil {
+			t.Fatalf("IMEX would refuse the files: %v\nhosts:\n%s", err, got)
+		}
+		for i, n := range nodes {
+			if n.Addr.String() != want[i] {
+				t.Fatalf("slot %d (%s) resolves to %v, want %s\nhosts:\n%s", i, n.Entry, n.Addr, want[i], got)
+			}
+		}
+	})
+}

@@ -1,6 +1,8 @@
 package secretmirror
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -527,4 +529,127 @@ func TestTargets(t *testing.T) {
 	if got := Targets(legacyOpts(nil), nss); got.Len() != 0 {
 		t.Errorf("the legacy plane without a selector has targets %v", sets.List(got))
 	}
+}
+
+// FuzzSelectors: the Secret and namespace selectors come from the controller's flags
+// (--secret-mirror-selector, --secret-mirror-namespace-selector), parsed with labels.Parse as
+// the controller parses them. Whatever they say, options that validate give cache selectors
+// that survive the wire (serialised, never as the empty string that selects everything, and
+// parsed back to the same selector, matching the same label sets), and that agree with the
+// decisions made in code on fresh reads: the namespace selector with OwnsNamespace (so never a
+// namespace of another plane, nor for the legacy plane one with a plane label), the copy
+// selector with OwnsCopy, and the source selector with the Secret selector.
+func FuzzSelectors(f *testing.F) {
+	for _, seed := range []struct {
+		secret, namespace string
+		plane             bool
+	}{
+		{"mirror=yes", "", true}, {"mirror=yes", "team=x", false}, {"mirror=yes", "", false},
+		{"", "", false}, {"!mirror", "", true}, {"mirror in ()", "", false}, {"a,b", "!c", false},
+		{"x notin (a,b)", "team in (x,y)", false}, {"a>1", "b<2", false}, {"mirror=yes", pl + "=plane-a", false},
+		{"mirror=yes", pl, false}, {"mirror=yes", "!" + pl, false}, {pl + "=plane-b", "", true},
+		{MirroredFromLabel + "=" + srcNS, "", true}, {"a=", "b==", false}, {"a!=", "", true}, {"mirror=yes", "a,a", false},
+	} {
+		f.Add(seed.secret, seed.namespace, seed.plane)
+	}
+	f.Fuzz(func(t *testing.T, secretSel, namespaceSel string, withID bool) {
+		o := Options{SourceNamespace: srcNS}
+		if withID {
+			o.ControlPlaneID = "plane-a"
+		}
+		var err error
+		if o.SecretSelector, err = labels.Parse(secretSel); err != nil {
+			return // the controller refuses the flag
+		}
+		if namespaceSel != "" {
+			if o.LegacyNamespaceSelector, err = labels.Parse(namespaceSel); err != nil {
+				return
+			}
+		}
+		o.Defaults()
+		if o.Validate() != nil {
+			return
+		}
+		source, namespaces, copies := SourceSelector(o), NamespaceSelector(o), CopySelector(o)
+		samples := labelSamples(o.SecretSelector, o.LegacyNamespaceSelector)
+		for name, sel := range map[string]labels.Selector{"source": source, "namespace": namespaces, "copy": copies} {
+			wire := sel.String()
+			if wire == "" {
+				t.Fatalf("the %s selector serialises as the empty string, which selects everything", name)
+			}
+			parsed, err := labels.Parse(wire)
+			if err != nil {
+				t.Fatalf("the %s selector %q does not parse: %v", name, wire, err)
+			}
+			if parsed.String() != wire {
+				t.Fatalf("the %s selector %q parses to %q", name, wire, parsed.String())
+			}
+			for _, l := range samples {
+				if sel.Matches(l) != parsed.Matches(l) {
+					t.Fatalf("the %s selector %q matches %v: %v; parsed from the wire: %v", name, wire, l, sel.Matches(l), parsed.Matches(l))
+				}
+			}
+		}
+		for _, l := range samples {
+			if got, want := namespaces.Matches(l), OwnsNamespace(o, &metav1.ObjectMeta{Name: "team", Labels: l}); got != want {
+				t.Fatalf("namespace labels %v: the cache selector %q matches: %v; OwnsNamespace: %v", l, namespaces, got, want)
+			}
+			if id, labelled := l[pl]; namespaces.Matches(l) && (labelled != (o.ControlPlaneID != "") || id != o.ControlPlaneID) {
+				t.Fatalf("the namespace selector %q of plane %q selects a namespace labelled %v", namespaces, o.ControlPlaneID, l)
+			}
+			if got, want := copies.Matches(l), OwnsCopy(o.ControlPlaneID, srcNS, l); got != want {
+				t.Fatalf("Secret labels %v: the copy selector %q matches: %v; OwnsCopy: %v", l, copies, got, want)
+			}
+			if source.Matches(l) && !o.SecretSelector.Matches(l) {
+				t.Fatalf("the source selector %q matches %v, which the Secret selector %q does not", source, l, o.SecretSelector)
+			}
+		}
+	})
+}
+
+// labelSamples returns label sets that exercise the requirements of sels (nil ones skipped):
+// each key absent, at each of its values and at another value, combined across keys (a bounded
+// number of them), each with the plane label absent, empty, plane-a's and plane-b's, and the
+// mirror marker absent, this source's and another's.
+func labelSamples(sels ...labels.Selector) []labels.Set {
+	const maxBase = 64
+	base := []labels.Set{{}}
+	for _, sel := range sels {
+		if sel == nil {
+			continue
+		}
+		reqs, _ := sel.Requirements()
+		for _, r := range reqs {
+			values := append(slices.Sorted(maps.Keys(r.Values())), "zz", "")
+			var next []labels.Set
+			for _, b := range base {
+				next = append(next, b)
+				for _, v := range values {
+					if len(next) >= maxBase {
+						break
+					}
+					s := maps.Clone(b)
+					s[r.Key()] = v
+					next = append(next, s)
+				}
+			}
+			base = next
+		}
+	}
+	var out []labels.Set
+	for _, b := range base {
+		for _, planeLabel := range []*string{nil, ptr.To(""), ptr.To("plane-a"), ptr.To("plane-b")} {
+			for _, marker := range []*string{nil, ptr.To(srcNS), ptr.To("elsewhere")} {
+				s := maps.Clone(b)
+				if planeLabel != nil {
+					s[pl] = *planeLabel
+				}
+				if marker != nil {
+					s[MirroredFromLabel] = *marker
+				}
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }

@@ -51,15 +51,24 @@ func TestImage(t *testing.T) {
 			t.Skipf("the image's base layer is assembled from Debian packages with apt-get and dpkg-deb; %s is not on PATH", tool)
 		}
 	}
-	// The image holds every platform; building it here needs each one's Debian architecture and
-	// cross compiler, as `make image` does (docs/installing.md, "Building the image").
+	// The image holds every platform; building one here needs its Debian architecture and
+	// cross compiler, as `make image` does (docs/installing.md, "Building the image"). The
+	// platforms this machine cannot build are left out and named (a fresh CI machine builds the
+	// host's alone); the test fails only when it can build none.
+	var arches []string
 	for _, arch := range imagebuild.Arches {
 		if err := imagebuild.CheckDpkgArch(arch); err != nil {
-			t.Skipf("the image's linux/%s base layer: %v", arch, err)
+			t.Logf("NOT CHECKED: the image's linux/%s: %v", arch, err)
+			continue
 		}
 		if _, err := imagebuild.CrossCompiler(arch); err != nil {
-			t.Skipf("%v", err)
+			t.Logf("NOT CHECKED: the image's linux/%s: %v", arch, err)
+			continue
 		}
+		arches = append(arches, arch)
+	}
+	if len(arches) == 0 {
+		t.Fatal("this machine can build the image for no platform")
 	}
 	repo := repoRoot(t)
 	tmp := t.TempDir()
@@ -70,7 +79,7 @@ func TestImage(t *testing.T) {
 	var log bytes.Buffer
 	binDirs := map[string]string{}
 	var cmds []string
-	for _, arch := range imagebuild.Arches {
+	for _, arch := range arches {
 		binDirs[arch] = filepath.Join(tmp, "bin", arch)
 		if cmds, err = imagebuild.BuildBinaries(repo, binDirs[arch], commit, arch, &log); err != nil {
 			t.Fatalf("building the binaries for linux/%s: %v\n%s", arch, err, log.String())
@@ -80,6 +89,7 @@ func TestImage(t *testing.T) {
 	o := imagebuild.Options{
 		Repo: repo, Version: version.Version, Commit: commit, Name: ref, Tag: version.Version,
 		Epoch: time.Unix(1700000000, 0), Lock: usableLock(t, repo, cache), CacheDir: cache, Log: &log,
+		Arches: arches,
 	}
 	// Two assemblies from the same inputs, in different places: the same bytes.
 	var archives []string
@@ -97,8 +107,8 @@ func TestImage(t *testing.T) {
 	}
 
 	imgs := loadOCI(t, archives[0], results[0], ref)
-	checkDockerArchive(t, archives[0], imgs[imagebuild.Arches[0]])
-	for _, arch := range imagebuild.Arches {
+	checkDockerArchive(t, archives[0], imgs[arches[0]])
+	for _, arch := range arches {
 		t.Run("linux/"+arch, func(t *testing.T) {
 			img := imgs[arch]
 			checkConfig(t, img, arch)

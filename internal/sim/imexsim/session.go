@@ -71,6 +71,17 @@ func takeSession(nodeDir string) (*session, error) {
 		}
 		return nil, fmt.Errorf("taking the IMEX session %s: %w", path, err)
 	}
+	// The driver may still be releasing the previous holder's memory exports (ReleasingPath).
+	releasing := filepath.Join(nodeDir, ReleasingPath)
+	if data, err := os.ReadFile(releasing); err == nil {
+		until, perr := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data)))
+		if perr == nil && time.Now().Before(until) {
+			_ = f.Close()
+			return nil, fmt.Errorf("taking the IMEX session %s: the driver is releasing the previous IMEX's memory exports until %s: %w",
+				path, until.Format(time.RFC3339), ErrSessionInUse)
+		}
+		_ = os.Remove(releasing)
+	}
 	heldSessions.paths[path] = true
 	return &session{path: path, file: f}, nil
 }

@@ -53,10 +53,11 @@
 //     in the container's view with its host file, each a *MissingError in the real program's
 //     or the dynamic loader's words (a process exits with status 1, or LoaderExitCode). Outside
 //     a container (the host-managed service the simulator runs, most tests) nothing is checked.
-//   - A clean stop of a run that holds the node's session keeps holding it for the shutdown
-//     delay (ShutdownDelayEnv; DefaultShutdownDelay, 3 s, in a container, none outside unless
-//     set), listeners already closed, as a real IMEX releases its memory exports: an IMEX
-//     started on the node meanwhile ends with ErrSessionInUse. A crash or kill is not delayed.
+//   - After a clean stop of a run that held the node's session, the session stays held for the
+//     shutdown delay (ShutdownDelayEnv; DefaultShutdownDelay, 3 s, in a container, none
+//     outside unless set), as the driver releases a real IMEX's memory exports after it ends:
+//     an IMEX started on the node meanwhile ends with ErrSessionInUse (ReleasingPath records
+//     until when). The run itself ends at once. A crash or kill leaves nothing to release.
 //
 // It runs two ways: as a program (Main) installed in a simulated node's driver root as
 // nvidia-imex and nvidia-imex-ctl, which the daemon finds and runs exactly as it runs the real
@@ -119,9 +120,6 @@ type Sim struct {
 	dnsRetryInterval time.Duration
 	recoveryTimeout  time.Duration
 	now              func() time.Time
-	// shutdownAfter, when set, replaces time.After as the clock of the shutdown delay
-	// (ShutdownDelayEnv): this package's tests end the delay when they want.
-	shutdownAfter func(time.Duration) <-chan time.Time
 
 	mu  sync.Mutex
 	srv *simServer
@@ -169,9 +167,6 @@ func (s *Sim) Start(ctx context.Context) (<-chan error, error) {
 	srv := newSimServer(s.opts.ConfigPath, s.opts.HostsPath, env, s.opts.Log)
 	srv.startupPhase, srv.reloadInterval, srv.now = s.startupPhase, s.reloadInterval, s.now
 	srv.dnsRetryInterval, srv.recoveryTimeout = s.dnsRetryInterval, s.recoveryTimeout
-	if s.shutdownAfter != nil {
-		srv.shutdownAfter = s.shutdownAfter
-	}
 	if err := srv.start(); err != nil {
 		return nil, fmt.Errorf("starting simulated IMEX: %w", err)
 	}
@@ -209,9 +204,8 @@ func (s *Sim) Reload() error {
 	return srv.reload()
 }
 
-// Stop shuts the simulated IMEX down cleanly and waits for it, or for ctx. A run that holds the
-// node's IMEX session keeps it for the shutdown delay (ShutdownDelayEnv) before it ends; when
-// ctx ends first, Stop returns and the run still ends after the delay.
+// Stop shuts the simulated IMEX down cleanly and waits for it, or for ctx. A run that held the
+// node's IMEX session leaves it held for the shutdown delay (ShutdownDelayEnv) after it ends.
 func (s *Sim) Stop(ctx context.Context) error {
 	srv := s.current()
 	if srv == nil {
@@ -256,8 +250,8 @@ func (s *Sim) Ready(ctx context.Context) error {
 // start again, and reconnects (nodes.cfg is not read again; a refused hosts file keeps the
 // previous resolution and is logged); it is honoured at most once every -reload-interval
 // (DefaultReloadInterval), sooner ones are ignored. SIGTERM or SIGINT stops it cleanly (status 0)
-// at any time, start-up phase included, after the shutdown delay (ShutdownDelayEnv) when it
-// holds the node's IMEX session; told to crash it exits with CrashExitCode. A command
+// at any time, start-up phase included, leaving the node's IMEX session held for the shutdown
+// delay (ShutdownDelayEnv) when it held it; told to crash it exits with CrashExitCode. A command
 // socket (IMEX_CMD_UNIX_DOMAIN_PATH) that an earlier, killed run left behind is replaced; the
 // socket is removed when the run ends. Running changes this process's SIGUSR1 disposition: run
 // the daemon as a program, not in a process that has other uses for the signal.

@@ -80,8 +80,6 @@ type simServer struct {
 	dnsRetryInterval time.Duration
 	recoveryTimeout  time.Duration
 	now              func() time.Time
-	// shutdownAfter is the clock of the shutdown delay (time.After unless set before start).
-	shutdownAfter func(time.Duration) <-chan time.Time
 	// beforeStarted, when set, runs at the end of the start-up phase, before the daemon
 	// connects and answers READY: Main installs its SIGUSR1 handler there.
 	beforeStarted func()
@@ -145,7 +143,6 @@ func newSimServer(configPath, hostsPath string, env standIns, log logr.Logger) *
 		dnsRetryInterval: DefaultDNSRetryInterval,
 		recoveryTimeout:  DefaultRecoveryTimeout,
 		now:              time.Now,
-		shutdownAfter:    time.After,
 		links:            map[netip.Addr]*peerLink{},
 		inbound:          map[net.Conn]netip.Addr{},
 		rejected:         map[string]int{},
@@ -448,10 +445,12 @@ func (s *simServer) teardown(result error) {
 	close(s.done)
 }
 
-// releaseExports is the end of a clean stop: like a real IMEX releasing its memory exports,
-// the run keeps holding the node's IMEX session for the shutdown delay (ShutdownDelayEnv),
-// listeners and peer connections already closed, so that an IMEX started on the node meanwhile
-// fails with ErrSessionInUse. A run that holds no session has nothing to release.
+// releaseExports is the end of a clean stop: the driver releases a real IMEX's memory exports
+// after the process has gone, and keeps the node's IMEX session until it has. The run records
+// when that will be (ReleasingPath, now plus the shutdown delay, ShutdownDelayEnv) before it
+// gives the session back and ends at once, so that its pod ends as a real daemon pod does, and
+// an IMEX started on the node before then fails with ErrSessionInUse (takeSession). A run that
+// holds no session has nothing to release.
 func (s *simServer) releaseExports() {
 	s.mu.Lock()
 	held := s.session != nil
@@ -460,8 +459,12 @@ func (s *simServer) releaseExports() {
 	if !held || d <= 0 {
 		return
 	}
-	s.log.Info("Releasing memory exports before giving the node's IMEX session back", "delay", d.String())
-	<-s.shutdownAfter(d)
+	until := time.Now().Add(d) // read by other processes: the wall clock
+	s.log.Info("The driver releases this IMEX's memory exports after it ends; the node's IMEX session stays held until then",
+		"delay", d.String(), "until", until.Format(time.RFC3339Nano))
+	if err := replaceFile(s.env.onNode(ReleasingPath), []byte(until.Format(time.RFC3339Nano)+"\n")); err != nil {
+		s.log.Error(err, "Recording the release of the memory exports failed")
+	}
 }
 
 // stop asks for a clean shutdown; crash for an abrupt one. Both return at once; done closes

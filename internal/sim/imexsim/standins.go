@@ -43,14 +43,14 @@ const (
 	// from container path to host path (see EncodeContainerPaths). Its presence says that the
 	// simulated IMEX runs in a container, which makes it strict: it refuses to start without
 	// /dev/nvidiactl, the IMEX management device and libnvidia-ml.so.1 in the view (see
-	// MissingError), and it takes DefaultShutdownDelay to stop.
+	// MissingError), and its session stays held DefaultShutdownDelay after a clean stop.
 	ContainerPathsEnv = "CDPLANE_SIM_CONTAINER_PATHS"
-	// ShutdownDelayEnv is how long a clean stop (SIGTERM, Stop) keeps holding the node's IMEX
-	// session before the run releases it and ends, a Go duration; "0" stops at once. Unset, a
-	// containerized IMEX (ContainerPathsEnv set) takes DefaultShutdownDelay and any other (the
-	// host-managed service the simulator runs, which is not given it, and runs built by tests)
-	// none. A crash or a kill is
-	// never delayed. The simulated kubelet passes it from its own environment (set for
+	// ShutdownDelayEnv is how long the node's IMEX session stays held after a clean stop
+	// (SIGTERM, Stop) has ended the run, while the driver releases its memory exports
+	// (ReleasingPath), a Go duration; "0": not at all. Unset, a containerized IMEX
+	// (ContainerPathsEnv set) gets DefaultShutdownDelay and any other (the host-managed service
+	// the simulator runs, which is not given it, and runs built by tests) none. A crash or a
+	// kill is never delayed. The simulated kubelet passes it from its own environment (set for
 	// `cdplane sim up`) to every container.
 	ShutdownDelayEnv = "CDPLANE_SIM_IMEX_SHUTDOWN_DELAY"
 	// LibraryPathEnv is the dynamic loader's search path, colon-separated container
@@ -59,9 +59,9 @@ const (
 	LibraryPathEnv = "LD_LIBRARY_PATH"
 )
 
-// DefaultShutdownDelay is how long a containerized simulated IMEX keeps holding the node's
-// IMEX session after a clean stop: a few seconds, as a real IMEX releasing its memory exports
-// before it exits.
+// DefaultShutdownDelay is how long the node's IMEX session stays held after a clean stop of a
+// containerized simulated IMEX: a few seconds, as the driver releasing a real IMEX's memory
+// exports.
 const DefaultShutdownDelay = 3 * time.Second
 
 // Paths below a node directory (NodeDirEnv) that a simulated IMEX uses.
@@ -69,6 +69,10 @@ const (
 	// ShutdownDelayPath, when it holds a Go duration, is that node's shutdown delay, in place
 	// of ShutdownDelayEnv's: a node whose IMEX is slow to release its exports.
 	ShutdownDelayPath = "/etc/cdplane/imex-shutdown-delay"
+	// ReleasingPath holds, after a clean stop with a shutdown delay, until when the driver
+	// keeps releasing that run's memory exports (RFC 3339): the node's IMEX session stays
+	// held until then, after the run has ended.
+	ReleasingPath = "/run/nvidia-imex/releasing"
 	// DriverVersionPath is the loaded kernel driver's version file, which nodehost.WriteNode
 	// writes: host names in the node list need driver MinHostnameDriverVersion or later.
 	DriverVersionPath = "/proc/driver/nvidia/version"

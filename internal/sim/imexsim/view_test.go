@@ -3,7 +3,6 @@ package imexsim
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"maps"
 	"os"
@@ -316,10 +315,10 @@ func TestSimProcessStrictContainer(t *testing.T) {
 	}
 }
 
-// A clean stop of a containerized IMEX holds the node's session for the shutdown delay
-// (DefaultShutdownDelay unless ShutdownDelayEnv says otherwise): an IMEX started on the node
-// meanwhile fails with NV_ERR_IN_USE; once the delay is over the stop ends cleanly and the
-// next IMEX takes the session.
+// After a clean stop of a containerized IMEX the node's session stays held for the shutdown
+// delay (DefaultShutdownDelay unless ShutdownDelayEnv says otherwise), while the driver releases
+// the run's memory exports: the run itself ends at once, an IMEX started on the node meanwhile
+// fails with NV_ERR_IN_USE, and once the delay is over the next IMEX takes the session.
 func TestSimShutdownDelayHoldsTheSession(t *testing.T) {
 	t.Parallel()
 	nodes := newTestNodes(t, false, "127.0.0.103", "127.0.0.104")
@@ -330,37 +329,11 @@ func TestSimShutdownDelayHoldsTheSession(t *testing.T) {
 	for _, n := range nodes {
 		n.write(t, peersOf(n))
 	}
-	release := make(chan time.Time)
-	asked := make(chan time.Duration, 1)
-	simFirst, exitedFirst := startSim(t, first, func(s *Sim) {
-		s.shutdownAfter = func(d time.Duration) <-chan time.Time { asked <- d; return release }
-	})
+	simFirst, exitedFirst := startSim(t, first)
 	readyWithin(t, first.ip, simFirst)
 
-	stopped := make(chan error, 1)
-	go func() { stopped <- simFirst.Stop(context.Background()) }()
-	select {
-	case d := <-asked:
-		if d != DefaultShutdownDelay {
-			t.Errorf("shutdown delay %s, want %s", d, DefaultShutdownDelay)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatalf("timed out after %s waiting for the stopping run to wait its shutdown delay", waitTimeout)
-	}
-
-	simSecond, exitedSecond := startSim(t, second)
-	err := receive(t, "the second run on the node to end", exitedSecond)
-	if !errors.Is(err, ErrSessionInUse) || !strings.Contains(err.Error(), "NV_ERR_IN_USE") {
-		t.Fatalf("a run started during the shutdown delay ended with %v, want ErrSessionInUse naming NV_ERR_IN_USE", err)
-	}
-	select {
-	case err := <-stopped:
-		t.Fatalf("Stop returned %v during the shutdown delay", err)
-	default:
-	}
-
-	close(release)
-	if err := receive(t, "the stop to end", stopped); err != nil {
+	stopped := time.Now()
+	if err := simFirst.Stop(withTimeout(t)); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	if err := receive(t, "the first run to end", exitedFirst); err != nil {
@@ -368,6 +341,26 @@ func TestSimShutdownDelayHoldsTheSession(t *testing.T) {
 	}
 	if _, found := markerPeers(t, f.nodeDir); found {
 		t.Error("a clean stop left the unsafe-termination marker")
+	}
+	releasing := filepath.Join(f.nodeDir, ReleasingPath)
+	data, err := os.ReadFile(releasing)
+	if err != nil {
+		t.Fatalf("no record of the release in progress: %v", err)
+	}
+	until, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data)))
+	if err != nil || until.Before(stopped.Add(DefaultShutdownDelay)) {
+		t.Errorf("released until %q (%v), want at least %s after the stop", data, err, DefaultShutdownDelay)
+	}
+
+	simSecond, exitedSecond := startSim(t, second)
+	err = receive(t, "the second run on the node to end", exitedSecond)
+	if !errors.Is(err, ErrSessionInUse) || !strings.Contains(err.Error(), "NV_ERR_IN_USE") {
+		t.Fatalf("a run started during the shutdown delay ended with %v, want ErrSessionInUse naming NV_ERR_IN_USE", err)
+	}
+
+	// The driver is done: the next start takes the session.
+	if err := os.WriteFile(releasing, []byte(time.Now().Add(-time.Second).Format(time.RFC3339Nano)), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := simSecond.Start(withTimeout(t)); err != nil {
 		t.Fatalf("Start after the delay: %v", err)
@@ -397,13 +390,7 @@ func TestSimNoShutdownDelay(t *testing.T) {
 				f.paths = nil
 			}
 			n.env = append(append(n.env, f.env()...), tc.env...)
-			noWait := func(d time.Duration) <-chan time.Time {
-				t.Errorf("the run waited a shutdown delay of %s", d)
-				ch := make(chan time.Time)
-				close(ch)
-				return ch
-			}
-			sim, exited := startSim(t, n, func(s *Sim) { s.shutdownAfter = noWait })
+			sim, exited := startSim(t, n)
 			readyWithin(t, n.ip, sim)
 			if tc.crash {
 				if err := Crash(withTimeout(t), n.settings.IMEXConfigPath); err != nil {
@@ -429,40 +416,41 @@ func TestSimNoShutdownDelay(t *testing.T) {
 	}
 }
 
-// As a process, SIGTERM makes a containerized IMEX hold the node's session while it releases
-// its exports; a kill meanwhile ends it at once and gives the session back, the node marked
-// unsafe.
+// As a process, SIGTERM ends a containerized IMEX at once and leaves the node's session held
+// while the driver releases its exports: a new IMEX meanwhile gets NV_ERR_IN_USE. A kill
+// leaves nothing to release, and the node marked unsafe.
 func TestSimProcessShutdownDelay(t *testing.T) {
 	t.Parallel()
 	n := newTestNodes(t, false, "127.0.0.107")[0]
 	n.write(t, peersOf(n))
 	f := newContainerFixture(t)
 	n.env = append(append(n.env, f.env()...), ShutdownDelayEnv+"=1h")
-	p := simProcess(t, n, func(o *imex.Options) { o.StopGrace = -1 }) // Stop kills when its context ends
+	p := simProcess(t, n, func(o *imex.Options) { o.StopGrace = -1 })
 	exited := startProcess(t, p)
 	readyWithin(t, n.ip, p)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stopped := make(chan error, 1)
-	go func() { stopped <- p.Stop(ctx) }()
-	eventually(t, "the stopping process to close its command service", func() (bool, string) {
-		_, err := n.status()
-		return err != nil, fmt.Sprint(err)
-	})
+	if err := p.Stop(withTimeout(t)); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := receive(t, "the process to exit", exited); err != nil {
+		t.Fatalf("the process ended with %v, want a clean stop", err)
+	}
 	if _, err := takeSession(f.nodeDir); !errors.Is(err, ErrSessionInUse) {
-		t.Fatalf("taking the session while the process shuts down: %v, want ErrSessionInUse", err)
+		t.Fatalf("taking the session while the driver releases the exports: %v, want ErrSessionInUse", err)
 	}
-	select {
-	case err := <-stopped:
-		t.Fatalf("Stop returned %v during the shutdown delay", err)
-	default:
+	if _, found := markerPeers(t, f.nodeDir); found {
+		t.Error("a clean stop left the unsafe-termination marker")
 	}
 
-	cancel() // the kill
-	if err := receive(t, "the stop to end", stopped); err == nil {
-		t.Error("Stop returned nil for a process it had to kill")
+	// A killed run: the session is free at once, the node marked unsafe.
+	if err := os.Remove(filepath.Join(f.nodeDir, ReleasingPath)); err != nil {
+		t.Fatal(err)
 	}
+	p = simProcess(t, n, func(o *imex.Options) { o.StopGrace = -1 })
+	exited = startProcess(t, p)
+	readyWithin(t, n.ip, p)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Stop kills when its context has ended
+	_ = p.Stop(ctx)
 	var exitErr *imex.ExitError
 	if err := receive(t, "the process to exit", exited); !errors.As(err, &exitErr) || exitErr.Signal == "" {
 		t.Errorf("the process ended with %v, want killed by a signal", err)
@@ -473,6 +461,6 @@ func TestSimProcessShutdownDelay(t *testing.T) {
 	}
 	sess.release()
 	if _, found := markerPeers(t, f.nodeDir); !found {
-		t.Error("a kill during the shutdown removed the unsafe-termination marker")
+		t.Error("a kill left no unsafe-termination marker")
 	}
 }

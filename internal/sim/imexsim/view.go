@@ -204,7 +204,7 @@ func (s *simServer) checkDevices() error {
 	if err != nil {
 		s.log.Info("Reading the node's IMEX management capability failed", "file", capFile, "err", err.Error())
 		if errors.Is(err, fs.ErrNotExist) {
-			err = errors.New("No such file or directory")
+			err = errors.New("No such file or directory") //nolint:staticcheck // strerror(ENOENT), as the real program prints it
 		}
 		return fmt.Errorf(msgCannotReadMgmtCap, IMEXMgmtCapabilityPath, err)
 	}

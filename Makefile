@@ -91,6 +91,10 @@ build: ## Build the binaries into bin/
 image: ## Build the OCI image archive (linux/amd64 and linux/arm64) into bin/image/ (no container engine, no registry)
 	$(GO) run ./hack/image image --out $(IMAGE_ARCHIVE) --commit $(COMMIT) --platforms $(IMAGE_PLATFORMS)
 
+.PHONY: gpu-check
+gpu-check: ## On a GPU machine: every binary's --version, and NVML found under the driver root with the clique it derives (NVIDIA_DRIVER_ROOT, default /)
+	hack/gpu-check.sh
+
 .PHONY: release
 release: image ## Write the image archive (both platforms), both packaged charts and SHA256SUMS into bin/release/<version>/
 	$(GO) run ./hack/image release --image $(IMAGE_ARCHIVE) --out $(RELEASE_DIR)

@@ -189,9 +189,11 @@ type node struct {
 	dir        string
 	// fabricError is what the kubelet plugin would tell the daemon of a failed fabric.
 	fabricError string
-	imex        imex.Interface
-	cancel      context.CancelFunc
-	done        chan error
+	// hostIMEXService is what the kubelet plugin would tell the daemon of an enabled host IMEX service.
+	hostIMEXService string
+	imex            imex.Interface
+	cancel          context.CancelFunc
+	done            chan error
 	// writes records every request the daemon's own client sends that is not a read.
 	writes *writeLog
 	// starts holds back IMEX's (re)starts while set.
@@ -396,7 +398,7 @@ func (n *node) config() daemon.Config {
 		NodeName: n.name, PodIP: n.ip, PodName: n.pod.Name, PodNamespace: n.pod.Namespace, PodUID: string(n.pod.UID),
 		CliqueID: n.clique, CDUID: string(n.cd.UID), CDName: n.cd.Name, CDNamespace: n.cd.Namespace,
 		MaxNodes: 18, DNSNames: true, Cliques: n.cliques, CliqueWait: n.cliqueWait, ConfigDir: n.dir, HostsPath: filepath.Join(n.dir, "hosts"),
-		FabricError: n.fabricError,
+		FabricError: n.fabricError, HostIMEXService: n.hostIMEXService,
 	}
 	return c
 }

@@ -51,7 +51,12 @@ func TestHostIMEXHoldsTheNodesSession(t *testing.T) {
 	}
 	e.eventually(2*time.Minute, "the host IMEX is READY: it holds the node's session", hostReady)
 
-	d := e.startDaemon(cd, blockedNode, testClique)
+	// The kubelet plugin finds the enabled service's unit link in the node's driver root and
+	// tells the daemon (NVIDIA_HOST_IMEX_SERVICE): the session's holder is known, no retry.
+	d, err := e.tryStartDaemonWith(cd, blockedNode, testClique, func(n *node) { n.hostIMEXService = nodehost.HostIMEXUnitLink })
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.startDaemon(cd, fine, testClique)
 
 	var cond metav1.Condition

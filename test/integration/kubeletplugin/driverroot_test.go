@@ -42,7 +42,7 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		n := e.addNode(11)
-		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "dev/nvidiactl")
 		// The loaded driver's version reaches the daemon.
 		versionFile := n.path("proc", "driver", "nvidia", "version")
 		must(t, os.MkdirAll(filepath.Dir(versionFile), 0o755))
@@ -71,10 +71,14 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 			"CLIQUE_ID=" + n.clique, "COMPUTE_DOMAIN_UUID=" + string(cd.UID), "COMPUTE_DOMAIN_NAME=" + cd.Name,
 			"COMPUTE_DOMAIN_NAMESPACE=" + cd.Namespace, "IMEX_CONFIG_DIR=/etc/nvidia-imex", "NVIDIA_VISIBLE_DEVICES=void",
 			"IMEX_BINARY=/usr/local/nvidia/bin/nvidia-imex", "IMEX_CTL_BINARY=/usr/local/nvidia/bin/nvidia-imex-ctl",
-			"NVML_LIBRARY=/usr/local/nvidia/lib/libnvidia-ml.so.1", "NVIDIA_KERNEL_DRIVER_VERSION=570.172.08",
+			"NVML_LIBRARY=/usr/local/nvidia/lib/libnvidia-ml.so.1", "LD_LIBRARY_PATH=/usr/local/nvidia/lib", "NVIDIA_KERNEL_DRIVER_VERSION=570.172.08",
 		}
 		if diff := cmp.Diff(wantEnv, edits.Env); diff != "" {
 			t.Errorf("daemon env (-want +got):\n%s", diff)
+		}
+		// The driver's control device, from the host; the management device after it.
+		if len(edits.DeviceNodes) == 0 || edits.DeviceNodes[0].Path != "/dev/nvidiactl" || edits.DeviceNodes[0].HostPath != hostRoot+"/dev/nvidiactl" {
+			t.Errorf("daemon device nodes %+v, want /dev/nvidiactl from %s/dev/nvidiactl first", edits.DeviceNodes, hostRoot)
 		}
 	})
 	t.Run("no nvidia-imex-ctl", func(t *testing.T) {
@@ -110,7 +114,7 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		n := e.addNode(14)
-		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "dev/nvidiactl")
 		versionFile := n.path("proc", "driver", "nvidia", "version")
 		must(t, os.MkdirAll(filepath.Dir(versionFile), 0o755))
 		must(t, os.WriteFile(versionFile, []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.148.08  Fri May 30 2025\n"), 0o644))
@@ -135,7 +139,7 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		n := e.addNode(13)
-		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib64/libnvidia-ml.so.570.133.20")
+		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib64/libnvidia-ml.so.570.133.20", "dev/nvidiactl")
 		must(t, os.Symlink("libnvidia-ml.so.570.133.20", filepath.Join(root, "usr/lib64/libnvidia-ml.so.1")))
 		versionFile := n.path("proc", "driver", "nvidia", "version")
 		must(t, os.MkdirAll(filepath.Dir(versionFile), 0o755))
@@ -148,7 +152,7 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 		cd := e.createCD(e.ns, "daemon")
 		claim := e.allocatedClaim(e.driverNS, "daemon", n, kubeletplugin.DaemonDeviceName, rawJSON(t, cdv1beta1.NewDaemonConfig(string(cd.UID))), nil)
 		got, _ := n.prepare(claim)
-		if want := "holds driver 570.133.20 (" + hostRoot + "/usr/lib64/libnvidia-ml.so.1), but the loaded kernel driver is 575.51.03"; !strings.Contains(got.Error, want) {
+		if want := "holds driver 570.133.20 (" + hostRoot + "/usr/lib64/libnvidia-ml.so.570.133.20), but the loaded kernel driver is 575.51.03"; !strings.Contains(got.Error, want) {
 			t.Errorf("prepare error %q lacks %q", got.Error, want)
 		}
 		if _, ok := n.cdiSpec(claim.UID); ok {

@@ -3,6 +3,7 @@ package kubeletplugin
 import (
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,7 +21,10 @@ import (
 )
 
 // hostIMEXRoot is a driver root whose nvidia-imex-ctl answers READY while the file "ready"
-// exists in it and NOT READY otherwise, with the host daemon's command socket at /s.sock.
+// exists in it and NOT READY otherwise, with the host daemon's command socket at /s.sock. The
+// stand-in is a static C program: the plugin runs nvidia-imex-ctl chrooted into the driver root
+// (where it can), where no shell or C library of this machine's is. It finds "ready" beside the
+// socket it is given (/s.sock chrooted, <root>/s.sock in place).
 func hostIMEXRoot(t *testing.T) string {
 	t.Helper()
 	root, err := os.MkdirTemp("", "him") // short: Unix socket paths are limited
@@ -32,9 +36,28 @@ func hostIMEXRoot(t *testing.T) string {
 	if err := os.MkdirAll(filepath.Dir(ctl), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script := "#!/bin/sh\nif [ -e " + filepath.Join(root, "ready") + " ]; then echo READY; else echo 'NOT READY'; fi\n"
-	if err := os.WriteFile(ctl, []byte(script), 0o755); err != nil {
+	src := filepath.Join(t.TempDir(), "ctl.c")
+	prog := `#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	char ready[4096] = "";
+	for (int i = 1; i < argc; i++) {
+		if (strncmp(argv[i], "--u=", 4) == 0) {
+			snprintf(ready, sizeof ready, "%s", argv[i] + 4);
+			char *slash = strrchr(ready, '/');
+			if (slash) strcpy(slash + 1, "ready");
+		}
+	}
+	puts(ready[0] && access(ready, F_OK) == 0 ? "READY" : "NOT READY");
+	return 0;
+}
+`
+	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if out, err := exec.Command("cc", "-static", "-o", ctl, src).CombinedOutput(); err != nil {
+		t.Fatalf("building the static nvidia-imex-ctl stand-in (cc -static, libc6-dev): %v\n%s", err, out)
 	}
 	l, err := net.Listen("unix", filepath.Join(root, "s.sock"))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin"
 	"cdplane/internal/sim/nodehost"
+	"cdplane/internal/sim/nvmlsim"
 	"cdplane/internal/testutil/cluster"
 )
 
@@ -26,6 +27,8 @@ var (
 	binaryOnce sync.Once
 	binaryPath string
 	binaryErr  error
+	// nvmlLibrary is the simulated NVML library built beside the binary.
+	nvmlLibrary string
 )
 
 // removeBinary removes the built binary; TestMain calls it after the tests.
@@ -55,7 +58,12 @@ func pluginBinary(t *testing.T) string {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binaryErr = err
 			binaryPath = string(out)
+			return
 		}
+		// The simulated NVML library the process loads, as a simulated node's driver root
+		// holds it; it answers from the node directory in the process's environment.
+		nvmlLibrary = filepath.Join(dir, nvmlsim.LibraryFile)
+		binaryErr = nvmlsim.BuildLibrary(context.Background(), nvmlLibrary)
 	})
 	if binaryErr != nil {
 		t.Fatalf("building cdplane-kubelet-plugin: %v\n%s", binaryErr, binaryPath)
@@ -90,7 +98,7 @@ func (n *node) startProcess(kubeconfig string) *process {
 		"--plugin-registration-path="+o.RegistrarDir, "--plugin-data-path="+o.PluginDataDir,
 		"--cdi-root="+o.CDIRoot, "--state-dir="+o.StateDir,
 		"--num-channels=4",
-		"--prepare-wait-timeout=2m", "-v=2",
+		"--prepare-wait-timeout=2m", "-v=2", "--nvml-library="+nvmlLibrary,
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), nodehost.NodeDirEnv+"="+n.dir)

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -58,8 +61,10 @@ func nvidiaObjects(t *testing.T, e *env, nvNS string, cd *cdv1beta1.ComputeDomai
 // TestTakeOverFromNVIDIA: ComputeDomains created while NVIDIA's controller ran, found by a plane
 // told to take over from NVIDIA's namespace. A live one reaches Ready under cdplane: NVIDIA's
 // objects for it are unfinalized and deleted, cdplane's take their place. One deleted before
-// cdplane ever reconciled it goes cleanly, NVIDIA's objects with it. Objects of another domain
-// in NVIDIA's namespace are not touched.
+// cdplane ever reconciled it goes cleanly, NVIDIA's objects with it. Another domain, which this
+// plane does not take over, has everything NVIDIA left for it in the same namespaces (the
+// finalizer on the domain, the DaemonSet, both claim templates, a clique): not one of them is
+// written or deleted (same resourceVersions).
 func TestTakeOverFromNVIDIA(t *testing.T) {
 	t.Parallel()
 	nvNS := testCluster.Namespace(t, nil)
@@ -67,7 +72,12 @@ func TestTakeOverFromNVIDIA(t *testing.T) {
 	e.stopMgr() // NVIDIA's controller "runs": cdplane's is not there yet
 
 	live, gone := e.createCD("live", 1), e.createCD("gone", 1)
-	for _, cd := range []*cdv1beta1.ComputeDomain{live, gone} {
+	// Another domain in the same namespace, NVIDIA's still: not selected by this plane.
+	other := testutil.MakeComputeDomain("other").Namespace(e.ns).NumNodes(1).Obj()
+	if err := e.c.Create(e.ctx(), other); err != nil {
+		t.Fatal(err)
+	}
+	for _, cd := range []*cdv1beta1.ComputeDomain{live, gone, other} {
 		cur := e.getCD(cd)
 		cur.Finalizers = []string{cdv1beta1.Finalizer} // as NVIDIA's controller set it
 		if err := e.c.Update(e.ctx(), cur); err != nil {
@@ -80,12 +90,12 @@ func TestTakeOverFromNVIDIA(t *testing.T) {
 		}
 	}
 	liveObjs, goneObjs := nvidiaObjects(t, e, nvNS, live), nvidiaObjects(t, e, nvNS, gone)
-	other := testutil.MakeDaemonSet("computedomain-daemon-someone-else", nvNS).Selector(cdv1beta1.ComputeDomainLabel, "someone-else").
-		Containers(testutil.MakePod("x", nvNS).Obj().Spec.Containers...).Obj()
-	other.Labels = map[string]string{cdv1beta1.ComputeDomainLabel: "someone-else"}
-	if err := e.c.Create(e.ctx(), other); err != nil {
-		t.Fatal(err)
-	}
+	otherObjs := append([]client.Object{&cdv1beta1.ComputeDomain{ObjectMeta: metav1.ObjectMeta{Namespace: other.Namespace, Name: other.Name}}},
+		nvidiaObjects(t, e, nvNS, other)...)
+	// NVIDIA's controller would take its finalizers off; here the test does, so that the
+	// namespaces can go.
+	t.Cleanup(func() { removeFinalizers(t, e, otherObjs) })
+	otherVersions := versionsOf(t, e, otherObjs)
 	if err := e.c.Delete(e.ctx(), gone); err != nil {
 		t.Fatal(err)
 	}
@@ -120,11 +130,45 @@ func TestTakeOverFromNVIDIA(t *testing.T) {
 	if err := e.c.Get(e.ctx(), client.ObjectKey{Namespace: e.driverNS, Name: "computedomain-daemon-" + string(live.UID)}, ds); err != nil {
 		t.Errorf("cdplane's DaemonSet: %v", err)
 	}
-	if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(other), &appsv1.DaemonSet{}); err != nil {
-		t.Errorf("another domain's DaemonSet in NVIDIA's namespace: %v, want it untouched", err)
+	after := versionsOf(t, e, otherObjs)
+	for key, rv := range otherVersions {
+		if after[key] != rv {
+			t.Errorf("%s, of another domain, which this plane does not take over: resourceVersion %s -> %s, want it untouched", key, rv, after[key])
+		}
 	}
 	if c := findCondition(e.getCD(live).Status.Conditions, cdv1beta1.ConditionResourcesCreated); c == nil || c.Status != metav1.ConditionTrue || strings.Contains(c.Message, "clash") {
 		t.Errorf("ResourcesCreated after the take-over: %+v", c)
+	}
+}
+
+// versionsOf reads each object's resourceVersion, keyed by its kind and name ("gone" for an
+// object that is no longer there).
+func versionsOf(t *testing.T, e *env, objs []client.Object) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, o := range objs {
+		cur := o.DeepCopyObject().(client.Object)
+		key := fmt.Sprintf("%T %s", o, client.ObjectKeyFromObject(o))
+		switch err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(o), cur); {
+		case apierrors.IsNotFound(err):
+			out[key] = "gone"
+		case err != nil:
+			t.Fatal(err)
+		default:
+			out[key] = cur.GetResourceVersion()
+		}
+	}
+	return out
+}
+
+// removeFinalizers takes every finalizer off the objects that are still there.
+func removeFinalizers(t *testing.T, e *env, objs []client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+		if err := e.c.Patch(context.Background(), o.DeepCopyObject().(client.Object), patch); client.IgnoreNotFound(err) != nil {
+			t.Errorf("removing the finalizers of %T %s: %v", o, client.ObjectKeyFromObject(o), err)
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -102,28 +103,60 @@ func versions(t *testing.T, p *planeEnv, cd *cdv1beta1.ComputeDomain) map[string
 	return out
 }
 
-func TestPlanesAreIsolated(t *testing.T) {
-	legacy, a, b := startPlane(t, ""), startPlane(t, "plane-a"), startPlane(t, "plane-b")
-	cdL, cdA, cdB := legacy.createCD(t, "legacy"), a.createCD(t, "alpha"), b.createCD(t, "beta")
+// ownedBy pairs a domain with the plane that owns it (nil: a plane that runs no controller).
+type ownedBy struct {
+	owner *planeEnv
+	cd    *cdv1beta1.ComputeDomain
+}
 
-	// Each plane reconciles only its own domain: the DaemonSet appears in its own driver
-	// namespace and nowhere else.
-	for _, tc := range []struct {
-		owner *planeEnv
-		cd    *cdv1beta1.ComputeDomain
-	}{{legacy, cdL}, {a, cdA}, {b, cdB}} {
-		eventually(t, "DaemonSet of "+tc.cd.Name+" in its plane", func() bool { return hasDaemonSet(tc.owner, tc.cd) })
-		for _, other := range []*planeEnv{legacy, a, b} {
-			if other != tc.owner && hasDaemonSet(other, tc.cd) {
-				t.Errorf("plane %q created a DaemonSet for %s, a domain of plane %q", other.id, tc.cd.Name, tc.owner.id)
+// assertNoCrossPlaneDaemonSets fails for each domain that has a DaemonSet in the driver namespace
+// of a plane that does not own it.
+func assertNoCrossPlaneDaemonSets(t *testing.T, when string, planes []*planeEnv, domains ...ownedBy) {
+	t.Helper()
+	for _, d := range domains {
+		for _, p := range planes {
+			if p != d.owner && hasDaemonSet(p, d.cd) {
+				owner := "plane-c (no controller)"
+				if d.owner != nil {
+					owner = fmt.Sprintf("plane %q", d.owner.id)
+				}
+				t.Errorf("%s: plane %q created a DaemonSet for %s, a domain of %s", when, p.id, d.cd.Name, owner)
 			}
 		}
+	}
+}
+
+// hasWrittenStatus reports whether the domain's status says its resources were created: the
+// owner's status write, which comes after the DaemonSet in the same pass.
+func hasWrittenStatus(cd *cdv1beta1.ComputeDomain) bool {
+	cur := &cdv1beta1.ComputeDomain{}
+	if err := testCluster.Client.Get(context.Background(), client.ObjectKeyFromObject(cd), cur); err != nil {
+		return false
+	}
+	return meta.IsStatusConditionTrue(cur.Status.Conditions, cdv1beta1.ConditionResourcesCreated)
+}
+
+func TestPlanesAreIsolated(t *testing.T) {
+	legacy, a, b := startPlane(t, ""), startPlane(t, "plane-a"), startPlane(t, "plane-b")
+	planes := []*planeEnv{legacy, a, b}
+	cdL, cdA, cdB := legacy.createCD(t, "legacy"), a.createCD(t, "alpha"), b.createCD(t, "beta")
+	domains := []ownedBy{{legacy, cdL}, {a, cdA}, {b, cdB}}
+
+	// Each plane reconciles only its own domain: the DaemonSet appears in its own driver
+	// namespace and nowhere else, when it appears and once the owner has written the domain's
+	// status after it.
+	for _, d := range domains {
+		eventually(t, "DaemonSet of "+d.cd.Name+" in its plane", func() bool { return hasDaemonSet(d.owner, d.cd) })
+		assertNoCrossPlaneDaemonSets(t, "as the owner's DaemonSet appeared", planes, d)
+		eventually(t, "status of "+d.cd.Name+" written by its plane", func() bool { return hasWrittenStatus(d.cd) })
+		assertNoCrossPlaneDaemonSets(t, "once the owner wrote the status", planes, d)
 	}
 	// A domain labelled for a plane that runs no controller is touched by none.
 	ghost := testutil.MakeComputeDomain("ghost").Namespace(a.ns).Label(cdv1beta1.ControlPlaneLabel, "plane-c").Obj()
 	if err := testCluster.Client.Create(context.Background(), ghost); err != nil {
 		t.Fatal(err)
 	}
+	domains = append(domains, ownedBy{nil, ghost})
 
 	before := versions(t, a, cdA)
 	// plane-b acts: a domain created and deleted, its controller restarted.
@@ -140,6 +173,7 @@ func TestPlanesAreIsolated(t *testing.T) {
 	b.start(t)
 	eventually(t, "restarted plane-b reconciles again", func() bool {
 		cd := b.createCD(t, fmt.Sprintf("beta-%d", time.Now().UnixNano()%100000))
+		domains = append(domains, ownedBy{b, cd})
 		return wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true,
 			func(context.Context) (bool, error) { return hasDaemonSet(b, cd), nil }) == nil
 	})
@@ -150,6 +184,8 @@ func TestPlanesAreIsolated(t *testing.T) {
 	if err := testCluster.Client.Get(context.Background(), client.ObjectKeyFromObject(ghost), g); err != nil || len(g.Finalizers) != 0 || g.Status.Status != "" {
 		t.Errorf("a domain of a plane without a controller was written: finalizers=%v status=%q err=%v", g.Finalizers, g.Status.Status, err)
 	}
+	// Every plane has had the whole test to act on every domain, plane-b a restart too.
+	assertNoCrossPlaneDaemonSets(t, "at the end of the test", planes, domains...)
 }
 
 // staleCache is a cache that lies: it hands out objects with their plane label rewritten.

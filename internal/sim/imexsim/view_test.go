@@ -417,7 +417,7 @@ func TestSimNoShutdownDelay(t *testing.T) {
 }
 
 // As a process, SIGTERM ends a containerized IMEX at once and leaves the node's session held
-// while the driver releases its exports: a new IMEX meanwhile gets NV_ERR_IN_USE. A kill
+// while the driver releases its exports: a new IMEX meanwhile gets NV_ERR_IN_USE. A crash
 // leaves nothing to release, and the node marked unsafe.
 func TestSimProcessShutdownDelay(t *testing.T) {
 	t.Parallel()
@@ -441,26 +441,27 @@ func TestSimProcessShutdownDelay(t *testing.T) {
 		t.Error("a clean stop left the unsafe-termination marker")
 	}
 
-	// A killed run: the session is free at once, the node marked unsafe.
+	// A run that crashes leaves nothing to release: the session is free at once, the node
+	// marked unsafe.
 	if err := os.Remove(filepath.Join(f.nodeDir, ReleasingPath)); err != nil {
 		t.Fatal(err)
 	}
 	p = simProcess(t, n, func(o *imex.Options) { o.StopGrace = -1 })
 	exited = startProcess(t, p)
 	readyWithin(t, n.ip, p)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // Stop kills when its context has ended
-	_ = p.Stop(ctx)
+	if err := Crash(withTimeout(t), n.settings.IMEXConfigPath); err != nil {
+		t.Fatalf("Crash: %v", err)
+	}
 	var exitErr *imex.ExitError
-	if err := receive(t, "the process to exit", exited); !errors.As(err, &exitErr) || exitErr.Signal == "" {
-		t.Errorf("the process ended with %v, want killed by a signal", err)
+	if err := receive(t, "the process to exit", exited); !errors.As(err, &exitErr) || exitErr.Code == 0 {
+		t.Errorf("the process ended with %v, want a crash", err)
 	}
 	sess, err := takeSession(f.nodeDir)
 	if err != nil {
-		t.Fatalf("taking the session after the kill: %v", err)
+		t.Fatalf("taking the session after the crash: %v", err)
 	}
 	sess.release()
 	if _, found := markerPeers(t, f.nodeDir); !found {
-		t.Error("a kill left no unsafe-termination marker")
+		t.Error("a crash left no unsafe-termination marker")
 	}
 }

@@ -73,11 +73,18 @@ test-e2e: ## End-to-end scenarios on one simulated cluster (cdplane sim), no rac
 # The oldest supported Kubernetes release (hack/tools/k8s-v1.34), where no MutatingAdmissionPolicy
 # v1 is served: channel injection, leader failover and two planes side by side.
 E2E_OLDEST_KUBERNETES ?= v1.34
+# What `make soak` repeats: what must hold every time, not most times.
+SOAK_COUNT ?= 20
+SOAK_SCENARIOS ?= ^(TestFailoverDuringTwoRackJob|TestLeaderFailoverWhileDomainsJoin|TestControllerRestartWithLiveDomain|TestAPIServerRestartWithLiveDomains|TestKubeletPluginRestartWithRunningWorkloads|TestBackToBackDomainsOnTheSameNodes)$$
 E2E_OLDEST_SCENARIOS ?= ^(TestChannelInjection|TestFailoverDuringTwoRackJob|TestTwoPlanesSideBySide)$$
 
 .PHONY: test-e2e-oldest
 test-e2e-oldest: ## The main end-to-end scenarios on the oldest supported Kubernetes (builds its control plane on first run)
 	CDPLANE_E2E=1 CDPLANE_E2E_KUBERNETES_VERSION=$(E2E_OLDEST_KUBERNETES) $(GO) test -count=1 -timeout 40m -v -run '$(E2E_OLDEST_SCENARIOS)' ./test/e2e/...
+
+.PHONY: soak
+soak: ## The failover, restart and back-to-back scenarios SOAK_COUNT times (default 20) on one simulated cluster, each run reported
+	set -o pipefail; CDPLANE_E2E=1 $(GO) test -json -count=$(SOAK_COUNT) -timeout $$(( $(SOAK_COUNT) * 15 ))m -run '$(SOAK_SCENARIOS)' ./test/e2e/ | $(GO) run ./hack/soak -runs $(SOAK_COUNT)
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane)

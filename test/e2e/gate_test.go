@@ -17,7 +17,8 @@ import (
 // gate is off and come back when it is on, and a domain created after the flip has cliques
 // exactly when the gate is on. Only then does it check what the flip must not change: the live
 // domain Ready with the same nodes at the same indexes, the same daemon pods without restarts,
-// and every IMEX connected to exactly its clique.
+// and every IMEX connected to exactly its clique. The live domain's status is sampled from
+// before the first flip to after the last: one NotReady read fails the test.
 func TestGateFlipWithLiveDomains(t *testing.T) {
 	e2eOnly(t)
 	waitPlanesIdle(t, planeB)
@@ -46,6 +47,7 @@ func TestGateFlipWithLiveDomains(t *testing.T) {
 		}
 		waitPlaneGate(t, planeB, "")
 	})
+	live := sampleReady(t, cd)
 	for i, on := range []bool{false, true} {
 		vals := simState.PlaneValues()
 		vals["featureGates"] = map[string]any{"ComputeDomainCliques": on}
@@ -69,4 +71,5 @@ func TestGateFlipWithLiveDomains(t *testing.T) {
 			t.Errorf("gate %v: the domain created after the flip has %d clique objects", on, n)
 		}
 	}
+	live.check(t, "across both gate flips", expectedReads(1, time.Since(live.started)))
 }

@@ -50,8 +50,8 @@ func TestControllerRestartWithLiveDomain(t *testing.T) {
 	})
 }
 
-// Restarting kube-apiserver with a live domain: the domain is Ready throughout the ten seconds
-// after the apiserver answers again; every component reconnects: the daemons carry on and
+// Restarting kube-apiserver with a live domain: every read of the domain's status from before
+// the restart to ten seconds after the apiserver answers again finds it Ready; every component reconnects: the daemons carry on and
 // their IMEX stays connected, and membership changes after the restart reach the controller,
 // the plugins (a new node's prepare) and the daemons already running (their IMEX reloads with
 // the new peer and without the one that left), and a new domain becomes Ready.
@@ -85,19 +85,17 @@ func liveDomainAcrossRestart(t *testing.T, id string, restart func(t *testing.T)
 	daemons, err := liveDaemons(t, id, cd)
 	must(t, err)
 
+	// Ready throughout: sampled from before the restart until ten seconds after it ended. Reads
+	// that fail while the apiserver is away are counted, not taken as Ready: a third of the
+	// reads the ten seconds after the restart allow must succeed, and every read find it Ready.
+	live := sampleReady(t, cd)
 	restart(t)
-	// Ready throughout: sampled every second for ten seconds.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); <-tick.C {
-		cur := &cdv1beta1.ComputeDomain{}
-		if err := c.Get(ctx(), client.ObjectKeyFromObject(cd), cur); err != nil {
-			continue // a client reconnecting
-		}
-		if cur.Status.Status != cdv1beta1.StatusReady {
-			t.Fatalf("after the restart the live domain is %q", cur.Status.Status)
-		}
+	restarted := live.successful()
+	time.Sleep(10 * time.Second)
+	if n := live.successful() - restarted; n < expectedReads(1, 10*time.Second) {
+		t.Errorf("only %d reads of the live domain's status succeeded in the ten seconds after the restart", n)
 	}
+	live.check(t, "across the restart", expectedReads(1, 10*time.Second))
 	// The daemons carry on, and so does IMEX.
 	checkDaemonsKept(t, id, cd, daemons)
 	checkIMEXConnected(t, id, cd)

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,8 +22,8 @@ import (
 // setting stands for a new version) while a 2-rack domain of that plane runs a job and a domain
 // of the other plane runs too. Plane A is upgraded, then downgraded, then plane B is upgraded
 // and restored: a staged upgrade, plane by plane. Throughout, both domains are Ready (sampled
-// every second). The upgraded plane's live DaemonSet moves to the new template at once, and
-// under the default policy (OnDelete) its running daemons are not restarted: the job completes
+// every half second, a minimum of successful reads required). The upgraded plane's live
+// DaemonSet moves to the new template at once, and under the default policy (OnDelete) its running daemons are not restarted: the job completes
 // on them, and the daemons of the domain's next job run the new setting. The other plane's
 // DaemonSet is not written at all (same generation, metadata and field managers' entries; the
 // DaemonSet controller's status updates are not writes of cdplane's).
@@ -66,54 +64,9 @@ func TestStagedUpgradeWithLiveDomains(t *testing.T) {
 	must(t, err)
 	before := map[string]string{planeA: daemonVerbosity(t, planeA, cdA), planeB: daemonVerbosity(t, planeB, cdB)}
 
-	// The live domains Ready throughout, sampled every second until the end of the scenario
-	// (plane A's between its jobs excepted: a domain without workload is NotReady by design).
-	var mu sync.Mutex
-	sampled := []*cdv1beta1.ComputeDomain{cdA, cdB}
-	sample := func(cds ...*cdv1beta1.ComputeDomain) {
-		mu.Lock()
-		defer mu.Unlock()
-		sampled = cds
-	}
-	var notReady atomic.Int32
-	var samples atomic.Int32
-	var firstBad atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			mu.Lock()
-			cds := slices.Clone(sampled)
-			mu.Unlock()
-			for _, cd := range cds {
-				cur := &cdv1beta1.ComputeDomain{}
-				if err := c.Get(ctx(), client.ObjectKeyFromObject(cd), cur); err != nil {
-					continue
-				}
-				samples.Add(1)
-				if cur.Status.Status != cdv1beta1.StatusReady {
-					notReady.Add(1)
-					firstBad.CompareAndSwap(nil, fmt.Sprintf("%s/%s %q at %s", cur.Namespace, cur.Name, cur.Status.Status, time.Now().Format(time.TimeOnly)))
-				}
-			}
-		}
-	})
-	stopSampling := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-			wg.Wait()
-		}
-	}
-	t.Cleanup(stopSampling)
+	// The live domains Ready throughout, sampled until the end of the scenario (plane A's
+	// between its jobs excepted: a domain without workload is NotReady by design).
+	live := sampleReady(t, cdA, cdB)
 
 	// upgrade applies plane id with the daemons' verbosity v and checks the live domain of that
 	// plane moved to it without a daemon restart, and the other plane's was not written.
@@ -143,7 +96,7 @@ func TestStagedUpgradeWithLiveDomains(t *testing.T) {
 	checkIMEXConnected(t, planeA, cdA)
 	// The job completes on the daemons it started with; they go with it.
 	releaseIMEXJob(t, planeA, nsA, "worker", cdA)
-	sample(cdB)
+	live.set(cdB)
 	waitComplete(t, nsA, "worker", 3*time.Minute)
 	checkIMEXJobLogs(t, nsA, "worker")
 	eventually(t, 2*time.Minute, "the finished job's daemons gone", func() (bool, error) {
@@ -155,7 +108,7 @@ func TestStagedUpgradeWithLiveDomains(t *testing.T) {
 	next := waitRunning(t, nsA, "next", 4, 3*time.Minute)
 	waitMembership(t, planeA, cdA, podNodes(next), 3*time.Minute)
 	waitStatus(t, cdA, cdv1beta1.StatusReady, time.Minute)
-	sample(cdA, cdB)
+	live.set(cdA, cdB)
 	nextDaemons, err := liveDaemons(t, planeA, cdA)
 	must(t, err)
 	for node, p := range nextDaemons {
@@ -169,11 +122,7 @@ func TestStagedUpgradeWithLiveDomains(t *testing.T) {
 	upgrade(planeB, cdB, daemonsB, "3", planeA, cdA)
 	upgrade(planeB, cdB, daemonsB, "", planeA, cdA)
 
-	stopSampling()
-	t.Logf("%d samples of the two domains' status during the upgrades, %d not Ready", samples.Load(), notReady.Load())
-	if n := notReady.Load(); n > 0 {
-		t.Errorf("a live domain was not Ready in %d of %d samples during the upgrades (first: %v)", n, samples.Load(), firstBad.Load())
-	}
+	live.check(t, "during the staged upgrade", expectedReads(2, time.Since(live.started)))
 }
 
 // writes is what a write to an object's metadata or spec changes: its generation, labels and

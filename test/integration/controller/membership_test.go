@@ -235,7 +235,8 @@ func TestForeignClaimTemplateIsLeftAlone(t *testing.T) {
 }
 
 // TestGateFlipKeepsDomainsReady restarts the controller with the ComputeDomainCliques gate
-// flipped, both ways, while a domain is live: it stays Ready, no index moves, the DaemonSet is
+// flipped, both ways, while a domain is live: it stays Ready (no write of the domain during the
+// flips leaves it otherwise, watched, not sampled), no index moves, the DaemonSet is
 // not changed (it keeps the gate value it was created with) and IMEX is not reloaded; the
 // daemons, started with the first value, follow the controller either way.
 func TestGateFlipKeepsDomainsReady(t *testing.T) {
@@ -264,6 +265,8 @@ func TestGateFlipKeepsDomainsReady(t *testing.T) {
 					return err == nil && len(st.Connected) == 2, err
 				})
 			}
+			// Every write of the domain from here to the end of both flips must leave it Ready.
+			written := watchStatus(t, cd, before.ResourceVersion)
 			gate := startWithCliques
 			for range 2 {
 				gate = !gate
@@ -299,6 +302,7 @@ func TestGateFlipKeepsDomainsReady(t *testing.T) {
 					}
 				}
 			}
+			written.checkReadyThroughout(t, "both flips")
 		})
 	}
 }

@@ -168,63 +168,41 @@ type peerSource interface {
 	ready(node string) bool
 }
 
-// supervisor runs IMEX as membership says.
+// supervisor runs IMEX as membership says: a thin loop that turns what it observes (membership,
+// IMEX's exit, its timers) into inputs for step (machine.go) and applies the effects step
+// returns.
 type supervisor struct {
 	cfg  Config
 	deps Deps
 	view peerSource
 	log  logr.Logger
 	// after is time.After and now time.Now unless a test sets them.
-	after   func(time.Duration) <-chan time.Time
-	now     func() time.Time
-	running bool
+	after func(time.Duration) <-chan time.Time
+	now   func() time.Time
+	// report tells the cluster that IMEX is blocked (see reportBlocked); nil: nothing reports.
+	report func(ctx context.Context, reason, message string)
+
+	state state
+	// exited is the running IMEX's end; restart and retry are the armed timers (nil: none).
 	exited  <-chan error
-	backoff time.Duration
 	restart <-chan time.Time
 	retry   <-chan time.Time
-	// runIndex is this node's index when the current run started: IMEX fixes its own node id
-	// at start, so a new index needs a new run, not a reload.
-	runIndex int
-	// readySeen is true once the current run answered Ready: a reload (SIGUSR1) is not sent
-	// before, since IMEX reads it only once its handlers are in place. reloadPending records a
-	// reload held back until then.
-	readySeen     bool
-	reloadPending bool
-	// lastReload is when the last reload was sent: IMEX honours SIGUSR1 at most once every 5 s
-	// and ignores the others, so reloads are spaced by reloadInterval, the changes meanwhile
-	// coalesced into the next one.
-	lastReload time.Time
 	// config writes IMEX's files, skipping the work when nothing they hold changed.
 	config imex.ConfigWriter
 	// skipped is the last set of clique entries left out (see usablePeers), logged when it
 	// changes.
 	skipped []skippedPeer
-	// blocked is why IMEX cannot run on this node, for a reason retrying did not cure
-	// (cdv1beta1.IMEXBlockedHostIMEXInUse); once set, IMEX is not started again by this
-	// process.
-	blocked string
-	// inUseSince is when IMEX first failed with NV_ERR_IN_USE since it last ran Ready; zero:
-	// it has not.
-	inUseSince time.Time
-	// report tells the cluster that IMEX is blocked (see reportBlocked); nil: nothing reports.
-	report func(ctx context.Context, reason, message string)
-	// started is true once IMEX was started by this daemon.
-	started bool
 }
 
-// waitForDomain says whether the first start of IMEX waits for the domain's nodes: with
-// addresses in nodes.cfg (IMEXDaemonsWithDNSNames off) every node that joins later changes
-// nodes.cfg and restarts IMEX, so the daemon first waits until the domain lists numNodes nodes,
-// as NVIDIA's daemon does in that mode. Names need no wait: a join is a hosts-file reload.
-func (s *supervisor) waitForDomain() (wait bool, joined, numNodes int) {
-	if s.cfg.DNSNames || s.started {
-		return false, 0, 0
+func (s *supervisor) policy() policy {
+	p := policy{firstBackoff: s.deps.RestartBackoff, sessionInUseRetry: s.deps.SessionInUseRetry, hostIMEXService: s.cfg.HostIMEXService}
+	if p.firstBackoff <= 0 {
+		p.firstBackoff = time.Second
 	}
-	joined, numNodes, ok := s.view.domainSize()
-	if !ok {
-		return false, 0, 0
+	if p.sessionInUseRetry == 0 {
+		p.sessionInUseRetry = DefaultSessionInUseRetry
 	}
-	return joined < numNodes, joined, numNodes
+	return p
 }
 
 func (s *supervisor) settings() imex.Settings {
@@ -243,30 +221,28 @@ func (s *supervisor) timer(d time.Duration) <-chan time.Time {
 
 func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
 	// An absent clique sends no event: look once the watch had time to sync.
-	s.retry = s.timer(50 * time.Millisecond)
+	s.retry, s.state.retryArmed = s.timer(50*time.Millisecond), true
 	for {
 		select {
 		case <-ctx.Done():
 			return s.stop()
 		case <-notify:
 		case err := <-s.exited:
-			s.running, s.exited = false, nil
+			s.exited = nil
 			s.deps.Metrics.imexExited(err)
-			if s.block(ctx, err) {
-				continue
-			}
-			s.deps.Metrics.imexRestart(restartExited)
-			s.log.Error(err, "IMEX exited; restarting it", "after", s.nextBackoff())
-			s.restart = s.timer(s.backoff)
+			// Its effects (a log, a timer, a report) cannot fail.
+			_ = s.handle(ctx, input{kind: inExited, err: err})
 			continue
 		case <-s.restart:
 			s.restart = nil
+			_ = s.handle(ctx, input{kind: inRestartDue}) // no effects
 		case <-s.retry:
 			s.retry = nil
+			_ = s.handle(ctx, input{kind: inRetryDue}) // no effects
 		}
 		if !s.view.update() {
 			// A watch has not synced yet; its events may have come before it had: look again.
-			s.retry = s.timer(100 * time.Millisecond)
+			s.retry, s.state.retryArmed = s.timer(100*time.Millisecond), true
 			continue
 		}
 		if err := s.sync(ctx); err != nil {
@@ -276,136 +252,100 @@ func (s *supervisor) loop(ctx context.Context, notify <-chan struct{}) error {
 	}
 }
 
-// sync writes the config for the current membership and starts or reloads IMEX. It waits for
-// this node's entry and index; a first start sends no reload.
+// sync reads membership, writes IMEX's files for it and hands step what it found.
 func (s *supervisor) sync(ctx context.Context) error {
 	peers, self := s.view.peers(s.cfg.NodeName)
 	s.deps.Metrics.membership(self, s.view.ready(s.cfg.NodeName), s.clock())
-	if self == nil {
-		if !s.running {
-			s.log.V(1).Info("Waiting for this node's entry and index")
-		}
-		return nil
-	}
-	peers = s.usable(peers)
-	changes, err := s.config.Write(s.settings(), peers)
-	s.deps.Metrics.configWritten(changes) // what was written before a failure too
-	if err != nil {
-		return fmt.Errorf("writing IMEX config: %w", err)
-	}
-	s.deps.Metrics.configured(len(peers), len(s.skipped))
-	if !s.running {
-		if s.restart != nil || s.blocked != "" {
-			return nil // a restart is scheduled, or IMEX cannot run here
-		}
-		if wait, joined, want := s.waitForDomain(); wait {
-			s.log.V(1).Info("Waiting for the domain's nodes before IMEX first starts (addresses in nodes.cfg: each later join restarts it)",
-				"joined", joined, "numNodes", want)
-			return nil
-		}
-		exited, err := s.deps.IMEX.Start(ctx)
-		s.deps.Metrics.imexStarted(err)
+	m := membership{}
+	if self != nil {
+		peers = s.usable(peers)
+		changes, err := s.config.Write(s.settings(), peers)
+		s.deps.Metrics.configWritten(changes) // what was written before a failure too
 		if err != nil {
-			if s.block(ctx, err) {
-				return nil
+			return fmt.Errorf("writing IMEX config: %w", err)
+		}
+		s.deps.Metrics.configured(len(peers), len(s.skipped))
+		m = membership{self: true, index: self.Index, peers: len(peers), change: changes.Action()}
+		if !s.cfg.DNSNames {
+			// With addresses in nodes.cfg every node that joins later changes nodes.cfg and
+			// restarts IMEX, so a first start waits until the domain lists numNodes nodes, as
+			// NVIDIA's daemon does in that mode. Names need no wait: a join is a hosts reload.
+			if joined, numNodes, ok := s.view.domainSize(); ok && joined < numNodes {
+				m.domainIncomplete, m.joined, m.numNodes = true, joined, numNodes
 			}
-			s.restart = s.timer(s.nextBackoff())
-			return fmt.Errorf("starting IMEX: %w", err)
 		}
-		s.running, s.exited, s.runIndex, s.started = true, exited, self.Index, true
-		s.readySeen, s.reloadPending = false, false
-		s.log.Info("Started IMEX", "index", self.Index, "peers", len(peers))
-		return nil
 	}
-	action, reason := changes.Action(), restartConfigChanged
-	if self.Index != s.runIndex {
-		s.log.Info("This node's index changed; restarting IMEX, which fixes its node id at start",
-			"from", s.runIndex, "to", self.Index)
-		action, reason = imex.ActionRestart, restartIndexChanged
-	}
-	switch action {
-	case imex.ActionReload:
-		s.reloadPending = true
-	case imex.ActionRestart:
-		s.deps.Metrics.imexRestart(reason)
-		s.log.Info("IMEX configuration changed; restarting IMEX", "peers", len(peers))
-		stopCtx, cancel := context.WithTimeout(ctx, restartStopTimeout)
-		err := s.deps.IMEX.Stop(stopCtx)
-		cancel()
-		if err != nil {
-			return err
-		}
-		s.running, s.exited = false, nil
-		return s.sync(ctx)
-	}
-	if !s.readySeen && (s.reloadPending || s.backoff > 0) {
-		s.readySeen = s.ready(ctx)
-	}
-	if s.reloadPending {
-		if !s.readySeen {
-			s.log.V(1).Info("Membership changed; the reload waits until IMEX is Ready", "peers", len(peers))
-			if s.retry == nil {
-				s.retry = s.timer(reloadRecheck)
-			}
-			return nil
-		}
-		if wait := s.lastReload.Add(reloadInterval).Sub(s.clock()); !s.lastReload.IsZero() && wait > 0 {
-			s.log.V(1).Info("Membership changed; the reload waits for IMEX's reload interval", "wait", wait)
-			if s.retry == nil {
-				s.retry = s.timer(wait)
-			}
-			return nil
-		}
-		s.reloadPending, s.lastReload = false, s.clock()
-		s.log.Info("Membership changed; reloading IMEX", "peers", len(peers))
-		if err := s.deps.IMEX.Reload(); err != nil {
-			return err
-		}
-		s.deps.Metrics.reloaded()
-		return nil
-	}
-	if s.readySeen {
-		s.backoff = 0 // a run that turned Ready resets the backoff
-		s.inUseSince = time.Time{}
-	}
-	return nil
+	return s.handle(ctx, input{kind: inMembership, m: m})
 }
 
-// block decides what an IMEX that ended (or failed to start) with NV_ERR_IN_USE does: another
-// IMEX holds the node's IMEX session, which the kernel gives one IMEX a node. Unless the plugin
-// found a host nvidia-imex service enabled on the node (then that is the holder, and it is
-// reported at once), that is most often the previous domain's IMEX on the node, still
-// releasing its memory exports after its pod was told to stop (jobs run back to back on the
-// same nodes): IMEX is then started again with the usual backoff, for up to SessionInUseRetry.
-// A session still held after that is reported and IMEX stays stopped. It returns false for any
-// other error, which the caller retries as always.
-func (s *supervisor) block(ctx context.Context, err error) bool {
-	if !imex.IsSessionInUse(err) {
-		return false
+// handle runs step for in and applies its effects in order; the outcome of an effect that
+// has one is handled as the next input. It returns the first error an effect met.
+func (s *supervisor) handle(ctx context.Context, in input) error {
+	in.now = s.clock()
+	next, effects := step(s.state, in, s.policy())
+	if next.phase != s.state.phase {
+		s.log.V(2).Info("IMEX supervisor", "input", in.kind.String(), "from", s.state.phase.String(), "to", next.phase.String())
 	}
-	now := s.clock()
-	if s.inUseSince.IsZero() {
-		s.inUseSince = now
+	s.state = next
+	for _, e := range effects {
+		switch e.kind {
+		case doLog:
+			switch {
+			case e.err != nil:
+				s.log.Error(e.err, e.message, e.kv...)
+			case e.debug:
+				s.log.V(1).Info(e.message, e.kv...)
+			default:
+				s.log.Info(e.message, e.kv...)
+			}
+		case doStart:
+			exited, err := s.deps.IMEX.Start(ctx)
+			s.deps.Metrics.imexStarted(err)
+			if err != nil {
+				_ = s.handle(ctx, input{kind: inStartFailed, err: err}) // arms a timer or reports; no effect fails
+				if imex.IsSessionInUse(err) {
+					return nil // retried or reported as such, not a failure to apply membership
+				}
+				return fmt.Errorf("starting IMEX: %w", err)
+			}
+			s.exited = exited
+			s.log.Info("Started IMEX", "index", in.m.index, "peers", in.m.peers)
+			return s.handle(ctx, input{kind: inStarted, index: in.m.index})
+		case doStop:
+			s.deps.Metrics.imexRestart(e.reason)
+			stopCtx, cancel := context.WithTimeout(ctx, restartStopTimeout)
+			err := s.deps.IMEX.Stop(stopCtx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			s.exited = nil
+			_ = s.handle(ctx, input{kind: inStopped}) // no effects
+			// Membership is read again, as after any change: the files may have moved on.
+			return s.sync(ctx)
+		case doReload:
+			if err := s.deps.IMEX.Reload(); err != nil {
+				return err
+			}
+			s.deps.Metrics.reloaded()
+		case doAskReady:
+			return s.handle(ctx, input{kind: inReadiness, m: in.m, ready: s.ready(ctx)})
+		case doRestartAfter:
+			if e.reason != "" {
+				s.deps.Metrics.imexRestart(e.reason)
+			}
+			s.restart = s.timer(e.after)
+		case doRetryAfter:
+			s.retry = s.timer(e.after)
+		case doReportBlocked:
+			s.restart = nil
+			s.deps.Metrics.blocked(e.reason)
+			if s.report != nil {
+				s.report(ctx, e.reason, e.message)
+			}
+		}
 	}
-	window := s.deps.SessionInUseRetry
-	if window == 0 {
-		window = DefaultSessionInUseRetry
-	}
-	if held := now.Sub(s.inUseSince); held < window && s.cfg.HostIMEXService == "" {
-		s.restart = s.timer(s.nextBackoff())
-		s.log.Info("The node's IMEX session is still held by another IMEX (a previous domain's, shutting down?); trying again",
-			"code", imex.SessionInUseCode, "after", s.backoff, "heldFor", held.Round(time.Second), "givingUpAfter", window)
-		return true
-	}
-	s.blocked = cdv1beta1.IMEXBlockedHostIMEXInUse
-	s.restart = nil
-	s.deps.Metrics.blocked(s.blocked)
-	msg := sessionHeldMessage(s.cfg.HostIMEXService, window)
-	s.log.Error(err, "IMEX cannot run on this node", "reason", s.blocked, "help", msg)
-	if s.report != nil {
-		s.report(ctx, s.blocked, msg)
-	}
-	return true
+	return nil
 }
 
 // DefaultSessionInUseRetry is how long IMEX is retried while another IMEX holds the node's
@@ -469,26 +409,8 @@ func (s *supervisor) usable(peers []imex.Peer) []imex.Peer {
 	return kept
 }
 
-// maxRestartBackoff caps the delay before IMEX is restarted after an exit.
-const maxRestartBackoff = 30 * time.Second
-
-// nextBackoff is the delay before the next restart: the first delay, then doubling up to
-// maxRestartBackoff.
-func (s *supervisor) nextBackoff() time.Duration {
-	first := s.deps.RestartBackoff
-	if first <= 0 {
-		first = time.Second
-	}
-	if s.backoff == 0 {
-		s.backoff = first
-	} else {
-		s.backoff = min(2*s.backoff, maxRestartBackoff)
-	}
-	return s.backoff
-}
-
 func (s *supervisor) stop() error {
-	if !s.running {
+	if !s.state.phase.runs() {
 		return nil
 	}
 	// No deadline: IMEX gets the pod's whole grace period to exit cleanly (an unsafe

@@ -3,7 +3,7 @@
 //
 //	go run ./hack/image image   --out bin/image/cdplane-0.1.0.oci.tar --commit abc  # `make image`
 //	go run ./hack/image release --image bin/image/cdplane-0.1.0.oci.tar --out bin/release/0.1.0
-//	go run ./hack/image lock    # pin the current Debian versions of the lock's packages, every platform's
+//	go run ./hack/image lock    # pin the current Debian versions of the lock's packages, every platform's (--platforms: some)
 //
 // Times in the image come from SOURCE_DATE_EPOCH (0 when unset); the version from
 // internal/version's VERSION file. See package imagebuild.
@@ -105,10 +105,15 @@ func run(args []string) error {
 		}
 		return release(*image, *out, epoch)
 	case "lock":
+		platforms := fs.String("platforms", "linux/"+strings.Join(imagebuild.Arches, ",linux/"), "the platforms whose packages are pinned again; the others' lines are kept as they are")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		return relock(*lock)
+		arches, err := parsePlatforms(*platforms)
+		if err != nil {
+			return err
+		}
+		return relock(*lock, arches)
 	default:
 		return fmt.Errorf("unknown command %q: want image, release or lock", args[0])
 	}
@@ -210,7 +215,7 @@ func copyFile(from, to string) error {
 // every platform: a package whose candidate is of architecture "all" gets one line, any other
 // one line per architecture of imagebuild.Arches (apt-get download <name>:<arch>), whatever
 // architectures the lock listed it for before.
-func relock(lock string) error {
+func relock(lock string, arches []string) error {
 	data, err := os.ReadFile(lock)
 	if err != nil {
 		return err
@@ -242,6 +247,13 @@ func relock(lock string) error {
 			continue
 		}
 		for _, arch := range imagebuild.Arches {
+			if !slices.Contains(arches, arch) {
+				// Not pinned again (a machine without that architecture): its line as it was.
+				if i := slices.IndexFunc(old, func(o imagebuild.Package) bool { return o.Name == name && o.Arch == arch }); i >= 0 {
+					pkgs = append(pkgs, old[i])
+				}
+				continue
+			}
 			if err := imagebuild.CheckDpkgArch(arch); err != nil {
 				return fmt.Errorf("pinning %s for %s: %w", name, arch, err)
 			}

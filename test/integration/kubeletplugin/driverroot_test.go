@@ -11,10 +11,15 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/driverroot"
 	"cdplane/internal/kubeletplugin"
 )
 
 // driverRoot lays out files (paths relative to the root) as executables under a new directory.
+
+// nvmlPath is where a Debian driver install on this machine's architecture puts NVML.
+var nvmlPath = "usr/lib/" + driverroot.LibTriplet() + "/libnvidia-ml.so.1"
+
 func driverRoot(t *testing.T, files ...string) string {
 	t.Helper()
 	root := t.TempDir()
@@ -42,7 +47,7 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		n := e.addNode(11)
-		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "dev/nvidiactl")
+		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", nvmlPath, "dev/nvidiactl")
 		// The loaded driver's version reaches the daemon.
 		versionFile := n.path("proc", "driver", "nvidia", "version")
 		must(t, os.MkdirAll(filepath.Dir(versionFile), 0o755))
@@ -62,7 +67,7 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 			{HostPath: n.path("state", "domains", string(cd.UID)), ContainerPath: "/etc/nvidia-imex", Options: []string{"rw", "nosuid", "nodev", "bind"}},
 			{HostPath: hostRoot + "/usr/bin/nvidia-imex", ContainerPath: "/usr/local/nvidia/bin/nvidia-imex", Options: ro},
 			{HostPath: hostRoot + "/usr/bin/nvidia-imex-ctl", ContainerPath: "/usr/local/nvidia/bin/nvidia-imex-ctl", Options: ro},
-			{HostPath: hostRoot + "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", ContainerPath: "/usr/local/nvidia/lib/libnvidia-ml.so.1", Options: ro},
+			{HostPath: hostRoot + "/" + nvmlPath, ContainerPath: "/usr/local/nvidia/lib/libnvidia-ml.so.1", Options: ro},
 		}
 		if diff := cmp.Diff(wantMounts, edits.Mounts); diff != "" {
 			t.Errorf("daemon mounts (-want +got):\n%s", diff)
@@ -114,7 +119,7 @@ func TestDaemonClaimDriverRoot(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		n := e.addNode(14)
-		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "dev/nvidiactl")
+		root := driverRoot(t, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", nvmlPath, "dev/nvidiactl")
 		versionFile := n.path("proc", "driver", "nvidia", "version")
 		must(t, os.MkdirAll(filepath.Dir(versionFile), 0o755))
 		must(t, os.WriteFile(versionFile, []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.148.08  Fri May 30 2025\n"), 0o644))

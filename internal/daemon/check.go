@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -23,7 +24,10 @@ func Check(ctx context.Context, cfg Config, x imex.Interface) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 	defer cancel()
 	if err := x.Ready(ctx); err != nil {
-		return fmt.Errorf("IMEX is not ready: %w", err)
+		if errors.Is(err, imex.ErrNotReady) {
+			return err // it says so already: "IMEX is not ready: <its answer>"
+		}
+		return fmt.Errorf("IMEX is not ready: asking it: %w", err)
 	}
 	return nil
 }

@@ -49,6 +49,8 @@ func TestCheck(t *testing.T) {
 				t.Fatalf("Check = %q, want an error containing %q", err, tc.wantErr)
 			case tc.wantNotReady && !errors.Is(err, imex.ErrNotReady):
 				t.Fatalf("Check = %v, want it to wrap imex.ErrNotReady", err)
+			case strings.Count(err.Error(), "not ready") > 1:
+				t.Fatalf("Check = %q says it twice (the probe's message the kubelet shows on the pod)", err)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package computedomain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -95,6 +96,14 @@ func (r *Reconciler) ensure(ctx context.Context, cd *cdv1beta1.ComputeDomain, de
 		}
 	}
 	if apierrors.IsNotFound(err) {
+		// Checked against the server first, as before every write to the domain itself: the
+		// cache may still show a domain that has moved to another plane (or is gone), whose
+		// objects are that plane's to create. Creates are once per object, so the read is too.
+		if ok, err := r.domainOwnedOnServer(ctx, cd); err != nil {
+			return "", err
+		} else if !ok {
+			return "", errNotOwned
+		}
 		err = r.client.Create(ctx, desired)
 		if apierrors.IsAlreadyExists(err) {
 			// The cache holds only objects labelled for a domain: an unlabelled object of the
@@ -115,6 +124,10 @@ func (r *Reconciler) ensure(ctx context.Context, cd *cdv1beta1.ComputeDomain, de
 	}
 	return "", r.converge(ctx, cd, desired, current)
 }
+
+// errNotOwned ends a pass that was about to create an object for a domain the apiserver says
+// is not this plane's (the refusal is counted where it is found).
+var errNotOwned = errors.New("the ComputeDomain is not this control plane's on the apiserver")
 
 // createdKey names an object the controller creates.
 type createdKey struct {

@@ -15,10 +15,10 @@ import (
 )
 
 // TestNoWriteToADomainTheServerSaysIsForeign: before any write to a domain (its finalizer, its
-// membership annotation, its status) the controller reads it afresh from the apiserver; when
-// that read says the domain is not this plane's (relabelled to another plane, recreated with
-// another UID, gone), the domain gets zero writes, whatever the cache says, and the refusal is
-// counted. The cache here holds the domain as the plane's; the apiserver (the reader) another
+// membership annotation, its status) or any object created for it (claim templates, DaemonSet)
+// the controller reads it afresh from the apiserver; when that read says the domain is not this
+// plane's (relabelled to another plane, recreated with another UID, gone), the domain gets zero
+// writes and nothing is created for it, whatever the cache says, and the refusal is counted. The cache here holds the domain as the plane's; the apiserver (the reader) another
 // version of it.
 func TestNoWriteToADomainTheServerSaysIsForeign(t *testing.T) {
 	moved := func(planeID, to string, taken bool) (cache, server *cdv1beta1.ComputeDomain) {
@@ -107,7 +107,19 @@ func TestNoWriteToADomainTheServerSaysIsForeign(t *testing.T) {
 			if got := refusals() - before; got != want {
 				t.Errorf("refusals counted +%v, want +%v", got, want)
 			}
+			// Nor does it create anything for the domain: its claim templates, DaemonSet and
+			// cliques are as much the domain's as its status.
+			made := 0
+			for _, kind := range []string{"ResourceClaimTemplate", "DaemonSet", "ComputeDomainClique"} {
+				made += len(writes.of(kind))
+				if tc.want == nil && len(writes.of(kind)) > 0 {
+					t.Errorf("the server says the domain is not this plane's, yet the pass wrote its %ss: %v", kind, writes.of(kind))
+				}
+			}
 			if tc.want != nil {
+				if made == 0 {
+					t.Errorf("control: the pass created nothing for the domain")
+				}
 				return // the controls: written
 			}
 			cached := &cdv1beta1.ComputeDomain{}

@@ -5,6 +5,7 @@ package computedomain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -213,6 +214,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	created, ds, err := r.ensureResources(ctx, cd)
+	if errors.Is(err, errNotOwned) {
+		return ctrl.Result{}, nil // another plane's now: its events are that plane's
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -3,6 +3,8 @@ package status
 import (
 	"io"
 	"os"
+
+	"golang.org/x/term"
 )
 
 // ColorFor reports whether text written to w should be coloured: only when w is a terminal
@@ -14,12 +16,10 @@ func ColorFor(w io.Writer) bool {
 	return IsTerminal(w)
 }
 
-// IsTerminal reports whether w is a file that is a character device (a terminal).
+// IsTerminal reports whether w is a terminal: a file the terminal ioctls answer for. A character
+// device is not enough: /dev/null is one, and output sent there (a cron job, `> /dev/null`)
+// must get no colours or screen clearing.
 func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }

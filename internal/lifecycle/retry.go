@@ -10,10 +10,10 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/net/http2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -26,7 +26,9 @@ var retryInitial, retryMax = 250 * time.Millisecond, 5 * time.Second
 // WithRetries returns a copy of cfg whose requests are retried, with backoff, while they fail
 // transiently (TransientFailure) and budget allows (measured from each request's first attempt,
 // and never past its context's deadline). Each retry prints "retrying after: <error>" to out.
-// A request that fails otherwise, or whose body cannot be sent again, returns at once.
+// A request that fails otherwise, or whose body cannot be sent again, returns at once, and so
+// does a write (anything but GET and HEAD) whose failure leaves open whether the apiserver
+// applied it (mayHaveBeenApplied): sending a create or a JSON patch again could apply it twice.
 //
 // Every request of every lifecycle command (Helm's included) goes through it, so a 503 from
 // an apiserver restarting, a 429 from priority and fairness or a reset connection does not
@@ -57,7 +59,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for {
 		resp, err := t.next.RoundTrip(req)
 		why, transient := TransientFailure(ctx, resp, err)
-		if !transient {
+		if !transient || !idempotent(req.Method) && mayHaveBeenApplied(resp, err) {
 			return resp, err
 		}
 		pause := wait.Jitter(delay, 0.2)
@@ -112,8 +114,9 @@ func TransientFailure(ctx context.Context, resp *http.Response, err error) (stri
 			return "", false
 		}
 		var nerr net.Error
+		var serr http2.StreamError
 		transient := utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) ||
-			utilnet.IsHTTP2ConnectionLost(err) || strings.Contains(err.Error(), "stream error") ||
+			utilnet.IsHTTP2ConnectionLost(err) || errors.As(err, &serr) ||
 			(errors.As(err, &nerr) && nerr.Timeout())
 		return err.Error(), transient
 	}
@@ -138,6 +141,31 @@ func TransientFailure(ctx context.Context, resp *http.Response, err error) (stri
 		why += ": " + status.Message
 	}
 	return why, true
+}
+
+// idempotent says whether sending a request twice has the effect of sending it once.
+func idempotent(method string) bool {
+	return method == http.MethodGet || method == http.MethodHead
+}
+
+// mayHaveBeenApplied says whether a transient failure leaves open that the apiserver applied
+// the request: a connection that broke after the request went out, or a 500, 502 or 504 (a
+// timeout inside the apiserver or in front of it) without Retry-After. Not for a connection
+// that was never made, nor for the apiserver refusing to take the request (429 from priority
+// and fairness, 503 while it starts or stops, any answer with Retry-After).
+func mayHaveBeenApplied(resp *http.Response, err error) bool {
+	if err != nil {
+		if utilnet.IsConnectionRefused(err) {
+			return false // never reached the apiserver
+		}
+		var op *net.OpError
+		return !errors.As(err, &op) || op.Op != "dial"
+	}
+	switch resp.StatusCode {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return resp.Header.Get("Retry-After") == ""
+	}
+	return false
 }
 
 // retryAfter is the delay a response's Retry-After header asks for (seconds), 0 without one.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/net/http2"
 )
 
 func response(code int, body string) *http.Response {
@@ -29,20 +30,21 @@ func TestTransientFailure(t *testing.T) {
 		transient bool
 		why       string
 	}{
-		"200":                 {resp: response(200, "{}")},
-		"403 Forbidden":       {resp: response(403, status(403, "forbidden"))},
-		"404 NotFound":        {resp: response(404, status(404, "not found"))},
-		"409 Conflict":        {resp: response(409, status(409, "conflict"))},
-		"422 Invalid":         {resp: response(422, status(422, "invalid"))},
-		"429":                 {resp: response(429, status(429, "too many requests")), transient: true, why: "429 Too Many Requests: too many requests"},
-		"500 leader changed":  {resp: response(500, status(500, "etcdserver: leader changed")), transient: true, why: "500 Internal Server Error: etcdserver: leader changed"},
-		"503":                 {resp: response(503, status(503, "unavailable")), transient: true, why: "503 Service Unavailable: unavailable"},
-		"504 without a body":  {resp: response(504, "not json"), transient: true, why: "504 Gateway Timeout"},
-		"connection refused":  {err: &url.Error{Op: "Get", URL: "https://x", Err: syscall.ECONNREFUSED}, transient: true},
-		"connection reset":    {err: &url.Error{Op: "Get", URL: "https://x", Err: syscall.ECONNRESET}, transient: true},
-		"EOF":                 {err: &url.Error{Op: "Get", URL: "https://x", Err: io.EOF}, transient: true},
-		"canceled":            {err: &url.Error{Op: "Get", URL: "https://x", Err: context.Canceled}},
-		"a certificate error": {err: &url.Error{Op: "Get", URL: "https://x", Err: errors.New("x509: certificate signed by unknown authority")}},
+		"200":                    {resp: response(200, "{}")},
+		"403 Forbidden":          {resp: response(403, status(403, "forbidden"))},
+		"404 NotFound":           {resp: response(404, status(404, "not found"))},
+		"409 Conflict":           {resp: response(409, status(409, "conflict"))},
+		"422 Invalid":            {resp: response(422, status(422, "invalid"))},
+		"429":                    {resp: response(429, status(429, "too many requests")), transient: true, why: "429 Too Many Requests: too many requests"},
+		"500 leader changed":     {resp: response(500, status(500, "etcdserver: leader changed")), transient: true, why: "500 Internal Server Error: etcdserver: leader changed"},
+		"503":                    {resp: response(503, status(503, "unavailable")), transient: true, why: "503 Service Unavailable: unavailable"},
+		"504 without a body":     {resp: response(504, "not json"), transient: true, why: "504 Gateway Timeout"},
+		"connection refused":     {err: &url.Error{Op: "Get", URL: "https://x", Err: syscall.ECONNREFUSED}, transient: true},
+		"connection reset":       {err: &url.Error{Op: "Get", URL: "https://x", Err: syscall.ECONNRESET}, transient: true},
+		"EOF":                    {err: &url.Error{Op: "Get", URL: "https://x", Err: io.EOF}, transient: true},
+		"an HTTP/2 stream reset": {err: &url.Error{Op: "Get", URL: "https://x", Err: http2.StreamError{StreamID: 3, Code: http2.ErrCodeInternal}}, transient: true},
+		"canceled":               {err: &url.Error{Op: "Get", URL: "https://x", Err: context.Canceled}},
+		"a certificate error":    {err: &url.Error{Op: "Get", URL: "https://x", Err: errors.New("x509: certificate signed by unknown authority")}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -92,7 +94,18 @@ func TestRetryTransport(t *testing.T) {
 	}
 	ok := func() (*http.Response, error) { return response(201, "{}"), nil }
 	forbidden := func() (*http.Response, error) { return response(403, "{}"), nil }
+	reset := func() (*http.Response, error) {
+		return nil, &url.Error{Op: "Post", URL: "x", Err: syscall.ECONNRESET}
+	}
+	timedOut := func() (*http.Response, error) { return response(504, `{"message":"timeout"}`), nil }
+	busy := func() (*http.Response, error) {
+		r := response(500, `{"message":"busy"}`)
+		r.Header.Set("Retry-After", "1")
+		return r, nil
+	}
+	tooMany := func() (*http.Response, error) { return response(429, `{"message":"slow down"}`), nil }
 	cases := map[string]struct {
+		method  string // default POST
 		answers []func() (*http.Response, error)
 		budget  time.Duration
 		code    int // 0: an error
@@ -102,13 +115,24 @@ func TestRetryTransport(t *testing.T) {
 		"succeeds after transient failures": {answers: []func() (*http.Response, error){unavailable, refused, ok}, budget: time.Minute, code: 201, sent: 3, retries: 2},
 		"a permanent failure at once":       {answers: []func() (*http.Response, error){forbidden, ok}, budget: time.Minute, code: 403, sent: 1},
 		"no budget left: the last failure":  {answers: []func() (*http.Response, error){unavailable}, budget: 0, code: 503, sent: 1},
+		// A write that may have been applied is not sent again: a create after a reset
+		// connection, or after a timeout inside the apiserver.
+		"a create whose connection was reset: not sent again": {answers: []func() (*http.Response, error){reset, ok}, budget: time.Minute, code: 0, sent: 1},
+		"a create that timed out: not sent again":             {answers: []func() (*http.Response, error){timedOut, ok}, budget: time.Minute, code: 504, sent: 1},
+		"a create refused by priority and fairness: retried":  {answers: []func() (*http.Response, error){tooMany, ok}, budget: time.Minute, code: 201, sent: 2, retries: 1},
+		"a create answered 500 with Retry-After: retried":     {answers: []func() (*http.Response, error){busy, ok}, budget: time.Minute, code: 201, sent: 2, retries: 1},
+		"a read whose connection was reset: retried":          {method: http.MethodGet, answers: []func() (*http.Response, error){reset, timedOut, ok}, budget: time.Minute, code: 201, sent: 3, retries: 2},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			s := &script{answers: tc.answers}
 			var out strings.Builder
 			rt := &retryTransport{next: s, out: &out, budget: tc.budget}
-			req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "https://apiserver/api/v1/namespaces", strings.NewReader(`{"kind":"Namespace"}`))
+			method := tc.method
+			if method == "" {
+				method = http.MethodPost
+			}
+			req, err := http.NewRequestWithContext(context.Background(), method, "https://apiserver/api/v1/namespaces", strings.NewReader(`{"kind":"Namespace"}`))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,7 +155,10 @@ func TestRetryTransport(t *testing.T) {
 			if got := strings.Count(out.String(), "  retrying after: "); got != tc.retries {
 				t.Errorf("%d retries reported, want %d:\n%s", got, tc.retries, out.String())
 			}
-			if tc.retries > 0 && !strings.Contains(out.String(), "retrying after: 503 Service Unavailable: down (POST /api/v1/namespaces)") {
+			if tc.retries > 0 && method == http.MethodPost && !strings.Contains(out.String(), "retrying after: ") {
+				t.Errorf("the retry does not say why:\n%s", out.String())
+			}
+			if name == "succeeds after transient failures" && !strings.Contains(out.String(), "retrying after: 503 Service Unavailable: down (POST /api/v1/namespaces)") {
 				t.Errorf("the retry does not say why:\n%s", out.String())
 			}
 		})

@@ -27,8 +27,8 @@ var retryInitial, retryMax = 250 * time.Millisecond, 5 * time.Second
 // transiently (TransientFailure) and budget allows (measured from each request's first attempt,
 // and never past its context's deadline). Each retry prints "retrying after: <error>" to out.
 // A request that fails otherwise, or whose body cannot be sent again, returns at once, and so
-// does a write (anything but GET and HEAD) whose failure leaves open whether the apiserver
-// applied it (mayHaveBeenApplied): sending a create or a JSON patch again could apply it twice.
+// does a request that is not idempotent (a create, a JSON patch) whose failure leaves open
+// whether the apiserver applied it (mayHaveBeenApplied): sent again, it could apply twice.
 //
 // Every request of every lifecycle command (Helm's included) goes through it, so a 503 from
 // an apiserver restarting, a 429 from priority and fairness or a reset connection does not
@@ -59,7 +59,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for {
 		resp, err := t.next.RoundTrip(req)
 		why, transient := TransientFailure(ctx, resp, err)
-		if !transient || !idempotent(req.Method) && mayHaveBeenApplied(resp, err) {
+		if !transient || !idempotent(req) && mayHaveBeenApplied(resp, err) {
 			return resp, err
 		}
 		pause := wait.Jitter(delay, 0.2)
@@ -143,9 +143,19 @@ func TransientFailure(ctx context.Context, resp *http.Response, err error) (stri
 	return why, true
 }
 
-// idempotent says whether sending a request twice has the effect of sending it once.
-func idempotent(method string) bool {
-	return method == http.MethodGet || method == http.MethodHead
+// idempotent says whether sending a request twice has the effect of sending it once: reads;
+// an update (PUT: the same object again, or a Conflict when it carries the resourceVersion the
+// first one changed); a delete (a NotFound the second time); a merge, strategic-merge or apply
+// patch (the same fields set again). Not a create (POST: a second object, or AlreadyExists in
+// place of success) nor a JSON patch (an "add" to a list adds twice).
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
+		return true
+	case http.MethodPatch:
+		return req.Header.Get("Content-Type") != "application/json-patch+json"
+	}
+	return false
 }
 
 // mayHaveBeenApplied says whether a transient failure leaves open that the apiserver applied

@@ -105,12 +105,13 @@ func TestRetryTransport(t *testing.T) {
 	}
 	tooMany := func() (*http.Response, error) { return response(429, `{"message":"slow down"}`), nil }
 	cases := map[string]struct {
-		method  string // default POST
-		answers []func() (*http.Response, error)
-		budget  time.Duration
-		code    int // 0: an error
-		sent    int
-		retries int
+		method    string // default POST
+		jsonPatch bool   // the body is a JSON patch (otherwise a merge patch for PATCH)
+		answers   []func() (*http.Response, error)
+		budget    time.Duration
+		code      int // 0: an error
+		sent      int
+		retries   int
 	}{
 		"succeeds after transient failures": {answers: []func() (*http.Response, error){unavailable, refused, ok}, budget: time.Minute, code: 201, sent: 3, retries: 2},
 		"a permanent failure at once":       {answers: []func() (*http.Response, error){forbidden, ok}, budget: time.Minute, code: 403, sent: 1},
@@ -122,6 +123,10 @@ func TestRetryTransport(t *testing.T) {
 		"a create refused by priority and fairness: retried":  {answers: []func() (*http.Response, error){tooMany, ok}, budget: time.Minute, code: 201, sent: 2, retries: 1},
 		"a create answered 500 with Retry-After: retried":     {answers: []func() (*http.Response, error){busy, ok}, budget: time.Minute, code: 201, sent: 2, retries: 1},
 		"a read whose connection was reset: retried":          {method: http.MethodGet, answers: []func() (*http.Response, error){reset, timedOut, ok}, budget: time.Minute, code: 201, sent: 3, retries: 2},
+		"an update whose connection was reset: retried":       {method: http.MethodPut, answers: []func() (*http.Response, error){reset, ok}, budget: time.Minute, code: 201, sent: 2, retries: 1},
+		"a merge patch that timed out: retried":               {method: http.MethodPatch, answers: []func() (*http.Response, error){timedOut, ok}, budget: time.Minute, code: 201, sent: 2, retries: 1},
+		"a JSON patch that timed out: not sent again":         {method: http.MethodPatch, jsonPatch: true, answers: []func() (*http.Response, error){timedOut, ok}, budget: time.Minute, code: 504, sent: 1},
+		"a delete whose connection was reset: retried":        {method: http.MethodDelete, answers: []func() (*http.Response, error){reset, ok}, budget: time.Minute, code: 201, sent: 2, retries: 1},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -135,6 +140,12 @@ func TestRetryTransport(t *testing.T) {
 			req, err := http.NewRequestWithContext(context.Background(), method, "https://apiserver/api/v1/namespaces", strings.NewReader(`{"kind":"Namespace"}`))
 			if err != nil {
 				t.Fatal(err)
+			}
+			switch {
+			case tc.jsonPatch:
+				req.Header.Set("Content-Type", "application/json-patch+json")
+			case method == http.MethodPatch:
+				req.Header.Set("Content-Type", "application/merge-patch+json")
 			}
 			resp, err := rt.RoundTrip(req)
 			switch {

@@ -131,6 +131,13 @@ func (p *faultProxy) fail(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// sent is how many requests of kind reached the proxy, failed or not.
+func (p *faultProxy) sent(kind string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen[kind]
+}
+
 // injectedKinds lists the kinds of request that were failed at least once.
 func (p *faultProxy) injectedKinds() []string {
 	p.mu.Lock()

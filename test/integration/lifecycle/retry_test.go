@@ -35,16 +35,24 @@ func cliThrough(t *testing.T, kubeconfig string, code int, want []string, args .
 // of the prerequisites and a plane, assign and unassign of a namespace and a node — succeeds
 // when the first two requests of every kind (verb and resource, Helm's and discovery's
 // included) fail as an apiserver under load or restarting fails them: 503, 429, a 500 for an
-// etcd leader change, a connection cut without an answer. Each command says it retried.
+// etcd leader change, a connection cut without an answer (creates meet only the first two).
+// Each command says it retried.
 func TestTransientAPIErrorsAreRetried(t *testing.T) {
 	ctx := context.Background()
 	cycle := []fault{unavailable, tooMany, leaderChanged, reset}
+	// A create is sent again only after a failure that says the apiserver did not take it: after
+	// a reset or a 500 it may have been applied, and a second create would fail or duplicate it
+	// (TestPartialStateNamesTheFinishingCommand, "a create cut off").
+	notTaken := []fault{unavailable, tooMany}
 	next := 0
 	p := newFaultProxy(t, func(kind string, n int) fault {
 		if n >= 2 {
 			return noFault
 		}
 		next++
+		if strings.HasPrefix(kind, "POST ") {
+			return notTaken[next%len(notTaken)]
+		}
 		return cycle[next%len(cycle)]
 	})
 	kubeconfig := p.kubeconfig(t)
@@ -150,6 +158,35 @@ func TestPartialStateNamesTheFinishingCommand(t *testing.T) {
 		failOnly()
 		cliThrough(t, kubeconfig, 0, []string{"RoleBinding " + ns + "/plane-p-cdplane-controller created"},
 			"assign", "namespace", ns, "--control-plane-id", id)
+		rbs := &rbacv1.RoleBindingList{}
+		must(t, testCluster.Client.List(ctx, rbs, client.InNamespace(ns)))
+		if len(rbs.Items) != 2 {
+			t.Fatalf("%d RoleBindings in %s after finishing, want 2", len(rbs.Items), ns)
+		}
+	})
+
+	// A create whose connection is cut may have been applied: the transport does not send it
+	// again; the command stops as for any failure, and the command it names finishes.
+	t.Run("a create cut off", func(t *testing.T) {
+		ns := testCluster.Namespace(t, nil)
+		cut := false
+		p.setRule(func(kind string, _ int) fault {
+			if kind == "POST rolebindings" && !cut {
+				cut = true
+				return reset
+			}
+			return noFault
+		})
+		before := p.sent("POST rolebindings")
+		out := cliThrough(t, kubeconfig, 1, []string{
+			"not done: the plane's RoleBindings in namespace " + ns,
+			"to finish, run: cdplane assign namespace " + ns + " --control-plane-id plane-p",
+		}, "assign", "namespace", ns, "--control-plane-id", id, "--timeout", "3s")
+		if n := p.sent("POST rolebindings") - before; n != 1 || strings.Contains(out, "retrying after") {
+			t.Errorf("the create cut off was sent %d times (want once), output:\n%s", n, out)
+		}
+		failOnly()
+		cliThrough(t, kubeconfig, 0, nil, "assign", "namespace", ns, "--control-plane-id", id)
 		rbs := &rbacv1.RoleBindingList{}
 		must(t, testCluster.Client.List(ctx, rbs, client.InNamespace(ns)))
 		if len(rbs.Items) != 2 {

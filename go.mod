@@ -13,6 +13,7 @@ require (
 	k8s.io/cli-runtime v0.37.2
 	k8s.io/client-go v0.37.2
 	k8s.io/dynamic-resource-allocation v0.37.2
+	k8s.io/kubectl v0.37.2
 	k8s.io/kubelet v0.37.2
 	sigs.k8s.io/controller-runtime v0.25.2
 	tags.cncf.io/container-device-interface v1.1.2
@@ -82,7 +83,6 @@ require (
 	gomodules.xyz/jsonpatch/v2 v2.4.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
 	k8s.io/apiserver v0.37.2 // indirect
-	k8s.io/kubectl v0.37.2 // indirect
 	oras.land/oras-go/v2 v2.6.2 // indirect
 	sigs.k8s.io/kustomize/api v0.21.1 // indirect
 	sigs.k8s.io/kustomize/kyaml v0.21.2 // indirect

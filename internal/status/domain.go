@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 )
@@ -195,7 +196,7 @@ func (f nodeFacts) heldBack() (HeldBack, bool) {
 	case cliqueLabelled && cliqueLabel != "" && !f.hasEntry && f.maxNodes > 0 && f.cliqueMembers[cliqueLabel] >= f.maxNodes:
 		hb.Reason = ReasonCliqueFull
 		hb.Message = fmt.Sprintf("clique %s already has %d nodes, the plane's most per IMEX domain (--max-nodes-per-imex-domain): no free IMEX index for this node", cliqueLabel, f.cliqueMembers[cliqueLabel])
-	case !podReady(&f.pod):
+	case !podutils.IsPodReady(&f.pod):
 		hb.Reason, hb.Message = ReasonDaemonNotReady, f.notReadyMessage()
 	case f.claimsKnown && f.labelled && !f.claimed && !f.hasEntry:
 		hb.Reason = ReasonNoChannelClaim
@@ -307,15 +308,6 @@ func better(a, b *corev1.Pod) bool {
 		return a.DeletionTimestamp == nil
 	}
 	return a.CreationTimestamp.After(b.CreationTimestamp.Time)
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // containerState describes the first container that is not ready: waiting (with reason and

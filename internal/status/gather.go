@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -163,7 +164,7 @@ func podMessages(ctx context.Context, c client.Reader, ns string, pods []corev1.
 	looked := 0
 	for i := range pods {
 		p := &pods[i]
-		if podReady(p) || looked >= maxEventLookups {
+		if podutils.IsPodReady(p) || looked >= maxEventLookups {
 			continue
 		}
 		looked++

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/lifecycle"
@@ -181,7 +182,7 @@ func buildPlane(id string, dep *appsv1.Deployment, in PlanesInput) Plane {
 	for i := range in.PluginPods[id] {
 		pod := &in.PluginPods[id][i]
 		if pod.Spec.NodeName != "" {
-			pluginReady[pod.Spec.NodeName] = pluginReady[pod.Spec.NodeName] || podReady(pod)
+			pluginReady[pod.Spec.NodeName] = pluginReady[pod.Spec.NodeName] || podutils.IsPodReady(pod)
 		}
 	}
 	var nodes []string

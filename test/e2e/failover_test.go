@@ -8,6 +8,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -178,7 +179,7 @@ func runningWorkers(t *testing.T, ns string) []corev1.Pod {
 	t.Helper()
 	var out []corev1.Pod
 	for _, p := range jobPods(t, ns, "worker") {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && podReady(&p) {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
 			out = append(out, p)
 		}
 	}

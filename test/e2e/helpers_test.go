@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -117,7 +118,7 @@ func waitPlanesIdle(t *testing.T, ids ...string) {
 				case strings.HasPrefix(p.Name, "computedomain-daemon-"):
 					return false, fmt.Errorf("daemon pod %s on %s", p.Name, p.Spec.NodeName)
 				case name != "cdplane-controller" && name != "cdplane-kubelet-plugin":
-				case p.DeletionTimestamp != nil || !podReady(&p):
+				case p.DeletionTimestamp != nil || !podutils.IsPodReady(&p):
 					return false, fmt.Errorf("pod %s not Ready", p.Name)
 				case name == "cdplane-controller":
 					controllers++
@@ -164,7 +165,7 @@ func dump(t *testing.T, ns, id string) {
 		pods := &corev1.PodList{}
 		_ = c.List(ctx(), pods, client.InNamespace(n))
 		for _, p := range pods.Items {
-			t.Logf("pod %s/%s on %s: %s ready=%v", n, p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p))
+			t.Logf("pod %s/%s on %s: %s ready=%v", n, p.Name, p.Spec.NodeName, p.Status.Phase, podutils.IsPodReady(&p))
 			if n == ns {
 				t.Logf("  log tail:\n%s", logTail(&p, 6))
 			}
@@ -185,15 +186,6 @@ func logTail(p *corev1.Pod, lines int64) string {
 	defer rc.Close()
 	data, _ := io.ReadAll(rc)
 	return string(data)
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // computeDomain creates a ComputeDomain in ns.
@@ -284,7 +276,7 @@ func waitPodRunning(t *testing.T, p *corev1.Pod, timeout time.Duration) *corev1.
 		if err := c.Get(ctx(), client.ObjectKeyFromObject(p), cur); err != nil {
 			return false, err
 		}
-		return cur.Status.Phase == corev1.PodRunning && podReady(cur), nil
+		return cur.Status.Phase == corev1.PodRunning && podutils.IsPodReady(cur), nil
 	})
 	return cur
 }
@@ -323,7 +315,7 @@ func waitRunning(t *testing.T, ns, name string, n int, timeout time.Duration) []
 	eventually(t, timeout, fmt.Sprintf("%d pods of job %s Running", n, name), func() (bool, error) {
 		running = nil
 		for _, p := range jobPods(t, ns, name) {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && podReady(&p) {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
 				running = append(running, p)
 			}
 		}

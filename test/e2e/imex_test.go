@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -206,7 +207,7 @@ func waitMembership(t *testing.T, id string, cd *cdv1beta1.ComputeDomain, nodes 
 		}
 		var have []string
 		for node, p := range pods {
-			if !podReady(&p) || p.Status.PodIP == "" {
+			if !podutils.IsPodReady(&p) || p.Status.PodIP == "" {
 				return false, fmt.Errorf("daemon pod %s on %s not Ready", p.Name, node)
 			}
 			have = append(have, node)

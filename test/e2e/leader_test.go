@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -42,7 +43,7 @@ func TestLeaderFailoverWhileDomainsJoin(t *testing.T) {
 		others = nil
 		found := false
 		for _, p := range pods {
-			if !podReady(&p) {
+			if !podutils.IsPodReady(&p) {
 				return false, fmt.Errorf("controller pod %s not Ready", p.Name)
 			}
 			if p.Name == holder {
@@ -118,7 +119,7 @@ func TestLeaderFailoverWhileDomainsJoin(t *testing.T) {
 		if err != nil || len(pods) != 2 {
 			return false, err
 		}
-		return podReady(&pods[0]) && podReady(&pods[1]), nil
+		return podutils.IsPodReady(&pods[0]) && podutils.IsPodReady(&pods[1]), nil
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -141,7 +142,7 @@ func leaderAndStandby(driverNS, leaseName string) (leader, standby *corev1.Pod, 
 	for i := range pods {
 		p := &pods[i]
 		switch {
-		case !podReady(p):
+		case !podutils.IsPodReady(p):
 		case p.Name == ptrValue(lease.Spec.HolderIdentity):
 			leader = p
 		default:

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -384,7 +385,7 @@ func waitPluginNodes(t *testing.T, id string, nodes []string) {
 		}
 		got := []string{}
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil || !podReady(&p) {
+			if p.DeletionTimestamp != nil || !podutils.IsPodReady(&p) {
 				return false, fmt.Errorf("plugin pod %s on %s not Ready or terminating", p.Name, p.Spec.NodeName)
 			}
 			got = append(got, p.Spec.NodeName)

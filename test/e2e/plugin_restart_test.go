@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -74,7 +75,7 @@ func TestKubeletPluginRestartWithRunningWorkloads(t *testing.T) {
 	eventually(t, 3*time.Minute, "the kubelet plugin back on "+node, func() (bool, error) {
 		ready()
 		plugin = pluginPod(t, driverNS, node)
-		return plugin != nil && plugin.UID != old.UID && podReady(plugin), nil
+		return plugin != nil && plugin.UID != old.UID && podutils.IsPodReady(plugin), nil
 	})
 	// Sample the domain for a few seconds more (not a wait for a state).
 	sample := time.NewTicker(500 * time.Millisecond)
@@ -91,8 +92,8 @@ func TestKubeletPluginRestartWithRunningWorkloads(t *testing.T) {
 	for _, w := range []*corev1.Pod{w0, w1} {
 		cur := &corev1.Pod{}
 		must(t, c.Get(ctx(), client.ObjectKeyFromObject(w), cur))
-		if cur.UID != w.UID || cur.Status.Phase != corev1.PodRunning || !podReady(cur) || restarts(cur) != 0 {
-			t.Errorf("workload %s: UID %s (was %s), %s, ready %v, %d restarts; want the same pod running", w.Name, cur.UID, w.UID, cur.Status.Phase, podReady(cur), restarts(cur))
+		if cur.UID != w.UID || cur.Status.Phase != corev1.PodRunning || !podutils.IsPodReady(cur) || restarts(cur) != 0 {
+			t.Errorf("workload %s: UID %s (was %s), %s, ready %v, %d restarts; want the same pod running", w.Name, cur.UID, w.UID, cur.Status.Phase, podutils.IsPodReady(cur), restarts(cur))
 		}
 	}
 	if got, err := os.ReadFile(spec0); err != nil || string(got) != string(specData) {

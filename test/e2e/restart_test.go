@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -40,7 +41,7 @@ func TestControllerRestartWithLiveDomain(t *testing.T) {
 			holder := ptrValue(lease.Spec.HolderIdentity)
 			held := false
 			for _, p := range pods {
-				if p.UID == old.UID || !podReady(&p) {
+				if p.UID == old.UID || !podutils.IsPodReady(&p) {
 					return false, nil
 				}
 				held = held || p.Name == holder

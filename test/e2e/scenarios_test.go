@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -212,7 +213,7 @@ func waitPlaneSpec(t *testing.T, id, what string, check func(component string, s
 			if name != "cdplane-controller" && name != "cdplane-kubelet-plugin" {
 				continue
 			}
-			if p.DeletionTimestamp != nil || !podReady(&p) {
+			if p.DeletionTimestamp != nil || !podutils.IsPodReady(&p) {
 				return false, fmt.Errorf("pod %s not Ready", p.Name)
 			}
 			if err := check(name, p.Spec); err != nil {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -156,7 +157,7 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 	var restarted *corev1.Pod
 	eventually(t, 2*time.Minute, "the kubelet plugin back on "+node, func() (bool, error) {
 		restarted = pluginPod(t, driverNS, node)
-		return restarted != nil && restarted.UID != plugin.UID && podReady(restarted), nil
+		return restarted != nil && restarted.UID != plugin.UID && podutils.IsPodReady(restarted), nil
 	})
 	if log := logs(t, restarted); !strings.Contains(log, "Claim left PrepareStarted is gone") {
 		t.Errorf("the restarted plugin's log does not say it aborted the stale claim:\n%s", log)

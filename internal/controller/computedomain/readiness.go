@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -57,7 +58,7 @@ func (p *podReadiness) observe(old, o client.Object, deleted bool) {
 		byPod = map[types.UID]bool{}
 		p.pods[uid] = byPod
 	}
-	byPod[pod.UID] = pod.DeletionTimestamp == nil && podIsReady(pod)
+	byPod[pod.UID] = pod.DeletionTimestamp == nil && podutils.IsPodReady(pod)
 }
 
 // forget drops o from its domain's pods (the caller holds p.mu).
@@ -92,15 +93,6 @@ func (p *podReadiness) allReady(uid string, numNodes int) bool {
 		}
 	}
 	return true
-}
-
-func podIsReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // following has p observe every pod event before next maps it to its domain.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -376,7 +377,7 @@ func podInfo(p *corev1.Pod, ds *appsv1.DaemonSet) membership.Pod {
 		owner := metav1.GetControllerOf(p)
 		out.Owned = owner != nil && owner.UID == ds.UID && owner.Kind == "DaemonSet" && owner.Name == ds.Name
 	}
-	out.Ready = podIsReady(p)
+	out.Ready = podutils.IsPodReady(p)
 	return out
 }
 

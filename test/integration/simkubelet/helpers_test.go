@@ -85,15 +85,6 @@ func running(p *corev1.Pod) error {
 	return nil
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func conditions(p *corev1.Pod) string {
 	var out []string
 	for _, c := range p.Status.Conditions {

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
 	"cdplane/internal/sim/kubelet"
@@ -94,7 +95,7 @@ func TestPlainPod(t *testing.T) {
 	if got.Status.HostIP != "127.10.0.2" || len(got.Status.PodIPs) != 1 || got.Status.PodIPs[0].IP != got.Status.PodIP {
 		t.Errorf("hostIP %q podIPs %v", got.Status.HostIP, got.Status.PodIPs)
 	}
-	if podReady(got) {
+	if podutils.IsPodReady(got) {
 		t.Fatal("pod Ready before its readiness probe can pass")
 	}
 
@@ -162,7 +163,7 @@ func TestPlainPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPod(t, ns, pod.Name, 30*time.Second, "pod Ready", func(p *corev1.Pod) error {
-		if !podReady(p) {
+		if !podutils.IsPodReady(p) {
 			return errors.New("not Ready")
 		}
 		return nil
@@ -172,7 +173,7 @@ func TestPlainPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPod(t, ns, pod.Name, 30*time.Second, "pod not Ready", func(p *corev1.Pod) error {
-		if podReady(p) {
+		if podutils.IsPodReady(p) {
 			return errors.New("still Ready")
 		}
 		return nil
@@ -256,7 +257,7 @@ func TestInitContainers(t *testing.T) {
 	}
 	createPod(t, pod)
 	got := waitPod(t, ns, pod.Name, 60*time.Second, "pod running and ready", func(p *corev1.Pod) error {
-		if p.Status.Phase != corev1.PodRunning || !podReady(p) {
+		if p.Status.Phase != corev1.PodRunning || !podutils.IsPodReady(p) {
 			return errors.New("not running and ready")
 		}
 		return nil

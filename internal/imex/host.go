@@ -45,6 +45,21 @@ func DriverSupportsHostnames(version string) (bool, error) {
 	return true, nil
 }
 
+// IsDottedVersion reports whether s reads as a driver version: at least two numbers (digits
+// only) separated by single dots, as in "570.133.20".
+func IsDottedVersion(s string) bool {
+	parts := strings.Split(s, ".")
+	if len(parts) < 2 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
+}
+
 // parseDriverVersion splits a dotted driver version into its numbers.
 func parseDriverVersion(v string) ([]int, error) {
 	if v == "" {

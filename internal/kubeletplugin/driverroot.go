@@ -13,6 +13,7 @@ import (
 
 	"cdplane/internal/daemonenv"
 	"cdplane/internal/driverroot"
+	"cdplane/internal/imex"
 )
 
 // DefaultNvidiaDriverRoot is the host's NVIDIA driver root: / where the driver is installed on
@@ -180,7 +181,7 @@ func KernelDriverVersion(data []byte) (string, bool) {
 			continue
 		}
 		for f := range strings.FieldsSeq(rest) {
-			if isDottedVersion(f) {
+			if imex.IsDottedVersion(f) {
 				return f, true
 			}
 		}
@@ -188,19 +189,6 @@ func KernelDriverVersion(data []byte) (string, bool) {
 	return "", false
 }
 
-// isDottedVersion reports whether s is digits separated by single dots, with at least one dot.
-func isDottedVersion(s string) bool {
-	parts := strings.Split(s, ".")
-	if len(parts) < 2 {
-		return false
-	}
-	for _, p := range parts {
-		if p == "" || strings.Trim(p, "0123456789") != "" {
-			return false
-		}
-	}
-	return true
-}
 
 // nvmlVersion returns the driver version the root's NVML library belongs to: the driver
 // installs libnvidia-ml.so.1 as a link to libnvidia-ml.so.<version>.
@@ -210,7 +198,7 @@ func (r driverRoot) nvmlVersion(rel string) (string, bool) {
 		return "", false
 	}
 	v, ok := strings.CutPrefix(path.Base(rel), "libnvidia-ml.so.")
-	if !ok || !isDottedVersion(v) {
+	if !ok || !imex.IsDottedVersion(v) {
 		return "", false
 	}
 	return v, true

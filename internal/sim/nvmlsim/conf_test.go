@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"cdplane/internal/imex"
 	"cdplane/internal/nvml"
 )
 
@@ -75,7 +76,7 @@ func parseConf(data []byte) (conf, error) {
 			}
 			state = driver
 		case driver:
-			if len(f) != 2 || f[0] != "driver" || len(f[1]) >= 80 || !dottedVersion(f[1]) {
+			if len(f) != 2 || f[0] != "driver" || len(f[1]) >= 80 || !imex.IsDottedVersion(f[1]) {
 				return fail(`want "driver <version>"`)
 			}
 			c.Driver, state = f[1], gpus

@@ -22,8 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
+	"cdplane/internal/imex"
 	"cdplane/internal/nvml"
 )
 
@@ -165,7 +165,7 @@ func (s Node) Validate() error {
 	if s.Node == "" && s.GPUs > 0 {
 		return errors.New("sim spec: node must be set (GPU UUIDs derive from it)")
 	}
-	if s.DriverVersion != "" && !dottedVersion(s.DriverVersion) {
+	if s.DriverVersion != "" && !imex.IsDottedVersion(s.DriverVersion) {
 		return fmt.Errorf("sim spec: driverVersion %q: want numbers separated by dots, e.g. %s", s.DriverVersion, DefaultDriverVersion)
 	}
 	if _, err := s.Fabric.info(); err != nil {
@@ -182,19 +182,6 @@ func (s Node) Validate() error {
 	return nil
 }
 
-// dottedVersion reports whether v is at least two numbers separated by single dots.
-func dottedVersion(v string) bool {
-	parts := strings.Split(v, ".")
-	if len(parts) < 2 {
-		return false
-	}
-	for _, p := range parts {
-		if p == "" || strings.Trim(p, "0123456789") != "" {
-			return false
-		}
-	}
-	return true
-}
 
 // info turns the spec into the raw reading NVML would give.
 func (f Fabric) info() (nvml.FabricInfo, error) {

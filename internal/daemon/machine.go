@@ -187,8 +187,7 @@ func step(s state, in input, p policy) (state, []effect) {
 		if s, fx, ok := sessionInUse(s, in, p); ok {
 			return s, fx
 		}
-		s.phase = backingOff
-		s.backoff = nextBackoff(s.backoff, p.firstBackoff)
+		s = s.backOff(p)
 		return s, []effect{{kind: doRestartAfter, after: s.backoff}}
 	case inExited:
 		if !s.phase.runs() {
@@ -197,8 +196,7 @@ func step(s state, in input, p policy) (state, []effect) {
 		if s, fx, ok := sessionInUse(s, in, p); ok {
 			return s, fx
 		}
-		s.phase = backingOff
-		s.backoff = nextBackoff(s.backoff, p.firstBackoff)
+		s = s.backOff(p)
 		return s, []effect{
 			{kind: doLog, message: "IMEX exited; restarting it", err: in.err, kv: []any{"after", s.backoff}},
 			{kind: doRestartAfter, after: s.backoff, reason: restartExited},
@@ -313,8 +311,7 @@ func sessionInUse(s state, in input, p policy) (state, []effect, bool) {
 		s.inUseSince = in.now
 	}
 	if held := in.now.Sub(s.inUseSince); held < p.sessionInUseRetry && p.hostIMEXService == "" {
-		s.phase = backingOff
-		s.backoff = nextBackoff(s.backoff, p.firstBackoff)
+		s = s.backOff(p)
 		return s, []effect{
 			logf("The node's IMEX session is still held by another IMEX (a previous domain's, shutting down?); trying again",
 				"code", imex.SessionInUseCode, "after", s.backoff, "heldFor", held.Round(time.Second), "givingUpAfter", p.sessionInUseRetry),
@@ -327,6 +324,13 @@ func sessionInUse(s state, in input, p policy) (state, []effect, bool) {
 		{kind: doLog, message: "IMEX cannot run on this node", err: in.err, kv: []any{"reason", cdv1beta1.IMEXBlockedHostIMEXInUse, "help", msg}},
 		{kind: doReportBlocked, reason: cdv1beta1.IMEXBlockedHostIMEXInUse, message: msg},
 	}, true
+}
+
+// backOff is s waiting out the next restart delay.
+func (s state) backOff(p policy) state {
+	s.phase = backingOff
+	s.backoff = nextBackoff(s.backoff, p.firstBackoff)
+	return s
 }
 
 // maxRestartBackoff caps the delay before IMEX is restarted after an exit.

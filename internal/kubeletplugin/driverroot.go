@@ -189,7 +189,6 @@ func KernelDriverVersion(data []byte) (string, bool) {
 	return "", false
 }
 
-
 // nvmlVersion returns the driver version the root's NVML library belongs to: the driver
 // installs libnvidia-ml.so.1 as a link to libnvidia-ml.so.<version>.
 // rel has its links resolved inside the root already (locate).

@@ -24,7 +24,7 @@ import (
 var retryInitial, retryMax = 250 * time.Millisecond, 5 * time.Second
 
 // WithRetries returns a copy of cfg whose requests are retried, with backoff, while they fail
-// transiently (TransientFailure) and budget allows (measured from each request's first attempt,
+// transiently (TransientFailure) and budget allows (counted from each request's first attempt,
 // and never past its context's deadline). Each retry prints "retrying after: <error>" to out.
 // A request that fails otherwise, or whose body cannot be sent again, returns at once, and so
 // does a request that is not idempotent (a create, a JSON patch) whose failure leaves open

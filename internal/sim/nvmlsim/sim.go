@@ -182,7 +182,6 @@ func (s Node) Validate() error {
 	return nil
 }
 
-
 // info turns the spec into the raw reading NVML would give.
 func (f Fabric) info() (nvml.FabricInfo, error) {
 	if f.NoFabric {

@@ -28,9 +28,9 @@ import (
 // The controller of the cdplane modes runs, when Options.ControllerCommand is set, in a process
 // of its own, as it does in a cluster (a Deployment on some node), rather than in this process,
 // where it shares one Go scheduler and garbage collector with thousands of daemon instances
-// (at 9,216 nodes their goroutines waited up to seconds to run). Its CPU profile and memory
-// are then its own. On a machine whose cores the apiserver needs, a process of its own also
-// takes CPU that the Go scheduler would have held back; docs/scale.md has both measured. The
+// (in large runs their goroutines waited long to run). Its CPU profile and memory are then its
+// own. On a machine whose cores the apiserver needs, a process of its own also takes CPU that
+// the Go scheduler would have held back; docs/scale.md has both measured. The
 // child is this binary (`cdplane bench controller`); it stops when its standard input closes
 // (so also when the benchmark dies) and then prints what it measured as JSON on its standard
 // output.

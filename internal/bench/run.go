@@ -672,7 +672,8 @@ func joinedCount(domain *domainWatch, n int, joined *atomic.Int64) (int, bool) {
 
 // domainWatch follows one ComputeDomain's status through a watch: polling it with GETs would
 // read thousands of status entries from etcd many times a second, load the apiserver cdplane is
-// measured on, and tilt the comparison (it did: an eighth of the apiserver's CPU).
+// measured on, and tilt the comparison (it did; see docs/scale.md, "Design choices and what was
+// measured").
 type domainWatch struct {
 	mu      sync.Mutex
 	ready   int

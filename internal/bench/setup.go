@@ -93,8 +93,8 @@ func onTransport(cfg *rest.Config, rt http.RoundTripper) *rest.Config {
 }
 
 // golang.org/x/net/http2.Transport is deprecated in favour of net/http's, whose pooling is the
-// very behaviour replaced here (TestInstancesShareConnections: 1,918 connections for 1,500
-// instances through net/http, 20 through this one).
+// very behaviour replaced here (TestInstancesShareConnections counts the connections of each;
+// see docs/scale.md, "Design choices and what was measured").
 var (
 	sharedMu         sync.Mutex
 	sharedTransports = map[string]*http2.Transport{} //nolint:staticcheck // see above
@@ -105,10 +105,10 @@ var (
 // its transport among them too, but through net/http, which, while every connection of the pool
 // carries as many streams as the apiserver allows (the instances' watches stay open), dials and
 // handshakes a new connection for each request that comes, keeps one and closes the others: in
-// a 20,016-node burst TLS handshakes were a fifth of this process's CPU and an eighth of
-// kube-apiserver's, in every mode. golang.org/x/net/http2's own pool dials one connection at a
-// time and shares it among the requests waiting (TestInstancesShareConnections). Real daemons each run in their own pod with
-// one connection; this is the benchmark's cost, not theirs.
+// a large burst TLS handshakes took a large share of this process's CPU and of kube-apiserver's,
+// in every mode. golang.org/x/net/http2's own pool dials one connection at a time and shares it
+// among the requests waiting (TestInstancesShareConnections). Real daemons each run in their own
+// pod with one connection; this is the benchmark's cost, not theirs.
 func sharedTransport(base *rest.Config) (*http2.Transport, error) { //nolint:staticcheck // see sharedTransports
 	key := clusterKey(base)
 	sharedMu.Lock()
@@ -405,5 +405,5 @@ func (w *world) cleanup(ctx context.Context, c client.Client) {
 }
 
 // newScheme returns the one scheme every client of the benchmark shares: building one per client
-// cost thousands of instances a sixth of the process's CPU (measured with --profile).
+// cost thousands of instances a large share of the process's CPU (found with --profile).
 var newScheme = sync.OnceValue(scheme.New)

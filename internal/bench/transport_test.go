@@ -21,9 +21,9 @@ import (
 // TestInstancesShareConnections: a burst of instances, each its own identity, opening watches
 // that stay open and then making a request each, reaches the apiserver over a few shared HTTP/2
 // connections, not one dialled (and TLS-handshaken) per request that found every connection
-// full: through client-go's net/http transport, a 20,016-node burst spent a fifth of the
-// benchmark process's CPU and an eighth of kube-apiserver's on such handshakes. Counted at a
-// TCP relay in front of a real kube-apiserver.
+// full: through client-go's net/http transport, a large burst spent a large share of the
+// benchmark process's CPU and of kube-apiserver's on such handshakes. Counted at a TCP relay in
+// front of a real kube-apiserver.
 func TestInstancesShareConnections(t *testing.T) {
 	binDir := controlPlaneBins(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)

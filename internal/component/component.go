@@ -45,7 +45,8 @@ type Invocation struct {
 	// Mapper, when set, is the REST mapper the instance's API clients use instead of running
 	// discovery into one of their own: the simulated kubelet shares one between its in-process
 	// instances (one per apiserver, built on the kubelet's own connection), which would each
-	// hold about 0.8 MiB of discovery data otherwise. Nil for a program that owns its process.
+	// hold a copy of the discovery data otherwise, most of an instance's heap. Nil for a program
+	// that owns its process.
 	Mapper meta.RESTMapper
 }
 

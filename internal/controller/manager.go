@@ -164,7 +164,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		LeaderElectionNamespace:             o.DriverNamespace,
 		LeaderElectionReleaseOnCancel:       true,
 		// Lease renewals on a connection of their own: behind slow watch streams on the shared
-		// one they stalled past their deadline at 1,152 nodes and cost the leadership.
+		// one they stalled past their deadline in large domains and cost the leadership.
 		LeaderElectionConfig: component.OwnConnection(cfg),
 		LeaseDuration:        durationOrNil(o.LeaseDuration),
 		RenewDeadline:        durationOrNil(o.RenewDeadline),

@@ -60,9 +60,8 @@ func Serve(ctx context.Context, cfg Config, deps Deps) error {
 	var view *membershipView
 	if cfg.CliqueID != "" {
 		// The watch of the clique opens while the pod is labelled: the daemon needs both and
-		// neither waits for the other, and on a loaded apiserver each takes seconds (at 2,304
-		// daemons in a burst, about 5 s at the median between the label and the open watch
-		// when they went one after the other).
+		// neither waits for the other, and on a loaded apiserver each takes seconds (one after
+		// the other, they added up for every daemon of a burst).
 		view = newMembershipView(wctx, deps.Client, cfg, signal, deps.Log)
 		defer view.close()
 	}

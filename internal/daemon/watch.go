@@ -110,10 +110,10 @@ type membershipView struct {
 // is in cliques (a controller whose gate is off while this daemon's is on, or NVIDIA's, which
 // does not say); while the domain says cliques it looks again every CliqueWait.
 //
-// Counted from the daemon's start, as it was until 2026-12-04, the wait ran out for most
-// daemons of a 20,016-node burst before their label was written: at 2 minutes they read the
-// domain's annotation (8,102 reads in one run), in the one flow of the daemons' service account
-// where their labels waited to be admitted.
+// Counted from the daemon's start, as it once was, the wait ran out in a large burst for most
+// daemons before their label was even written, and they all read the domain's annotation in the
+// one flow of the daemons' service account where their labels waited to be admitted (see
+// docs/scale.md, "Design choices and what was measured").
 const CliqueWait = 2 * time.Minute
 
 // placeRetry is how soon a failed read of the domain's membership annotation is tried again.
@@ -155,9 +155,9 @@ func placeReader(c client.Client, cfg Config, log logr.Logger) func(context.Cont
 // read not to say its membership is in cliques (the follower reads it only after that wait;
 // the time is checked here too so that the decision never rests on the follower's timer
 // alone). Thousands of daemons starting together before the controller wrote their cliques
-// would otherwise each receive the domain's whole status on every change until it did: at
-// 20,016 nodes in a burst, daemons still waiting after 2 minutes watched a domain of 20,016
-// entries, and every status write went to each of them.
+// would otherwise each receive the domain's whole status on every change until it did: in a
+// large burst, the daemons still waiting after the clique wait watched a domain with an entry
+// per node, and every status write went to each of them.
 func (m *membershipView) wantDomain(hasClique bool) bool {
 	if hasClique {
 		m.seenClique = true

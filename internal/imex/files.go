@@ -108,9 +108,10 @@ func WriteConfig(s Settings, peers []Peer) (Changes, error) {
 // stood after it, and when asked to write the same settings and peers again while every file
 // still stands so (same inode, size, modification and change times), it returns no changes
 // without rendering or reading anything. A daemon calls it on every event of its clique, most of
-// which (other entries turning Ready) change nothing IMEX reads: at 2,304 daemons in one
-// benchmark process, rendering and comparing the unchanged files was 3 s of CPU a run. A file
-// changed behind it, or a failed write, makes the next call render and write as WriteConfig does.
+// which (other entries turning Ready) change nothing IMEX reads; rendering and comparing the
+// unchanged files on each is wasted CPU, plain in a benchmark process running thousands of
+// daemons (see docs/scale.md, "Design choices and what was measured"). A file changed behind
+// it, or a failed write, makes the next call render and write as WriteConfig does.
 // The zero value is ready to use; it is not safe for concurrent use.
 type ConfigWriter struct {
 	settings Settings

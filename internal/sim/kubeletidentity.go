@@ -15,10 +15,10 @@ import (
 // The simulated kubelets' identity. A kubelet is not an administrator: kube-apiserver's
 // priority and fairness classifies its requests in the `system` level, its Lease and node
 // status writes in `node-high`, each level with its share of the apiserver's seats. As
-// system:masters (the sim's administrator) every kubelet request would be exempt: at 2,304
-// nodes the kubelets' exempt traffic borrowed nearly every seat, the service accounts' level
-// (kubelet plugins, daemons) was held to its minimum of 24 seats with hundreds of requests
-// queued and thousands rejected, and the plugins' first watches timed out. Each kubelet process
+// system:masters (the sim's administrator) every kubelet request would be exempt: in a large
+// sim the kubelets' exempt traffic borrowed nearly every seat, the service accounts' level
+// (kubelet plugins, daemons) was held to its minimum with requests queued and rejected, and the
+// plugins' first watches timed out. Each kubelet process
 // is its own user (one flow each, as distinct kubelets are), in one group bound to
 // cluster-admin: the simulated kubelet does what a kubelet and its node authorizer allow, and
 // more, but the sim is not about authorization; it is about being classified as kubelets are.

@@ -12,11 +12,11 @@ import (
 // KubeletNice is the nice value of the simulated-kubelet processes. They stand for thousands
 // of machines of their own, but here share the cores with the control plane. Each runs in a
 // session of its own (it is started detached), which Linux schedules as an autogroup of its own,
-// each autogroup weighing the same: under a burst at 2,304 nodes the 8 kubelet processes took
-// two thirds of the cores and kube-scheduler and kube-apiserver a twelfth each, so the
-// scheduler bound 2.3 pods a second and every component's requests were throttled (429) behind
-// the kubelets'. At nice 10 the control plane goes first and the kubelets take what is left
-// (docs/scale.md, "Not measured yet").
+// each autogroup weighing the same: under a burst the kubelet processes, outnumbering the
+// control plane's, took most of the cores, kube-scheduler bound pods far slower than they came,
+// and every component's requests were throttled (429) behind the kubelets'. At nice 10 the
+// control plane goes first and the kubelets take what is left (see docs/scale.md, "Design
+// choices and what was measured").
 const KubeletNice = 10
 
 // lowerPriority gives this process KubeletNice: its session's autogroup (its weight against the

@@ -80,11 +80,12 @@ type State struct {
 func (st *State) HostManaged() bool { return st.IMEXMode == string(features.IMEXHostManaged) }
 
 // nodeLeaseRenew is how often each simulated node renews its Lease: a kubelet's 10 s up to
-// 400 nodes, then longer so that the whole sim renews about 40 Leases a second. At 1,152 nodes
-// the kubelet's 10 s made Lease updates over 40 % of the apiserver's requests on 2 cores and
-// starved everything else. The Lease lasts 4 renewals and kube-controller-manager marks a node
-// NotReady after 5 (a kubelet's 40 s and 50 s at 10 s), so a large sim notices a stopped node
-// later: 150 s at 1,152 nodes.
+// 400 nodes, then longer so that the whole sim renews about 40 Leases a second. In a large sim
+// the kubelet's 10 s made Lease updates a large share of the apiserver's requests on 2 cores
+// and starved everything else (see docs/scale.md, "Design choices and what was measured"). The
+// Lease lasts 4 renewals and kube-controller-manager marks a node NotReady after 5 (a kubelet's
+// 40 s and 50 s at 10 s), so a large sim notices a stopped node later: after five of its longer
+// renewals.
 func nodeLeaseRenew(nodes int) time.Duration {
 	const perSecond = 40
 	return max(10*time.Second, time.Duration((nodes+perSecond-1)/perSecond)*time.Second)
@@ -101,9 +102,9 @@ const largeSimAbove = 1000
 // 1,000 nodes, then a second per 100 nodes, so that each kind of probe (a daemon's start-up
 // probe every 2 s, a plugin's liveness probe every 10 s) runs at most about 100 times a second
 // across the sim. Every probe of every node runs in the 2-core machine's few kubelet processes,
-// which a real node spreads over its own cores: in a 2,304-node job the daemons' start-up probes
-// alone asked for over 1,000 runs a second, and the kubelet processes, starved, answered their
-// plugins' liveness probes too late and restarted hundreds of healthy plugins. A probe's
+// which a real node spreads over its own cores: in a large job the daemons' start-up probes
+// alone asked for far more runs than that, and the kubelet processes, starved, answered their
+// plugins' liveness probes too late and restarted healthy plugins. A probe's
 // timeout and failureThreshold stay as its spec says, so a large sim notices a failure later
 // (a plugin's liveness: 3 × 24 s at 2,304 nodes, a kubelet's 3 × 10 s).
 func probePeriodFloor(nodes int) time.Duration {
@@ -116,8 +117,8 @@ func probePeriodFloor(nodes int) time.Duration {
 
 // probeTimeoutFloor is the shortest timeout the simulated kubelet gives a probe: none up to 1,000
 // nodes, then 10 s. The kubelet processes of a large sim run below the control plane
-// (KubeletNice) and wait to run far longer than they run (13 to 25 times as long in a 2,304-node
-// job), and a probe is timed by its kubelet process, which is starved with the nodes it serves:
+// (KubeletNice) and wait to run far longer than they run, and a probe is timed by its kubelet
+// process, which is starved with the nodes it serves:
 // the controller's /healthz (a 1 s timeout) answered at once yet failed, and both replicas,
 // served by one kubelet process, were killed together.
 func probeTimeoutFloor(nodes int) time.Duration {
@@ -130,11 +131,11 @@ func probeTimeoutFloor(nodes int) time.Duration {
 // livenessFailureFloor is the fewest consecutive failures of a liveness probe that kill a
 // container: a probe's own failureThreshold up to 1,000 nodes, then at least 10. Even with the
 // probe floors above, the plugins' health checks (answered in their kubelet process, timed by
-// it) missed their 10 s about 3,000 times in a 2,304-node job, and each third miss in a row
-// killed a plugin that was only waiting to run: 3,049 restarts, each listing and shaking hands
-// with the apiserver again on the way back. Ten misses in a row (about 6 minutes at 2,304
-// nodes) still kill a plugin that has really hung — and, measured in the next 2,304-node job,
-// about 1,500 plugins whose kubelet processes completed no check for that long (docs/scale.md).
+// it) still missed their 10 s in a large job, and each third miss in a row killed a plugin that
+// was only waiting to run, which then listed and shook hands with the apiserver again on the way
+// back. Ten misses in a row (minutes, at the floored period) still kill a plugin that has really
+// hung — and also plugins whose starved kubelet processes completed no check for that long
+// (see docs/scale.md, "Design choices and what was measured").
 func livenessFailureFloor(nodes int) int32 {
 	if nodes <= largeSimAbove {
 		return 0
@@ -144,8 +145,8 @@ func livenessFailureFloor(nodes int) int32 {
 
 // imexLinkRetryMax is the longest wait of a simulated IMEX between two attempts to reach a peer:
 // its default (500 ms) up to 1,000 nodes, then 5 s. A daemon's IMEX starts before most of its
-// peers in a large job and dials each missing one until it answers; at 2,304 nodes these dials
-// were a fifth of a kubelet process's CPU while the processes waited to run (imexsim's
+// peers in a large job and dials each missing one until it answers; these dials were a large
+// share of a kubelet process's CPU while the processes waited to run (imexsim's
 // LinkRetryMaxEnv).
 func imexLinkRetryMax(nodes int) time.Duration {
 	if nodes <= largeSimAbove {
@@ -158,11 +159,11 @@ func imexLinkRetryMax(nodes int) time.Duration {
 // to an HTTP/2 health check (client-go's HTTP2_PING_TIMEOUT_SECONDS): client-go's 15 s up to 1,000
 // nodes, then 5 minutes. A client that has read nothing on a connection for 30 s sends a ping,
 // and drops the connection, with every watch and request on it, when no answer is read within
-// the timeout. In a 2,304-node job the kubelet processes, starved below the control plane, read
-// the answers too late: 2,693 connections of in-process plugins and daemons were dropped in its
-// first 15 minutes, each followed by a TLS handshake and new lists and watches — the apiserver
-// finished 76 watches of cliques a second, most of them 10 to 30 s old. On loopback a connection
-// whose peer is gone is reset at once; the health check only finds a hung peer, later.
+// the timeout. In a large job the kubelet processes, starved below the control plane, read the
+// answers too late: thousands of connections of in-process plugins and daemons were dropped,
+// each followed by a TLS handshake and new lists and watches, which the apiserver spent its time
+// on (see docs/scale.md, "Design choices and what was measured"). On loopback a connection whose
+// peer is gone is reset at once; the health check only finds a hung peer, later.
 func http2PingTimeout(nodes int) time.Duration {
 	if nodes <= largeSimAbove {
 		return 0
@@ -217,8 +218,8 @@ const (
 )
 
 // InProcessAbove is the size above which RunnerAuto runs pods in-process: a plugin and a
-// daemon process per node cost about 100 MiB, so a few hundred nodes of processes do not fit
-// a laptop.
+// daemon process per node cost far more memory than an in-process instance, so a few hundred
+// nodes of processes do not fit a laptop.
 const InProcessAbove = 72
 
 // inProcess resolves Runner.
@@ -566,8 +567,8 @@ func (st *State) PlaneValues() map[string]any {
 		v["imex"] = map[string]any{"mode": string(features.IMEXHostManaged)}
 	}
 	if st.InProcess {
-		// A large sim loads its 2-core apiserver past the default 10s renew deadline: at 1,152
-		// nodes the controller lost its lease again and again.
+		// A large sim loads its 2-core apiserver past the default 10s renew deadline: the
+		// controller lost its lease again and again.
 		v["controller"] = map[string]any{"leaderElection": map[string]any{"leaseDuration": "60s", "renewDeadline": "45s", "retryPeriod": "5s"}}
 	}
 	return v

@@ -147,8 +147,8 @@ func RunJob(ctx context.Context, st *State, o JobOptions) (*JobResult, error) {
 	}
 	defer stopWatch()
 	err = progress.Wait(ctx, o.Out, o.Timeout, time.Second, "the ComputeDomain to be Ready and every pod Running", func(ctx context.Context) (bool, string, error) {
-		// Read from the watch: a poll that listed the job's pods every second was, at 2,304
-		// nodes, a list of 2,304 pods a second from the apiserver the job measures.
+		// Read from the watch: a poll that listed the job's pods every second was, in a large
+		// job, a list of every pod a second from the apiserver the job measures.
 		cur := &cdv1beta1.ComputeDomain{}
 		if err := watched.Get(ctx, client.ObjectKeyFromObject(cd), cur); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -300,9 +300,9 @@ func readBreakdownRetrying(ctx context.Context, c client.Client, cd *cdv1beta1.C
 // time went.
 func readBreakdown(ctx context.Context, c client.Client, cd *cdv1beta1.ComputeDomain, o JobOptions) (*Breakdown, error) {
 	// From the apiserver's watch cache (resourceVersion 0): a consistent list waits for that
-	// cache to catch up with etcd, and after a 2,304-node job that timed out the apiserver was
-	// too far behind for a list of the job's pods to finish in two minutes. Timestamps a moment
-	// old change nothing here.
+	// cache to catch up with etcd, and after a large job that timed out the apiserver was too
+	// far behind for a list of the job's pods to finish at all. Timestamps a moment old change
+	// nothing here.
 	cur := &cdv1beta1.ComputeDomain{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(cd), cur, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}}); err != nil {
 		return nil, err

@@ -284,7 +284,7 @@ func membershipPlace(useCliques bool) string {
 // the domain's membership (a domain taken before the annotation existed, or a flip of the
 // ComputeDomainCliques gate). The kubelet plugins watch domains' metadata and read it: with it
 // they read status.nodes only where the entries are, instead of guessing from a missing clique
-// after minutes of waiting (at 2,304 nodes, thousands of reads of a status hundreds of KB large).
+// after minutes of waiting (in a burst, a read of the whole, large status by every waiting node).
 // It reports false when the domain, read from the server, is not this plane's: the pass ends.
 func (r *Reconciler) markMembership(ctx context.Context, cd *cdv1beta1.ComputeDomain, useCliques bool) (bool, error) {
 	want := membershipPlace(useCliques)
@@ -309,9 +309,10 @@ func (r *Reconciler) markMembership(ctx context.Context, cd *cdv1beta1.ComputeDo
 // is taken). statusOnly says membership lives in status.nodes only (cliques off).
 func (r *Reconciler) computeMembership(ctx context.Context, cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, statusOnly bool) (membership.Result, error) {
 	// The lists below read the cache without copying (client.UnsafeDisableDeepCopy): a pass
-	// reads every daemon pod, node and claim of the domain and only reads them; a copy of each
-	// was about 180 MB of garbage and 0.4 s of CPU a pass at 20,016 pods. Nothing here may
-	// modify what they return.
+	// reads every daemon pod, node and claim of the domain and only reads them; a copy of each,
+	// on every list of every pass, is garbage and CPU that grow with the domain (see
+	// docs/scale.md, "Design choices and what was measured"). Nothing here may modify what they
+	// return.
 	uid := string(cd.UID)
 	in := membership.Input{MaxNodes: r.opts.MaxNodesPerIMEXDomain, LabelledNodes: sets.New[string](), StatusOnly: statusOnly}
 

@@ -14,11 +14,11 @@ const maxPassRest = 5 * time.Second
 // a burst into one pass; but while a pass runs, the next burst's events queue the domain again,
 // and a pass that takes longer than the window (a large domain on a busy apiserver: seconds) is
 // followed at once by the next. Back to back, every clique that gained a member in between is
-// written again in each pass: at 2,304 to 20,016 nodes joining at once, each clique was written
-// 6 to 18 times, each write sent to every daemon of the clique, the apiserver's CPU going to
-// the controller's writes and their events rather than to the nodes' own requests. After a pass
-// that took longer than the window, the domain rests for as long as the pass took (at most
-// maxPassRest): a pass that comes sooner ends at once and comes back when the rest ends. The
+// written again in each pass: in a burst of joins each clique was written many times over,
+// each write sent to every daemon of the clique, the apiserver's CPU going to the controller's
+// writes and their events rather than to the nodes' own requests. After a pass that took longer
+// than the window, the domain rests for as long as the pass took (at most maxPassRest): a pass
+// that comes sooner ends at once and comes back when the rest ends. The
 // controller then writes at most half the time, and a join waits for at most one rest more.
 // Short passes (small domains, a quiet apiserver) are unaffected. A pass that failed after a long
 // time rests too: the controller's backoff for it starts again after the rest (the rest's
@@ -27,11 +27,12 @@ const maxPassRest = 5 * time.Second
 // A rest ends early for the pass that may turn a domain Ready: when the domain's pods (ready,
 // kept by the pod event handler), at least its numNodes, have all turned Ready since the pass
 // before the rest began, a pass runs at once. The status write that follows waits for no rest
-// either (see statusWrites). Measured at 2,304 joins, the last pod Ready waited 1.4 to 3.3 s for
-// a rest before the pass that wrote the domain Ready. Only that way, and only with numNodes set:
-// with numNodes 0, or pods joining a domain that has its numNodes, every join turns the pods
-// not all Ready and then all Ready again, and ending rests on both would undo the pacing in a
-// burst; a domain that stops being Ready is told after the rest (at most maxPassRest).
+// either (see statusWrites): otherwise the last pod Ready waits out a rest before the pass that
+// writes the domain Ready (see docs/scale.md, "Design choices and what was measured"). Only
+// that way, and only with numNodes set: with numNodes 0, or pods joining a domain that has its
+// numNodes, every join turns the pods not all Ready and then all Ready again, and ending rests
+// on both would undo the pacing in a burst; a domain that stops being Ready is told after the
+// rest (at most maxPassRest).
 type passRests struct {
 	mu    sync.Mutex
 	rests map[types.NamespacedName]passRest

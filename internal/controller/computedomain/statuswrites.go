@@ -16,9 +16,9 @@ import (
 // statusWrites runs each domain's status write apart from its passes, when membership lives in
 // cliques. A daemon waits for its clique, never for the domain's status; but a status of
 // thousands of entries takes seconds to apply on a busy apiserver, and a pass that waited for it
-// held every next clique write (every joining daemon) behind it: in a burst of 2,304 joins the
-// status apply was the longer half of each pass. Now a pass writes its cliques and hands the
-// status over; the next pass can begin while the status is written.
+// held every next clique write (every joining daemon) behind it: in a burst of joins the status
+// apply was the larger part of each pass. Now a pass writes its cliques and hands the status
+// over; the next pass can begin while the status is written.
 //
 // At most one status write runs per domain, so writes land in the order they were computed. A
 // pass that computes a status while one is being written does not start another: it marks the
@@ -31,10 +31,11 @@ import (
 // After each write a domain's status rests for as long as that write took: a pass in that time
 // whose status says the same of the domain as a whole (status.status) starts no write, and the
 // domain is reconciled again when the rest ends. A burst of joins changes the status in every
-// pass; a status of thousands of entries takes the apiserver about as much CPU as a hundred
-// clique writes, and back to back these writes held about as many seats as all the cliques'.
-// With the rest they take at most half the time, and the write that makes a domain Ready (or
-// NotReady) never waits for one. A small status is written in milliseconds and rests as long.
+// pass; a status of thousands of entries costs the apiserver far more than a clique write, and
+// back to back these few writes held as many of its seats as all the cliques' writes (see
+// docs/scale.md, "Design choices and what was measured"). With the rest they take at most half
+// the time, and the write that makes a domain Ready (or NotReady) never waits for one. A small
+// status is written in milliseconds and rests as long.
 type statusWrites struct {
 	mu      sync.Mutex
 	running map[types.NamespacedName]*statusRun

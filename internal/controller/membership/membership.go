@@ -93,8 +93,9 @@ type Blocked struct {
 
 // validCliqueIDs returns a check of clique ids (cdv1beta1.ValidateCliqueID) that validates each
 // distinct id once: a pass sees every node's id, a domain has a few ids each shared by up to 18
-// nodes, and the validation's regular expressions, run for every node, were a tenth of the
-// controller's passes' CPU in a 20,016-node burst (17 s of 185 s; BenchmarkCompute).
+// nodes, and the validation's regular expressions, run for every node, were a sizeable share of
+// the controller's passes' CPU in a large burst (BenchmarkCompute; see docs/scale.md, "Design
+// choices and what was measured").
 func validCliqueIDs() func(string) bool {
 	seen := map[string]bool{}
 	return func(id string) bool {

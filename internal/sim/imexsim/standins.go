@@ -35,8 +35,8 @@ const (
 	// LinkRetryMaxEnv is the longest wait between two attempts to reach a peer, a Go duration
 	// (default 500 ms: the simulation favours quick convergence; the real IMEX retries far less
 	// often). `cdplane sim up` sets it longer in large sims, where thousands of simulated IMEX
-	// daemons waiting for peers that have not started share a few processes: at 2,304 nodes their
-	// dials were a fifth of a kubelet process's CPU.
+	// daemons waiting for peers that have not started share a few processes, and their dials
+	// were a large share of a kubelet process's CPU.
 	LinkRetryMaxEnv = "CDPLANE_SIM_IMEX_LINK_RETRY_MAX"
 	// ContainerPathsEnv is the container's view of the filesystem: the simulated kubelet sets
 	// it on every container to the device nodes and mounts the container has, as a JSON object

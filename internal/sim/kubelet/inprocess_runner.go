@@ -31,8 +31,8 @@ type Program func(ctx context.Context, args []string, lookupEnv func(string) (st
 // KillGrace after Kill is reported exited and left behind, with a line in its log; the next
 // instance of the same container (pod UID and container name) starts only once it has
 // returned, or LeftBehindWait later: a killed process's ports and sockets are free when its
-// container restarts, and a left-behind instance still holds its own (in a starved 2,304-node
-// sim, killed plugins still held their metrics port, and their restarts exited on it into
+// container restarts, and a left-behind instance still holds its own (in a starved large sim,
+// killed plugins still held their metrics port, and their restarts exited on it into
 // CrashLoopBackOff). A panic ends the instance with exit code 2 and the stack in its log, not the
 // process. The working directory is not applied (instances share the process's).
 type InProcessRunner struct {

@@ -19,9 +19,9 @@ import (
 // process (parent-death signal). A session of its own is, where the kernel groups tasks by
 // session for scheduling (autogroups), a group of its own at the default priority: a container
 // process does not share the simulated kubelet's lowered priority (sim.KubeletNice), as a real
-// node's processes do not share another node's. At 2,304 nodes the controller, run as a process
+// node's processes do not share another node's. In a large sim the controller, run as a process
 // in the kubelet's session, was starved with it, missed its liveness probes and was restarted
-// over and over (six restarts in 26 minutes).
+// over and over.
 type ProcessRunner struct {
 	Binaries map[string]string
 }

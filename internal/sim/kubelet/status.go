@@ -220,8 +220,8 @@ func nextStatusRetry(prev time.Duration) time.Duration {
 // (a strategic merge patch computed from the two, as the kubelet does); it writes nothing when
 // nothing changed. A failed write is tried again after a second, then after twice as long each
 // time it fails again, at most statusRetryMax: under a saturated apiserver (429), retries every
-// second from thousands of pods kept it saturated (2,304 nodes: 56 of 103 status patches a
-// second rejected).
+// second from thousands of pods kept it saturated, with most status patches rejected (see
+// docs/scale.md, "Design choices and what was measured").
 func (w *podWorker) syncStatus(ctx context.Context) {
 	w.statusMu.Lock()
 	defer w.statusMu.Unlock()

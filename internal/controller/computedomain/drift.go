@@ -97,7 +97,7 @@ func (r *Reconciler) convergeDaemonSet(ctx context.Context, cd *cdv1beta1.Comput
 		return fmt.Errorf("updating DaemonSet %s to the desired state: %w", key, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Updated the daemon DaemonSet to the desired state", "daemonSet", klog.KObj(updated),
-		"computeDomain", klog.KObj(cd), "fields", drift, "updateStrategy", updated.Spec.UpdateStrategy.Type)
+		"fields", drift, "updateStrategy", updated.Spec.UpdateStrategy.Type)
 	updated.DeepCopyInto(current)
 	return nil
 }
@@ -137,7 +137,7 @@ func (r *Reconciler) convergeClaimTemplate(ctx context.Context, cd *cdv1beta1.Co
 			return fmt.Errorf("recreating ResourceClaimTemplate %s: %w", key, err)
 		}
 		log.Info("Recreated a claim template whose spec drifted from the desired state (the spec is immutable; claims made from it are unaffected)",
-			"resourceClaimTemplate", klog.KObj(created), "computeDomain", klog.KObj(cd), "fields", append(spec, meta...))
+			"resourceClaimTemplate", klog.KObj(created), "fields", append(spec, meta...))
 		created.DeepCopyInto(current)
 	case len(meta) > 0:
 		updated := updatedClaimTemplateMeta(desired, fresh)
@@ -145,7 +145,7 @@ func (r *Reconciler) convergeClaimTemplate(ctx context.Context, cd *cdv1beta1.Co
 			return fmt.Errorf("updating ResourceClaimTemplate %s to the desired state: %w", key, err)
 		}
 		log.Info("Updated a claim template's metadata to the desired state", "resourceClaimTemplate", klog.KObj(updated),
-			"computeDomain", klog.KObj(cd), "fields", meta)
+			"fields", meta)
 		updated.DeepCopyInto(current)
 	}
 	return nil

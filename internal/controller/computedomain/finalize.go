@@ -43,7 +43,7 @@ func (r *Reconciler) finalize(ctx context.Context, cd *cdv1beta1.ComputeDomain) 
 	wl := &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: cd.Namespace, Name: cd.Spec.Channel.ResourceClaimTemplate.Name}}
 	if err := r.deleteOwned(ctx, wl, uid); apierrors.IsForbidden(err) {
 		log.Info("No right to delete the domain's claim template; the garbage collector removes it with the domain",
-			"computeDomain", klog.KObj(cd), "resourceClaimTemplate", klog.KObj(wl), "err", err.Error())
+			"resourceClaimTemplate", klog.KObj(wl), "err", err.Error())
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -69,7 +69,7 @@ func (r *Reconciler) finalize(ctx context.Context, cd *cdv1beta1.ComputeDomain) 
 	if err := r.client.Patch(ctx, cd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("removing finalizer: %w", err))
 	}
-	log.V(1).Info("Removed finalizer", "computeDomain", klog.KObj(cd))
+	log.V(1).Info("Removed finalizer")
 	return ctrl.Result{}, nil
 }
 

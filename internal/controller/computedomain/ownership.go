@@ -50,7 +50,7 @@ func (r *Reconciler) legacyNamespace(ctx context.Context, cd *cdv1beta1.ComputeD
 	}
 	if id, ok := ns.Labels[cdv1beta1.ControlPlaneLabel]; ok {
 		ctrl.LoggerFrom(ctx).V(1).Info("Leaving an unlabelled ComputeDomain to the control plane its namespace is assigned to",
-			"computeDomain", klog.KObj(cd), "controlPlaneID", id)
+			"controlPlaneID", id)
 		return false, nil
 	}
 	return true, nil

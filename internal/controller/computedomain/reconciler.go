@@ -204,7 +204,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.client.Patch(ctx, cd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
-		log.V(1).Info("Added finalizer", "computeDomain", klog.KObj(cd))
+		log.V(1).Info("Added finalizer")
 	}
 	if ok, err := r.markMembership(ctx, cd, useCliques); !ok || err != nil {
 		return ctrl.Result{}, err
@@ -398,7 +398,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, cd *cdv1beta1.ComputeDomai
 		return fmt.Errorf("writing status: %w", err)
 	}
 	r.written.wroteStatus(cd, st, ptr.Deref(ac.ResourceVersion, ""), cachedVersion, cd.ResourceVersion)
-	ctrl.LoggerFrom(ctx).V(1).Info("Wrote status", "computeDomain", klog.KObj(cd), "status", st.Status,
+	ctrl.LoggerFrom(ctx).V(1).Info("Wrote status", "status", st.Status,
 		"readyNodes", st.ReadyNodes, "totalNodes", st.TotalNodes)
 	return nil
 }

@@ -152,7 +152,7 @@ func (s *statusWrites) write(ctx context.Context, key types.NamespacedName, st c
 		s.mu.Unlock()
 		to := s.again
 		if err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Writing status", "computeDomain", key)
+			ctrl.LoggerFrom(ctx).Error(err, "Writing status")
 			to = s.failed
 		} else if !newer {
 			return

@@ -58,7 +58,7 @@ func (r *Reconciler) takeOver(ctx context.Context, cd *cdv1beta1.ComputeDomain) 
 		names = append(names, p.kind+" "+klog.KObj(p.obj).String())
 	}
 	ctrl.LoggerFrom(ctx).Info("Took over the ComputeDomain from the previous controller: deleted what it had created",
-		"computeDomain", klog.KObj(cd), "deleted", names)
+		"deleted", names)
 	return true, nil
 }
 
@@ -146,6 +146,6 @@ func (r *Reconciler) resetForeignStatus(ctx context.Context, cd *cdv1beta1.Compu
 	if err := r.client.Status().Update(ctx, fresh); err != nil {
 		return false, fmt.Errorf("resetting the status the previous controller wrote: %w", err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Reset the status another writer had written, to write cdplane's", "computeDomain", klog.KObj(cd))
+	ctrl.LoggerFrom(ctx).Info("Reset the status another writer had written, to write cdplane's")
 	return true, nil
 }

@@ -174,6 +174,6 @@ func (l *Labeller) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	}
 	metrics.DomainsLabelled.WithLabelValues(l.ControlPlaneID).Inc()
 	log.Info("Labelled ComputeDomain for this control plane (its namespace is assigned to it; no admission policy did)",
-		"computeDomain", klog.KObj(cd), "controlPlaneID", l.ControlPlaneID)
+		"controlPlaneID", l.ControlPlaneID)
 	return reconcile.Result{}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,9 +36,11 @@ func OwnsCopy(id, sourceNS string, l map[string]string) bool {
 
 // OwnsNamespace reports whether a namespace is a target of the plane: labelled with the plane's
 // id, or, for the legacy plane, unlabelled and matching the explicit selector. The source
-// namespace and terminating namespaces are never targets.
+// namespace, terminating namespaces and the kube-* namespaces (kube-system holds the cluster's
+// own credentials; the controller's admission policy refuses its Secret writes there too) are
+// never targets.
 func OwnsNamespace(o Options, ns metav1.Object) bool {
-	if ns.GetName() == o.SourceNamespace || ns.GetDeletionTimestamp() != nil {
+	if ns.GetName() == o.SourceNamespace || ns.GetDeletionTimestamp() != nil || strings.HasPrefix(ns.GetName(), "kube-") {
 		return false
 	}
 	if !plane.Owns(o.ControlPlaneID, ns.GetLabels()) {
@@ -62,11 +65,12 @@ func Targets(o Options, nss []metav1.PartialObjectMetadata) sets.Set[string] {
 
 // Wanted reports whether a Secret of the source namespace is to be mirrored: it exists, is not
 // being deleted, matches the selector, and is not a service-account token (which is bound to
-// its own namespace and which the apiserver would refuse to copy).
+// its own namespace and which the apiserver would refuse to copy) or a bootstrap token (a node
+// credential; the controller's admission policy refuses to write either type).
 func Wanted(o Options, src *corev1.Secret) bool {
 	return src != nil && src.DeletionTimestamp == nil && src.Namespace == o.SourceNamespace &&
 		usable(o.SecretSelector) && o.SecretSelector.Matches(labels.Set(src.Labels)) &&
-		src.Type != corev1.SecretTypeServiceAccountToken
+		src.Type != corev1.SecretTypeServiceAccountToken && src.Type != corev1.SecretTypeBootstrapToken
 }
 
 // DesiredCopy returns the copy of src that belongs in namespace ns: the source's type and data,

@@ -271,14 +271,18 @@ func TestOwnsNamespace(t *testing.T) {
 		"legacy, everything and unassigned":  {opts: legacyOpts(labels.Everything()), ns: ns("a", nil), want: true},
 		"legacy, source namespace selected":  {opts: legacyOpts(team), ns: ns(srcNS, map[string]string{"team": "x"})},
 		"legacy, empty plane label assigned": {opts: legacyOpts(team), ns: ns("a", map[string]string{"team": "x", pl: ""})},
+		"legacy, kube-system selected":       {opts: legacyOpts(labels.Everything()), ns: ns("kube-system", nil)},
+		"legacy, kube-public selected":       {opts: legacyOpts(team), ns: ns("kube-public", map[string]string{"team": "x"})},
+		"assigned, but a kube-* name":        {opts: planeOpts(), ns: ns("kube-tenant", map[string]string{pl: "plane-a"})},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			if got := OwnsNamespace(tc.opts, &tc.ns); got != tc.want {
 				t.Errorf("OwnsNamespace(%s) = %v, want %v", tc.ns.Name, got, tc.want)
 			}
-			// The cache selector never admits a namespace the rule refuses for its labels.
-			if tc.ns.Name != srcNS && tc.ns.DeletionTimestamp == nil {
+			// The cache selector never admits a namespace the rule refuses for its labels (names
+			// are the rule's alone: a selector cannot say "kube-*").
+			if tc.ns.Name != srcNS && tc.ns.DeletionTimestamp == nil && !strings.HasPrefix(tc.ns.Name, "kube-") {
 				if got := NamespaceSelector(tc.opts).Matches(labels.Set(tc.ns.Labels)); got != tc.want {
 					t.Errorf("NamespaceSelector matches %v = %v, want %v", tc.ns.Labels, got, tc.want)
 				}
@@ -331,6 +335,8 @@ func TestWanted(t *testing.T) {
 	deleting.DeletionTimestamp = &now
 	token := makeSource("s", nil)
 	token.Type = corev1.SecretTypeServiceAccountToken
+	bootstrap := makeSource("s", nil)
+	bootstrap.Type = corev1.SecretTypeBootstrapToken
 	unlabelled := makeSource("s", nil)
 	unlabelled.Labels = nil
 	elsewhere := makeSource("s", nil)
@@ -343,6 +349,7 @@ func TestWanted(t *testing.T) {
 		"gone":                   {src: nil},
 		"being deleted":          {src: deleting},
 		"service-account token":  {src: token},
+		"bootstrap token":        {src: bootstrap},
 		"not matching":           {src: unlabelled},
 		"not in source namepace": {src: elsewhere},
 	}

@@ -16,13 +16,16 @@ import (
 
 // A leaked controller or kubelet-plugin token may change only the domain label (the plugin: and
 // the clique label) of its own plane's nodes — the plugin only of its own node — never taints,
-// cordon, other labels, or another plane's nodes.
+// cordon, other labels, or another plane's nodes. Values are held too: the plugin sets the
+// domain label only to a UID and the clique label only to a clique id; the controller only
+// removes the domain label.
 func TestComponentTokensChangeOnlyTheirNodesLabels(t *testing.T) {
 	ctx := testContext(t)
 	const id, other = "npol", "npol-other"
 	ns := installPlaneRights(t, id, "rbac-controller.yaml", "rbac-kubelet-plugin.yaml", "policy-nodes.yaml")
+	const uid, otherUID = "0b3c8f5e-6d1a-4f0e-9a57-2d8c4e1f7a90", "7e21d9c4-3b5f-4a86-b0d2-9c1e6f84a513"
 	mkNode := func(name, planeID string) *corev1.Node {
-		n := testutil.MakeNode(name).Label(cdv1beta1.ControlPlaneLabel, planeID).Obj()
+		n := testutil.MakeNode(name).Label(cdv1beta1.ControlPlaneLabel, planeID).Label(cdv1beta1.ComputeDomainLabel, uid).Obj()
 		if err := testCluster.Client.Create(ctx, n); err != nil {
 			t.Fatal(err)
 		}
@@ -41,6 +44,9 @@ func TestComponentTokensChangeOnlyTheirNodesLabels(t *testing.T) {
 	label := func(key, value string) []byte {
 		return []byte(`{"metadata":{"labels":{"` + key + `":"` + value + `"}}}`)
 	}
+	unlabel := func(key string) []byte {
+		return []byte(`{"metadata":{"labels":{"` + key + `":null}}}`)
+	}
 	taint := []byte(`{"spec":{"taints":[{"key":"evil","effect":"NoSchedule"}]}}`)
 	cordon := []byte(`{"spec":{"unschedulable":true}}`)
 	eventuallyRefused(t, "cordoning a node with the controller's token", func() error {
@@ -54,17 +60,21 @@ func TestComponentTokensChangeOnlyTheirNodesLabels(t *testing.T) {
 		patch  []byte
 		want   string // "" allowed, else part of the refusal
 	}{
-		"plugin: domain label on its node":       {plugin: true, node: own.Name, patch: label(cdv1beta1.ComputeDomainLabel, "uid-1")},
-		"plugin: clique label on its node":       {plugin: true, node: own.Name, patch: label(cdv1beta1.GPUCliqueNodeLabel, "u.1")},
-		"plugin: domain label on another node":   {plugin: true, node: sibling.Name, patch: label(cdv1beta1.ComputeDomainLabel, "uid-1"), want: "only change its own node"},
-		"plugin: another plane's node":           {plugin: true, node: foreign.Name, patch: label(cdv1beta1.ComputeDomainLabel, "uid-1"), want: "nodes assigned to their plane"},
-		"plugin: taint its node":                 {plugin: true, node: own.Name, patch: taint, want: "may only change the labels"},
-		"plugin: other label on its node":        {plugin: true, node: own.Name, patch: label("role", "evil"), want: "may only change the labels"},
-		"plugin: plane label on its node":        {plugin: true, node: own.Name, patch: label(cdv1beta1.ControlPlaneLabel, other)},
-		"controller: domain label on plane node": {node: sibling.Name, patch: label(cdv1beta1.ComputeDomainLabel, "uid-1")},
-		"controller: another plane's node":       {node: foreign.Name, patch: label(cdv1beta1.ComputeDomainLabel, "uid-1"), want: "nodes assigned to their plane"},
-		"controller: cordon":                     {node: own.Name, patch: cordon, want: "may only change the labels"},
-		"controller: clique label":               {node: own.Name, patch: label(cdv1beta1.GPUCliqueNodeLabel, "u.1"), want: "may only change the labels"},
+		"plugin: domain label on its node":     {plugin: true, node: own.Name, patch: label(cdv1beta1.ComputeDomainLabel, otherUID)},
+		"plugin: domain label removed":         {plugin: true, node: own.Name, patch: unlabel(cdv1beta1.ComputeDomainLabel)},
+		"plugin: domain label not a UID":       {plugin: true, node: own.Name, patch: label(cdv1beta1.ComputeDomainLabel, "uid-1"), want: "only to a ComputeDomain's UID"},
+		"plugin: clique label on its node":     {plugin: true, node: own.Name, patch: label(cdv1beta1.GPUCliqueNodeLabel, "u.1")},
+		"plugin: clique label not a clique id": {plugin: true, node: own.Name, patch: label(cdv1beta1.GPUCliqueNodeLabel, "Rack_1"), want: "only to a clique id"},
+		"plugin: domain label on another node": {plugin: true, node: sibling.Name, patch: label(cdv1beta1.ComputeDomainLabel, otherUID), want: "only change its own node"},
+		"plugin: another plane's node":         {plugin: true, node: foreign.Name, patch: label(cdv1beta1.ComputeDomainLabel, otherUID), want: "nodes assigned to their plane"},
+		"plugin: taint its node":               {plugin: true, node: own.Name, patch: taint, want: "may only change the labels"},
+		"plugin: other label on its node":      {plugin: true, node: own.Name, patch: label("role", "evil"), want: "may only change the labels"},
+		"plugin: plane label on its node":      {plugin: true, node: own.Name, patch: label(cdv1beta1.ControlPlaneLabel, other)},
+		"controller: domain label removed":     {node: sibling.Name, patch: unlabel(cdv1beta1.ComputeDomainLabel)},
+		"controller: domain label set":         {node: sibling.Name, patch: label(cdv1beta1.ComputeDomainLabel, otherUID), want: "may only remove label"},
+		"controller: another plane's node":     {node: foreign.Name, patch: unlabel(cdv1beta1.ComputeDomainLabel), want: "nodes assigned to their plane"},
+		"controller: cordon":                   {node: own.Name, patch: cordon, want: "may only change the labels"},
+		"controller: clique label":             {node: own.Name, patch: label(cdv1beta1.GPUCliqueNodeLabel, "u.1"), want: "may only change the labels"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			nodes := controller

@@ -156,7 +156,9 @@ func TestTenantCannotClaimDaemonOrChannelDevices(t *testing.T) {
 // TestControllerWritesOnlyItsOwnClaimTemplates: a plane's controller (a leaked token) writes
 // daemon claim templates only in its driver namespace and channel templates only in namespaces
 // assigned to it, each request selecting only its own plane's devices; the legacy plane's
-// controller, bound cluster-wide, writes none in a named plane's namespace.
+// controller, bound cluster-wide, writes none in a named plane's namespace. Two policies say
+// so, with the same words: the plane's own controller-scope policy and the shared
+// device-claims policy (which also holds look-alike accounts of planes not installed).
 func TestControllerWritesOnlyItsOwnClaimTemplates(t *testing.T) {
 	t.Parallel()
 	installDevicePolicies(t)
@@ -193,6 +195,58 @@ func TestControllerWritesOnlyItsOwnClaimTemplates(t *testing.T) {
 			t.Errorf("%s: %v, want admitted", what, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: %v, want a refusal containing %q", what, err, tc.want)
+		}
+	}
+}
+
+// TestLookAlikeControllerCannotSquatDaemonDevices: anyone who can create a namespace can name
+// it "<x>-cdplane" and give it a service account "<x>-cdplane-controller" for a plane x that is
+// not installed, so no plane policy of x holds it. Were the account's name enough, it would
+// template every node's daemon device, in every plane, for pause pods, and no ComputeDomain
+// could start anywhere. Its templates are refused: its namespace carries no plane label (only
+// administrators set one), and whatever namespace it writes in, its requests may select only
+// plane x's devices, which no node publishes. The same holds for a look-alike of the legacy
+// plane's account when the legacy plane is not installed.
+func TestLookAlikeControllerCannotSquatDaemonDevices(t *testing.T) {
+	t.Parallel()
+	installDevicePolicies(t)
+	ctx := testContext(t)
+	for _, id := range []string{"ghost", ""} {
+		ns := plane.Name(id, plane.DriverNamespaceLegacyName)
+		u, err := serviceAccountIdentity(ctx, ns, plane.Name(id, "cdplane-controller"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := u.bindInNamespace(ctx, ns, claimEditorRole.Name, claimEditorRole); err != nil {
+			t.Fatal(err)
+		}
+		templates := kubernetes.NewForConfigOrDie(u.cfg).ResourceV1().ResourceClaimTemplates(ns)
+		create := func(devices resourcev1.DeviceClaim) error {
+			_, err := templates.Create(ctx, claimTemplate(ns, "squat", devices), dryRun)
+			return err
+		}
+		eventuallyRefused(t, "a look-alike controller's daemon template", func() error {
+			return create(exactly(cdv1beta1.DaemonDeviceClass, planeSelector(planeA)))
+		})
+		for what, tc := range map[string]struct {
+			devices resourcev1.DeviceClaim
+			want    string
+		}{
+			"another plane's daemon devices": {devices: exactly(cdv1beta1.DaemonDeviceClass, planeSelector(planeA)), want: "selecting " + planeSelector(id)},
+			"every plane's daemon devices":   {devices: exactly(cdv1beta1.DaemonDeviceClass), want: "selecting " + planeSelector(id)},
+			"its own plane's daemon devices": {devices: exactly(cdv1beta1.DaemonDeviceClass, planeSelector(id))},
+		} {
+			err := create(tc.devices)
+			if id == "ghost" {
+				// Refused whatever it selects: its namespace is no plane's.
+				tc.want = "only in namespaces of its plane"
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("look-alike %q, %s: %v, want admitted (it selects devices no node publishes)", id, what, err)
+			case tc.want != "" && (!isAdmissionRefusal(err) || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("look-alike %q, %s: %v, want a refusal containing %q", id, what, err, tc.want)
+			}
 		}
 	}
 }
@@ -236,6 +290,39 @@ func TestNodeCannotPublishAnotherPlanesDevices(t *testing.T) {
 	}
 	if _, err := plugin.Create(ctx, slice(cdv1beta1.DriverName, id, ""), dryRun); err == nil || !strings.Contains(err.Error(), "whose controlPlane attribute is its own") {
 		t.Errorf("the plugin publishing one legacy device among its own: %v, want refused", err)
+	}
+	// The attribute's second spelling: the scheduler sees "controlPlane" and
+	// "compute-domain.nvidia.com/controlPlane" as one attribute holding either value, so a
+	// device carrying its own plane under one and plane b under the other would match b's
+	// selectors about as often as not.
+	const qualified = resourcev1.QualifiedName(cdv1beta1.DriverName + "/controlPlane")
+	spelled := func(attrs map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) *resourcev1.ResourceSlice {
+		s := slice(cdv1beta1.DriverName, id)
+		s.Spec.Devices[0].Attributes = attrs
+		return s
+	}
+	for what, tc := range map[string]struct {
+		attrs map[resourcev1.QualifiedName]resourcev1.DeviceAttribute
+		want  string // "" admitted
+	}{
+		"own plane, qualified spelling only": {attrs: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{qualified: {StringValue: ptr(id)}}},
+		"own plane under both spellings":     {attrs: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"controlPlane": {StringValue: ptr(id)}, qualified: {StringValue: ptr(id)}}},
+		"own plane bare, plane b qualified": {attrs: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"controlPlane": {StringValue: ptr(id)}, qualified: {StringValue: ptr("b")}},
+			want: string(qualified) + `="b"`},
+		"plane b bare, own plane qualified": {attrs: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"controlPlane": {StringValue: ptr("b")}, qualified: {StringValue: ptr(id)}},
+			want: `controlPlane="b"`},
+		"plane b qualified only":     {attrs: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{qualified: {StringValue: ptr("b")}}, want: "under every spelling present"},
+		"not a string":               {attrs: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"controlPlane": {IntValue: ptr(int64(1))}}, want: "<not a string>"},
+		"no controlPlane attribute":  {attrs: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"other": {StringValue: ptr(id)}}, want: "no controlPlane attribute"},
+		"another domain's attribute": {attrs: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"controlPlane": {StringValue: ptr(id)}, "example.com/controlPlane": {StringValue: ptr("b")}}},
+	} {
+		_, err := plugin.Create(ctx, spelled(tc.attrs), dryRun)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want admitted", what, err)
+		case tc.want != "" && (!isAdmissionRefusal(err) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want a refusal containing %q", what, err, tc.want)
+		}
 	}
 
 	kubelet, err := newIdentity(ctx, "system:node:"+node, []string{"system:nodes"})

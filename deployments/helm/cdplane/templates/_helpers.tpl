@@ -216,3 +216,48 @@ and 1 without. */}}
 {{- int .Values.controller.replicas -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+cdplane.selectorCEL: a Kubernetes label selector string, rendered as a CEL expression over a
+label map, from (list "<selector>" "<CEL label map>"), with the same meaning as the Go parser
+gives it (labels.Parse): k=v and k==v (present and equal), k!=v (absent or different),
+k in (a,b) (present and one of them), k notin (a,b) (absent or none of them), k (present),
+!k (absent); requirements are ANDed. The empty selector selects nothing here: the mirror's
+legacy namespace selector must be set to mirror at all. Anything else (k>1, k<1) fails the
+render, naming the requirement: the admission policy must never say less than the selector.
+*/}}
+{{- define "cdplane.selectorCEL" -}}
+{{- $sel := index . 0 -}}
+{{- $m := index . 1 -}}
+{{- $out := list -}}
+{{- $word := "[-A-Za-z0-9_./]+" -}}
+{{- range $r := regexFindAll "[^,(]+(\\([^)]*\\))?" $sel -1 -}}
+{{- $r = trim $r -}}
+{{- if regexMatch (printf "^%s\\s+(in|notin)\\s*\\(\\s*%s(\\s*,\\s*%s)*\\s*\\)$" $word $word $word) $r -}}
+{{- $key := regexReplaceAll "^(\\S+)\\s.*$" $r "${1}" -}}
+{{- $op := regexReplaceAll "^\\S+\\s+(in|notin)\\s*\\(.*$" $r "${1}" -}}
+{{- $vals := list -}}
+{{- range $v := splitList "," (regexReplaceAll "^[^(]*\\(([^)]*)\\)$" $r "${1}") -}}
+{{- $vals = append $vals (printf "'%s'" (trim $v)) -}}
+{{- end -}}
+{{- if eq $op "in" -}}
+{{- $out = append $out (printf "(%s[?'%s'].orValue('<none>') in [%s])" $m $key (join ", " $vals)) -}}
+{{- else -}}
+{{- $out = append $out (printf "!(%s[?'%s'].orValue('<none>') in [%s])" $m $key (join ", " $vals)) -}}
+{{- end -}}
+{{- else if regexMatch (printf "^%s\\s*!=\\s*[-A-Za-z0-9_.]*$" $word) $r -}}
+{{- $kv := regexSplit "\\s*!=\\s*" $r 2 -}}
+{{- $out = append $out (printf "(%s[?'%s'].orValue('<none>') != '%s')" $m (index $kv 0) (index $kv 1)) -}}
+{{- else if regexMatch (printf "^%s\\s*==?\\s*[-A-Za-z0-9_.]*$" $word) $r -}}
+{{- $kv := regexSplit "\\s*==?\\s*" $r 2 -}}
+{{- $out = append $out (printf "(%s[?'%s'].orValue('<none>') == '%s')" $m (index $kv 0) (index $kv 1)) -}}
+{{- else if regexMatch (printf "^!\\s*%s$" $word) $r -}}
+{{- $out = append $out (printf "!('%s' in %s)" (trimPrefix "!" $r | trim) $m) -}}
+{{- else if regexMatch (printf "^%s$" $word) $r -}}
+{{- $out = append $out (printf "('%s' in %s)" $r $m) -}}
+{{- else -}}
+{{- fail (printf "secretMirror.namespaceSelector: requirement %q cannot be enforced by the controller's admission policy; use =, ==, !=, in, notin, a key or !key" $r) -}}
+{{- end -}}
+{{- end -}}
+{{- if $out -}}{{ join " && " $out }}{{- else -}}false{{- end -}}
+{{- end -}}

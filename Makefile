@@ -63,8 +63,18 @@ test: verify lint ## Generated code and lint, then unit, integration and end-to-
 	@dir="$$(hack/k8s-bins.sh | tail -n1)"; \
 	echo ">> control-plane binaries: $$dir"; \
 	CDPLANE_K8S_BINS="$$dir" $(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v /test/e2e)
+	$(MAKE) --no-print-directory test-integration-oldest
 	$(MAKE) --no-print-directory test-e2e
 	$(MAKE) --no-print-directory test-e2e-oldest
+
+# The admission-policy suite (the attacker tests of docs/security.md) on the oldest supported
+# release too: there no MutatingAdmissionPolicy is served, and the validating policies carry
+# more.
+.PHONY: test-integration-oldest
+test-integration-oldest: ## The planes (admission policy) suite on the oldest supported Kubernetes (builds its control plane on first run)
+	@dir="$$(hack/k8s-bins.sh $(E2E_OLDEST_KUBERNETES) | tail -n1)"; \
+	echo ">> control-plane binaries: $$dir"; \
+	CDPLANE_K8S_BINS="$$dir" $(GO) test $(GOTEST_FLAGS) ./test/integration/planes/
 
 .PHONY: test-e2e
 test-e2e: ## End-to-end scenarios on one simulated cluster (cdplane sim), no race detector

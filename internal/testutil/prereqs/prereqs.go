@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	charts "cdplane/deployments/helm"
@@ -36,6 +37,11 @@ func install(ctx context.Context, c client.Client, values map[string]any, replac
 	}
 	for _, m := range ms {
 		if m.Object.GetKind() == "CustomResourceDefinition" || (len(want) > 0 && !want[m.Template]) {
+			continue
+		}
+		// What Helm leaves out when the cluster does not serve a kind (the chart asks
+		// .Capabilities): MutatingAdmissionPolicy before Kubernetes 1.36.
+		if _, err := c.RESTMapper().RESTMapping(m.Object.GroupVersionKind().GroupKind(), m.Object.GroupVersionKind().Version); meta.IsNoMatchError(err) {
 			continue
 		}
 		err := c.Create(ctx, m.Object.DeepCopy())

@@ -55,6 +55,7 @@ func assignedNamespace(t *testing.T, id string) string {
 // dropping every label with an update all leave plane-a's label in place. plane-b's controller,
 // with rights on the domain, cannot change it either.
 func TestDomainLabelFollowsNamespace(t *testing.T) {
+	requireMutatingPolicy(t)
 	t.Parallel()
 	installPolicies(t)
 	ctx := testContext(t)

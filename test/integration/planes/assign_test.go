@@ -125,9 +125,23 @@ func sameSnapshot(t *testing.T, what string, before, after snapshot) {
 
 // createDomain creates a ComputeDomain as the admin, with finalizers if given, and removes
 // them when the test ends so that the domain goes away.
+// createDomain creates a ComputeDomain in ns as a tenant would. Where no mutating policy stamps
+// its plane label (before Kubernetes 1.36), it carries the label its plane's controller would
+// give it, its namespace's.
 func createDomain(t *testing.T, c client.Client, ns, name string, finalizers ...string) *cdv1beta1.ComputeDomain {
 	t.Helper()
 	cd := testutil.MakeComputeDomain(name).Namespace(ns).Obj()
+	if served, err := mutatingPolicyServed(); err != nil {
+		t.Fatal(err)
+	} else if !served {
+		var nsObj corev1.Namespace
+		if err := c.Get(testContext(t), client.ObjectKey{Name: ns}, &nsObj); err != nil {
+			t.Fatal(err)
+		}
+		if id, ok := nsObj.Labels[cdv1beta1.ControlPlaneLabel]; ok {
+			cd.Labels = map[string]string{cdv1beta1.ControlPlaneLabel: id}
+		}
+	}
 	cd.Finalizers = finalizers
 	if err := c.Create(testContext(t), cd); err != nil {
 		t.Fatalf("creating ComputeDomain %s/%s: %v", ns, name, err)

@@ -31,13 +31,7 @@ func TestControllerWritesOnlyItsOwnDomainsAndNamespaces(t *testing.T) {
 	driverNS := installPlaneRights(t, id, "rbac-controller.yaml", "policy-controller.yaml")
 	legacyNS := installPlaneRights(t, "", "rbac-controller.yaml", "policy-controller.yaml")
 	own, foreign, free := assignedNamespace(t, id), assignedNamespace(t, planeB), testCluster.Namespace(t, nil)
-	domain := func(ns string) *cdv1beta1.ComputeDomain {
-		cd := testutil.MakeComputeDomain("cd").Namespace(ns).Obj()
-		if err := testCluster.Client.Create(ctx, cd); err != nil {
-			t.Fatal(err)
-		}
-		return cd
-	}
+	domain := func(ns string) *cdv1beta1.ComputeDomain { return createDomain(t, testCluster.Client, ns, "cd") }
 	ownCD, foreignCD, freeCD := domain(own), domain(foreign), domain(free)
 	account := func(ns, name string) client.Client {
 		u, err := serviceAccountIdentity(ctx, ns, name, nil)
@@ -109,11 +103,7 @@ func TestControllerWritesOnlyItsOwnDomainsAndNamespaces(t *testing.T) {
 	// A forced unassign: the namespace loses the plane's label and RoleBindings while a domain
 	// with a finalizer lives there; the controller still removes its finalizer.
 	stranded := assignedNamespace(t, id)
-	cd := testutil.MakeComputeDomain("stranded").Namespace(stranded).Obj()
-	cd.Finalizers = []string{cdv1beta1.Finalizer}
-	if err := testCluster.Client.Create(ctx, cd); err != nil {
-		t.Fatal(err)
-	}
+	cd := createDomain(t, testCluster.Client, stranded, "stranded", cdv1beta1.Finalizer)
 	if err := testCluster.Client.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: stranded}},
 		client.RawPatch(types.MergePatchType, labelPatch(nil))); err != nil {
 		t.Fatal(err)

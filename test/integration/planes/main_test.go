@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/controller/domainlabel"
 	"cdplane/internal/testutil"
 	"cdplane/internal/testutil/cluster"
 	"cdplane/internal/testutil/prereqs"
@@ -85,7 +87,7 @@ func waitPoliciesEnforced() error {
 		}
 	}
 	if err := waitStamped(ctx, c, assigned.Name, probePlane); err != nil {
-		return fmt.Errorf("the mutating policy never stamped a domain: %w", err)
+		return fmt.Errorf("the mutating policy never stamped a domain (or, before 1.36, the validating policy never admitted the namespace's label): %w", err)
 	}
 	if err := poll(ctx, func() (bool, error) {
 		cd := testutil.MakeComputeDomain("probe").Namespace(free.Name).Label(cdv1beta1.ControlPlaneLabel, probePlane).Obj()
@@ -110,10 +112,51 @@ func waitPoliciesEnforced() error {
 	return nil
 }
 
+// mutatingPolicyServed says whether the test cluster serves MutatingAdmissionPolicy v1
+// (Kubernetes 1.36 and later): before that, the ownership policies' mutating half is not
+// installed and a plane's controller labels domains itself (internal/controller/domainlabel,
+// tested in test/integration/controller and the oldest-release e2e scenarios).
+var mutatingPolicyServed = sync.OnceValues(func() (bool, error) {
+	return domainlabel.MutatingPolicyServed(testCluster.Config)
+})
+
+// requireMutatingPolicy skips a test of the mutating policy's own behaviour where it is not
+// served.
+func requireMutatingPolicy(t *testing.T) {
+	t.Helper()
+	served, err := mutatingPolicyServed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !served {
+		t.Skip("no MutatingAdmissionPolicy v1 before Kubernetes 1.36: there the plane's controller labels domains (domainlabel; controller.TestControllerLabelsDomainsWithoutMutatingPolicy, make test-e2e-oldest)")
+	}
+}
+
 // waitStamped dry-runs the creation of a domain in ns until admission stamps it with plane: the
 // policies read namespaces from the apiserver's cache, which follows a label change shortly
-// after it is written.
+// after it is written. Where no mutating policy is served, it waits instead until the
+// validating policy sees the namespace's label: a domain labelled want is admitted (want ""):
+// a labelled one is refused, the refusal saying the namespace has none).
 func waitStamped(ctx context.Context, c client.Client, ns, want string) error {
+	served, err := mutatingPolicyServed()
+	if err != nil {
+		return err
+	}
+	if !served {
+		return poll(ctx, func() (bool, error) {
+			label := want
+			if want == "" {
+				label = probePlane + "-absent"
+			}
+			cd := testutil.MakeComputeDomain("probe").Namespace(ns).Label(cdv1beta1.ControlPlaneLabel, label).Obj()
+			err := c.Create(ctx, cd, client.DryRunAll)
+			if want == "" {
+				return err != nil && strings.Contains(err.Error(), "want none"), err
+			}
+			return err == nil, err
+		})
+	}
 	return poll(ctx, func() (bool, error) {
 		cd := testutil.MakeComputeDomain("probe").Namespace(ns).Obj()
 		if err := c.Create(ctx, cd, client.DryRunAll); err != nil {

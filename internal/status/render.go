@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/duration"
 
@@ -30,6 +32,54 @@ const (
 // LegacyName is how the text output names the legacy plane.
 const LegacyName = "(legacy)"
 
+// printable returns s fit for a terminal: what others wrote into the cluster (an event's or a
+// condition's message, a lease holder) is printed, never interpreted. Tabs and line breaks become
+// spaces (they would break the table), other control characters (an escape sequence could
+// move the cursor, rewrite the screen or set the window title) and the Unicode controls that
+// reorder text are shown as escapes (\x1b, \u202e).
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if unprintable(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1: // not UTF-8: the byte itself
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case r == '\t' || r == '\n' || r == '\r':
+			b.WriteByte(' ')
+		case r < 0x100 && unprintable(r):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case unprintable(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// unprintable: C0 and C1 controls, DEL, invalid UTF-8, and the bidirectional formatting
+// characters (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069).
+func unprintable(r rune) bool {
+	switch {
+	case unicode.IsControl(r), r == utf8.RuneError:
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
+}
+
 // WriteJSON writes v as indented JSON and a newline.
 func WriteJSON(w io.Writer, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -50,11 +100,11 @@ func WritePlanesText(w io.Writer, p Planes, _ Options) error {
 	fmt.Fprintln(tw, "PLANE\tVERSION\tCONTROLLER\tNODES\tPLUGIN-READY\tNAMESPACES\tDOMAINS-READY\tDOMAINS-NOT-READY\tLEADER\tLEADER-AGE")
 	legacy := false
 	for _, pl := range p.Planes {
-		name := pl.ID
+		name := printable(pl.ID)
 		if pl.Legacy {
 			name, legacy = LegacyName, true
 		}
-		version, controller := pl.Version, fmt.Sprintf("%d/%d", pl.Controller.Ready, pl.Controller.Desired)
+		version, controller := printable(pl.Version), fmt.Sprintf("%d/%d", pl.Controller.Ready, pl.Controller.Desired)
 		if !pl.Installed {
 			version, controller = "(not installed)", "-"
 		}
@@ -81,7 +131,7 @@ func leaderCells(l *Leader) (leader, age string) {
 	case l.Holder == "":
 		return "(none)", "-"
 	}
-	leader, age = l.Holder, "-"
+	leader, age = printable(l.Holder), "-"
 	if l.Expired {
 		leader += " (expired)"
 	}
@@ -99,9 +149,10 @@ func WriteDomainText(w io.Writer, d Domain, opts Options) error {
 	if d.ControlPlaneID != "" {
 		planeName = strconv.Quote(d.ControlPlaneID)
 	}
-	fmt.Fprintf(w, "ComputeDomain %s/%s (uid %s), control plane %s, driver namespace %s\n", d.Namespace, d.Name, d.UID, planeName, d.DriverNamespace)
+	fmt.Fprintf(w, "ComputeDomain %s/%s (uid %s), control plane %s, driver namespace %s\n",
+		printable(d.Namespace), printable(d.Name), printable(string(d.UID)), planeName, printable(d.DriverNamespace))
 	fmt.Fprintf(w, "Status: %s  numNodes: %d  readyNodes: %d  totalNodes: %d  membership: %s\n",
-		paint(orDash(d.Status), d.Status, opts), d.NumNodes, d.ReadyNodes, d.TotalNodes, d.Membership)
+		paint(orDash(printable(d.Status)), d.Status, opts), d.NumNodes, d.ReadyNodes, d.TotalNodes, printable(d.Membership))
 
 	fmt.Fprintln(w)
 	if len(d.Cliques) == 0 {
@@ -110,7 +161,7 @@ func WriteDomainText(w io.Writer, d Domain, opts Options) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "CLIQUE\tREADY\tNODES")
 		for _, c := range d.Cliques {
-			id := c.ID
+			id := printable(c.ID)
 			if id == "" {
 				id = "(no fabric)"
 			}
@@ -132,7 +183,7 @@ func WriteDomainText(w io.Writer, d Domain, opts Options) error {
 		fmt.Fprintf(w, "Held back (%d):\n", len(d.HeldBack))
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for _, h := range d.HeldBack {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", h.Node, h.Reason, h.Message)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", printable(h.Node), printable(h.Reason), printable(h.Message))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -148,7 +199,7 @@ func WriteDomainText(w io.Writer, d Domain, opts Options) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  TYPE\tSTATUS\tREASON\tMESSAGE")
 	for _, c := range d.Conditions {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Message)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", printable(c.Type), printable(c.Status), printable(c.Reason), printable(c.Message))
 	}
 	return tw.Flush()
 }
@@ -166,7 +217,7 @@ func nodeCell(n Node, opts Options) string {
 	case cdv1beta1.StatusNotReady:
 		mark = "✗"
 	}
-	return paint(n.Name+"["+idx+"]"+mark, n.Status, opts)
+	return paint(printable(n.Name)+"["+idx+"]"+mark, n.Status, opts)
 }
 
 // paint colours s by status when colour is on.

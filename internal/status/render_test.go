@@ -290,3 +290,42 @@ func TestJSONEmptyLists(t *testing.T) {
 		t.Errorf("planes not an empty list: %s", b.String())
 	}
 }
+
+// TestTextEscapesWhatOthersWrote: a daemon can post an event, and whoever can write a domain's
+// status a condition, with terminal escape sequences in it (clear the screen, set the window
+// title, hide text) or Unicode that reorders text. The text output prints them as escapes, with
+// colour on or off; the only escape sequences it writes are its own colours.
+func TestTextEscapesWhatOthersWrote(t *testing.T) {
+	const hostile = "pull failed\x1b[2J\x1b]0;pwned\x07\tnext\nline \u202egnp.exe\x9b"
+	d := sampleDomain()
+	d.HeldBack = []HeldBack{{Node: "node-1", Reason: ReasonDaemonNotReady, Message: hostile}}
+	d.Conditions = []Condition{{Type: "Ready", Status: "False", Reason: "X\x1b[8m", Message: hostile}}
+	for _, color := range []bool{false, true} {
+		var b bytes.Buffer
+		if err := WriteDomainText(&b, d, Options{Color: color}); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		for _, code := range []string{green, red, yellow, reset} {
+			out = strings.ReplaceAll(out, code, "")
+		}
+		for _, r := range out {
+			if r != '\n' && unprintable(r) {
+				t.Fatalf("colour %t: output holds control character %U:\n%q", color, r, out)
+			}
+		}
+		for _, want := range []string{`pull failed\x1b[2J\x1b]0;pwned\x07 next line \u202egnp.exe\x9b`, `X\x1b[8m`} {
+			if !strings.Contains(out, want) {
+				t.Errorf("colour %t: output lacks %q:\n%s", color, want, out)
+			}
+		}
+	}
+	var b bytes.Buffer
+	if err := WritePlanesText(&b, Planes{Planes: []Plane{{ID: "a", Installed: true, Version: "v1\x1b[31m",
+		Leader: &Leader{Election: true, Holder: "pod\x1b]0;x\x07"}}}}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsRune(b.String(), 0x1b) || !strings.Contains(b.String(), `pod\x1b]0;x\x07`) {
+		t.Errorf("planes output:\n%q", b.String())
+	}
+}

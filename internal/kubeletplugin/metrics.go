@@ -38,6 +38,8 @@ const (
 	// nvidia-imex or holds another driver, the driver is too old for IMEXDaemonsWithDNSNames, or
 	// the IMEX device numbers cannot be read.
 	FailureDriver FailureReason = "driver"
+	// FailureDeviceInUse: a device of the claim is prepared for another claim (checkpoint).
+	FailureDeviceInUse FailureReason = "device_in_use"
 	// FailureCDI: a CDI spec could not be written or removed.
 	FailureCDI FailureReason = "cdi_write"
 	// FailureCheckpoint: the checkpoint could not be written.
@@ -51,7 +53,7 @@ const (
 // start at zero for the plugin's plane.
 var (
 	prepareFailures = []FailureReason{FailureBadConfig, FailureWrongNamespace, FailureDomainNotFound, FailureNodeLabel,
-		FailureCliqueUnknown, FailureIMEXNotReady, FailureDriver, FailureCDI, FailureCheckpoint, FailureOther}
+		FailureCliqueUnknown, FailureIMEXNotReady, FailureDriver, FailureDeviceInUse, FailureCDI, FailureCheckpoint, FailureOther}
 	unprepareFailures = []FailureReason{FailureNodeLabel, FailureCDI, FailureCheckpoint, FailureOther}
 )
 

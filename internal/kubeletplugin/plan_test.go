@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/testutil"
@@ -119,5 +121,43 @@ func TestPlanClaim(t *testing.T) {
 	}
 	if _, err := planClaim(testutil.MakeResourceClaim("claim", "ns").Obj()); !IsRetryable(err) {
 		t.Errorf("unallocated claim: %v, want a retryable error", err)
+	}
+}
+
+// TestPreparedElsewhere: a device the checkpoint holds as prepared for another claim is not
+// prepared again, and the refusal names both claims and is retryable; the claim's own entry, and
+// another claim only started (no devices yet) or holding other devices, do not count.
+func TestPreparedElsewhere(t *testing.T) {
+	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "driver", Name: "new", UID: "uid-new"}}
+	plan := claimPlan{Kind: KindDaemon, Devices: []allocatedDevice{{Request: "daemon", Pool: "node-1", Device: "daemon-0", Kind: KindDaemon}}}
+	entry := func(state ClaimState, name string, devices ...string) ClaimEntry {
+		e := ClaimEntry{State: state, Namespace: "driver", Name: name, Kind: "daemon"}
+		for _, d := range devices {
+			e.Devices = append(e.Devices, PreparedDevice{Requests: []string{"r"}, Pool: "node-1", Device: d})
+		}
+		return e
+	}
+	for name, tc := range map[string]struct {
+		cp   map[types.UID]ClaimEntry
+		want string // "" none
+	}{
+		"empty":                        {},
+		"its own entry":                {cp: map[types.UID]ClaimEntry{"uid-new": entry(PrepareCompleted, "new", "daemon-0")}},
+		"another claim, other devices": {cp: map[types.UID]ClaimEntry{"uid-old": entry(PrepareCompleted, "old", "channel-0")}},
+		"another claim only started":   {cp: map[types.UID]ClaimEntry{"uid-old": entry(PrepareStarted, "old")}},
+		"same device name, other pool": {cp: map[types.UID]ClaimEntry{"uid-old": {State: PrepareCompleted, Namespace: "driver", Name: "old",
+			Devices: []PreparedDevice{{Pool: "node-2", Device: "daemon-0"}}}}},
+		"another claim holds it": {cp: map[types.UID]ClaimEntry{"uid-old": entry(PrepareCompleted, "old", "daemon-0")},
+			want: "not preparing claim driver/new (uid-new): device node-1/daemon-0 is prepared for claim driver/old (uid-old)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := preparedElsewhere(tc.cp, claim, plan)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !IsRetryable(err)):
+				t.Fatalf("err = %v, want a retryable refusal containing %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
@@ -99,6 +101,9 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 			return nil, failed(FailureDriver, err)
 		}
 	}
+	if err := preparedElsewhere(d.cp.snapshot(), claim, plan); err != nil {
+		return nil, failed(FailureDeviceInUse, err)
+	}
 	if old, ok := d.cp.get(claim.UID); ok && old.CDISpec != "" && old.CDISpec != CDISpecName(claim.UID) {
 		// NVIDIA's plugin began this prepare: its spec would define the same CDI devices.
 		if err := d.cdi.remove(old.CDISpec); err != nil {
@@ -125,6 +130,36 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 		return nil, err
 	}
 	return devices, nil
+}
+
+// preparedElsewhere refuses to prepare a device that the checkpoint holds as prepared for
+// another claim, naming both claims. The scheduler allocates each device to one claim, but a
+// stale checkpoint (a claim whose unprepare never came), a claim with admin access, or an
+// unprepare racing the scheduler's next allocation would otherwise hand one channel, or the
+// node's one daemon device, to two pods at once. The error is retryable: once the other claim
+// is unprepared, the kubelet's next try succeeds.
+func preparedElsewhere(cp map[types.UID]ClaimEntry, claim *resourcev1.ResourceClaim, plan claimPlan) error {
+	want := map[[2]string]bool{}
+	for _, dev := range plan.Devices {
+		want[[2]string{dev.Pool, dev.Device}] = true
+	}
+	var clashes []string
+	for uid, e := range cp {
+		if uid == claim.UID || e.State != PrepareCompleted {
+			continue
+		}
+		for _, dev := range e.Devices {
+			if want[[2]string{dev.Pool, dev.Device}] {
+				clashes = append(clashes, fmt.Sprintf("device %s/%s is prepared for claim %s/%s (%s)", dev.Pool, dev.Device, e.Namespace, e.Name, uid))
+			}
+		}
+	}
+	if len(clashes) == 0 {
+		return nil
+	}
+	slices.Sort(clashes)
+	return retryablef("not preparing claim %s/%s (%s): %s; it is prepared once that claim is unprepared",
+		claim.Namespace, claim.Name, claim.UID, strings.Join(clashes, "; "))
 }
 
 // preparedDevices lists the claim's devices with the CDI ids of those that have a CDI device

@@ -114,3 +114,32 @@ func TestDaemonClaimOutsideDriverNamespace(t *testing.T) {
 		t.Errorf("prepare error %q, want a permanent error about the driver namespace", got.Error)
 	}
 }
+
+// TestOneDevicePreparedForOneClaim: a second claim allocated the node's daemon device while the
+// checkpoint still holds it for a first (a stale entry, admin access, an unprepare racing the
+// next allocation) is not prepared: the error names both claims and is retried, nothing is
+// written for it, and once the first claim is unprepared the second is prepared.
+func TestOneDevicePreparedForOneClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := e.addNode(8)
+	n.start(4)
+	cd := e.createCD(e.ns, "shared")
+	cfg := rawJSON(t, cdv1beta1.NewDaemonConfig(string(cd.UID)))
+	first := e.allocatedClaim(e.driverNS, "first", n, kubeletplugin.DaemonDeviceName, cfg, nil)
+	second := e.allocatedClaim(e.driverNS, "second", n, kubeletplugin.DaemonDeviceName, cfg, nil)
+	n.mustPrepare(first)
+	got, _ := n.prepare(second)
+	for _, want := range []string{"retryable", "device " + n.name + "/" + kubeletplugin.DaemonDeviceName + " is prepared for claim " + e.driverNS + "/first", string(second.UID)} {
+		if !strings.Contains(got.Error, want) {
+			t.Fatalf("preparing a second claim of the same device: %q, want it to name %q", got.Error, want)
+		}
+	}
+	if _, ok := n.cdiSpec(second.UID); ok {
+		t.Error("a CDI spec was written for the refused claim")
+	}
+	if msg := n.unprepare(first.Namespace, first.Name, first.UID); msg != "" {
+		t.Fatalf("unprepare: %s", msg)
+	}
+	n.mustPrepare(second)
+}

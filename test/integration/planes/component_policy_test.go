@@ -6,10 +6,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	charts "cdplane/deployments/helm"
 	"cdplane/internal/plane"
 	"cdplane/internal/testutil"
 )
@@ -98,17 +100,33 @@ func TestComponentTokensChangeOnlyTheirNodesLabels(t *testing.T) {
 }
 
 // A leaked controller token may create only the daemon DaemonSet's shape in its driver
-// namespace: never a privileged pod, another service account, or a pod on arbitrary nodes.
+// namespace: never a privileged pod, another service account, or a pod on arbitrary nodes; and
+// nothing but the daemon itself: the plane's image and command, no volumes (a Secret of the
+// driver namespace), host ports, requests, priority class of its own choosing, SELinux or
+// unconfined profiles, or claim but the domain's daemon template.
 func TestControllerTokenCreatesOnlyDaemonDaemonSets(t *testing.T) {
 	ctx := testContext(t)
 	const id = "dspol"
 	ns := installPlaneRights(t, id, "rbac-controller.yaml", "policy-daemonsets.yaml")
 	controller := podBoundClient(t, ns, plane.Name(id, "cdplane-controller"), nil).AppsV1().DaemonSets(ns)
 	daemonSA := plane.Name(id, "cdplane-daemon")
+	chart, err := charts.Load(charts.Plane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const uid = "5f0c2a7e-8b1d-4c3e-9a26-0d7e4b9f1c38"
 	good := func() *appsv1.DaemonSet {
-		return testutil.MakeDaemonSet(cdv1beta1.DaemonSetName("uid-1"), ns).
-			Selector(cdv1beta1.ComputeDomainLabel, "uid-1").NodeSelector(cdv1beta1.ComputeDomainLabel, "uid-1").
-			ServiceAccount(daemonSA).Image("cdplane:1").Obj()
+		name := cdv1beta1.DaemonSetName(uid)
+		ds := testutil.MakeDaemonSet(name, ns).
+			Selector(cdv1beta1.ComputeDomainLabel, uid).NodeSelector(cdv1beta1.ComputeDomainLabel, uid).
+			ServiceAccount(daemonSA).Image("cdplane:" + chart.Metadata.AppVersion).Obj()
+		pod := &ds.Spec.Template.Spec
+		pod.Containers[0].Command = []string{"cdplane-daemon", "run"}
+		pod.Containers[0].Args = []string{"--metrics-bind-address=$(POD_IP):9090", "--control-plane-id=" + id}
+		pod.Containers[0].Ports = []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090}}
+		pod.Containers[0].Resources = corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "compute-domain-daemon"}}}
+		pod.ResourceClaims = []corev1.PodResourceClaim{{Name: "compute-domain-daemon", ResourceClaimTemplateName: &name}}
+		return ds
 	}
 	create := func(ds *appsv1.DaemonSet) error {
 		_, err := controller.Create(ctx, ds, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -139,6 +157,39 @@ func TestControllerTokenCreatesOnlyDaemonDaemonSets(t *testing.T) {
 		}, want: "daemon service account"},
 		"every node":   {change: func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.NodeSelector = nil }, want: "exactly the nodes labelled for its domain"},
 		"another name": {change: func(ds *appsv1.DaemonSet) { ds.Name = "miner" }, want: "computedomain-daemon-<cdUID>"},
+		"a name that is no UID": {change: func(ds *appsv1.DaemonSet) {
+			ds.Name = cdv1beta1.DaemonSetName("x")
+			ds.Spec.Selector.MatchLabels[cdv1beta1.ComputeDomainLabel] = "x"
+			ds.Spec.Template.Labels[cdv1beta1.ComputeDomainLabel] = "x"
+			ds.Spec.Template.Spec.NodeSelector[cdv1beta1.ComputeDomainLabel] = "x"
+		}, want: "a ComputeDomain's UID"},
+		"another image":   {change: func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Image = "miner:latest" }, want: "one container, of image"},
+		"another command": {change: func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", "mine"} }, want: "with command cdplane-daemon run"},
+		"another argument": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.Containers[0].Args = append(ds.Spec.Template.Spec.Containers[0].Args, "--config=/evil")
+		}, want: "no arguments but the metrics endpoint's"},
+		"a second container": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.Containers = append(ds.Spec.Template.Spec.Containers, corev1.Container{Name: "side", Image: "miner"})
+		}, want: "runs one container"},
+		"a Secret volume": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "plane-secret"}}}}
+		}, want: "no volumes"},
+		"a host port": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.Containers[0].Ports[0].HostPort = 9090
+		}, want: "host ports"},
+		"large requests": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
+		}, want: "resource requests"},
+		"node-critical priority": {change: func(ds *appsv1.DaemonSet) { ds.Spec.Template.Spec.PriorityClassName = "system-node-critical" }, want: "priority class"},
+		"spc_t": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.SecurityContext = &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Type: "spc_t"}}
+		}, want: "no SELinux options"},
+		"unconfined seccomp": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
+		}, want: "unconfined seccomp"},
+		"another domain's daemon template": {change: func(ds *appsv1.DaemonSet) {
+			ds.Spec.Template.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr(cdv1beta1.DaemonSetName("7e21d9c4-3b5f-4a86-b0d2-9c1e6f84a513"))
+		}, want: "daemon claim template"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ds := good()

@@ -82,7 +82,8 @@ const (
 	ConditionNodesInStatus = "NodesInStatus"
 	// ConditionNodesWithheld is True while nodes are kept out of the domain because their
 	// daemon pod carries a clique label no clique can be named after (reason
-	// InvalidCliqueLabel); the message names the nodes and values.
+	// InvalidCliqueLabel) or an address another member holds (AddressInUse; both:
+	// NodesWithheld); the message names the nodes and values.
 	ConditionNodesWithheld = "NodesWithheld"
 	// ConditionNodesBlocked is True while the daemons of some nodes cannot run IMEX for a
 	// reason retrying does not cure (their pods carry IMEXBlockedLabel); the reason says why
@@ -107,6 +108,10 @@ const (
 	ReasonFabricError = IMEXBlockedFabricError
 	// ReasonInvalidCliqueLabel: a daemon pod's clique label is not a valid clique id.
 	ReasonInvalidCliqueLabel = "InvalidCliqueLabel"
+	// ReasonAddressInUse: a daemon pod's address is another member's (NodesWithheld).
+	ReasonAddressInUse = "AddressInUse"
+	// ReasonNodesWithheld: nodes are withheld for more than one reason (NodesWithheld).
+	ReasonNodesWithheld = "NodesWithheld"
 	// ReasonNoneWithheld: no node is withheld.
 	ReasonNoneWithheld = "NoneWithheld"
 	// ReasonHostIMEXInUse: a host nvidia-imex service holds the IMEX session of the nodes named

@@ -131,8 +131,12 @@ func HeldBackNodes(in DomainInput, entries map[string]cdv1beta1.ComputeDomainDae
 	claimed := sets.New(in.ClaimNodes...)
 	blockedByCondition := BlockedFromCondition(in.Domain.Status.Conditions)
 	perClique := map[string]int{}
+	addressHolder := map[string]string{}
 	for _, e := range entries {
 		perClique[e.CliqueID]++
+		if e.IPAddress != "" {
+			addressHolder[e.IPAddress] = e.NodeName
+		}
 	}
 
 	nodes := sets.New[string]()
@@ -157,6 +161,9 @@ func HeldBackNodes(in DomainInput, entries map[string]cdv1beta1.ComputeDomainDae
 				f.blocked = v
 			}
 			f.podMessage = in.PodMessages[pod.Name]
+			if h := addressHolder[pod.Status.PodIP]; pod.Status.PodIP != "" && h != "" && h != node {
+				f.addressHeldBy = h
+			}
 		}
 		if hb, ok := f.heldBack(); ok {
 			out = append(out, hb)
@@ -176,6 +183,7 @@ type nodeFacts struct {
 	labelled, claimed bool
 	claimsKnown       bool
 	blocked           string
+	addressHeldBy     string
 	cliqueMembers     map[string]int
 	maxNodes          int
 	driverNS, uid     string
@@ -191,6 +199,10 @@ func (f nodeFacts) heldBack() (HeldBack, bool) {
 	case f.hasPod && cliqueLabelled && cdv1beta1.ValidateCliqueID(cliqueLabel) != nil:
 		hb.Reason = ReasonInvalidCliqueLabel
 		hb.Message = fmt.Sprintf("daemon pod %s labels its clique %q, which is not a valid clique id: the node is withheld from the domain", f.podRef(), cliqueLabel)
+	case f.addressHeldBy != "":
+		hb.Reason = ReasonAddressInUse
+		hb.Message = fmt.Sprintf("daemon pod %s has address %s, which member %s holds: the node is withheld from the domain (check its kubelet)",
+			f.podRef(), f.pod.Status.PodIP, f.addressHeldBy)
 	case !f.hasPod:
 		hb.Reason, hb.Message = ReasonNoDaemonPod, f.noPodMessage()
 	case cliqueLabelled && cliqueLabel != "" && !f.hasEntry && f.maxNodes > 0 && f.cliqueMembers[cliqueLabel] >= f.maxNodes:

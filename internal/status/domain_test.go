@@ -112,6 +112,14 @@ func TestHeldBackNodes(t *testing.T) {
 			conditions: []metav1.Condition{blockedCond},
 			want:       []string{"n1/HostIMEXInUse"},
 		},
+		"an address another member holds": {
+			// As the controller writes it: the withheld member keeps its index, without the address.
+			entries:  []cdv1beta1.ComputeDomainDaemonInfo{entry("n1", cliqueA, 0, "Ready"), {NodeName: "n2", CliqueID: cliqueA, Index: 1, Status: "NotReady"}},
+			pods:     []*corev1.Pod{daemonPod("n1", true, strp(cliqueA)).PodIP("10.0.0.1").Obj(), daemonPod("n2", true, strp(cliqueA)).PodIP("10.0.0.1").Obj()},
+			labelled: []string{"n1", "n2"}, claimed: []string{"n1", "n2"}, claimsKnown: true,
+			want:    []string{"n2/AddressInUse"},
+			wantMsg: "has address 10.0.0.1, which member n1 holds",
+		},
 		"an invalid clique label": {
 			pods:    []*corev1.Pod{daemonPod("n1", false, strp("Not_A_Clique")).Obj()},
 			want:    []string{"n1/InvalidCliqueLabel"},

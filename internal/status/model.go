@@ -157,6 +157,8 @@ const (
 	ReasonFabricError = "FabricError"
 	// ReasonInvalidCliqueLabel: the daemon pod's clique label is not a valid clique id.
 	ReasonInvalidCliqueLabel = "InvalidCliqueLabel"
+	// ReasonAddressInUse: the daemon pod's address is another member's entry's.
+	ReasonAddressInUse = "AddressInUse"
 	// ReasonNoDaemonPod: the node serves the domain (a channel claim allocated on it, the
 	// domain's node label, or an entry) but runs no daemon pod of it.
 	ReasonNoDaemonPod = "NoDaemonPod"

@@ -157,13 +157,32 @@ func withheldCondition(withheld []Withheld, generation int64) metav1.Condition {
 	if len(withheld) == 0 {
 		return c
 	}
-	items := make([]string, len(withheld))
-	for i, w := range withheld {
-		items[i] = fmt.Sprintf("%s (%q)", w.Node, truncate(w.Value, 64))
+	var labels, addresses []string
+	for _, w := range withheld {
+		if w.Reason == cdv1beta1.ReasonAddressInUse {
+			addresses = append(addresses, fmt.Sprintf("%s (%s, held by %s)", w.Node, truncate(w.Value, 64), w.Holder))
+		} else {
+			labels = append(labels, fmt.Sprintf("%s (%q)", w.Node, truncate(w.Value, 64)))
+		}
 	}
-	c.Status, c.Reason = metav1.ConditionTrue, cdv1beta1.ReasonInvalidCliqueLabel
-	c.Message = fmt.Sprintf("%d nodes are withheld: their daemon pod's label %s is not a valid clique id (lower-case DNS subdomain of at most 63 characters): %s",
-		len(withheld), cdv1beta1.CliqueIDLabel, names(items))
+	var parts []string
+	if len(labels) > 0 {
+		parts = append(parts, fmt.Sprintf("%d nodes are withheld: their daemon pod's label %s is not a valid clique id (lower-case DNS subdomain of at most 63 characters): %s",
+			len(labels), cdv1beta1.CliqueIDLabel, names(labels)))
+	}
+	if len(addresses) > 0 {
+		parts = append(parts, fmt.Sprintf("%d nodes are withheld: their daemon pod's address is another member's (check those nodes' kubelets): %s",
+			len(addresses), names(addresses)))
+	}
+	c.Status, c.Message = metav1.ConditionTrue, strings.Join(parts, "; ")
+	switch {
+	case len(labels) > 0 && len(addresses) > 0:
+		c.Reason = cdv1beta1.ReasonNodesWithheld
+	case len(addresses) > 0:
+		c.Reason = cdv1beta1.ReasonAddressInUse
+	default:
+		c.Reason = cdv1beta1.ReasonInvalidCliqueLabel
+	}
 	return c
 }
 

@@ -65,9 +65,10 @@ type Result struct {
 	Fabricless []Entry
 	// Waiting maps clique ids to nodes that could not get an index because the clique is full.
 	Waiting map[string][]string
-	// Withheld lists nodes kept out because their daemon pod carries a clique label that is not
-	// a valid clique id (cdv1beta1.ValidateCliqueID), by node name. A withheld node that had an
-	// entry keeps it, not ready, as when its daemon is restarting.
+	// Withheld lists nodes kept out, by node name: their daemon pod carries a clique label that
+	// is not a valid clique id (cdv1beta1.ValidateCliqueID), or an address another member of the
+	// domain holds. A withheld node that had an entry keeps it, not ready, as when its daemon is
+	// restarting (for an address in use, without the address).
 	Withheld []Withheld
 	// Blocked lists member nodes whose daemon reports IMEX blocked (Pod.Blocked), by node name.
 	Blocked []Blocked
@@ -79,10 +80,15 @@ type Result struct {
 	StatusOnly bool
 }
 
-// Withheld is a node kept out of the domain, with the clique label value that is to blame.
+// Withheld is a node kept out of the domain, and why.
 type Withheld struct {
-	Node  string
+	Node string
+	// Reason is cdv1beta1.ReasonInvalidCliqueLabel or cdv1beta1.ReasonAddressInUse.
+	Reason string
+	// Value is what is to blame: the clique label's value, or the address.
 	Value string
+	// Holder is the node that holds the address (ReasonAddressInUse).
+	Holder string
 }
 
 // Blocked is a node whose daemon cannot run IMEX, and why (a cdv1beta1.IMEXBlockedLabel value).
@@ -133,7 +139,7 @@ func Compute(in Input) Result {
 		}
 		if hasPod && pod.Labelled {
 			if !validID(pod.CliqueID) {
-				res.Withheld = append(res.Withheld, Withheld{Node: node, Value: pod.CliqueID})
+				res.Withheld = append(res.Withheld, Withheld{Node: node, Reason: cdv1beta1.ReasonInvalidCliqueLabel, Value: pod.CliqueID})
 				pod.Labelled = false // as if its daemon had not labelled it yet
 			}
 		}
@@ -164,6 +170,7 @@ func Compute(in Input) Result {
 			joining = append(joining, e)
 		}
 	}
+	known, joining, res.Withheld = oneHolderPerAddress(known, joining, existing, pods, res.Withheld)
 	if in.StatusOnly {
 		joining, res.Overflow = admit(known, joining)
 	}
@@ -208,6 +215,71 @@ func Compute(in Input) Result {
 		res.Waiting = nil
 	}
 	return res
+}
+
+// oneHolderPerAddress leaves each address with one entry. A node's kubelet writes its pods'
+// addresses, so a compromised node can give its daemon another member's address; every daemon
+// drops all entries sharing an address (two IMEX peers cannot share one), which would cut the
+// victim out too. So the entry that held the address before keeps it (then the older pod, then
+// the node name); any other is withheld, named with the holder: a known member keeps its entry
+// and index, not ready and without the address; a joining node does not join.
+func oneHolderPerAddress(known, joining []Entry, existing map[string]Entry, pods map[string]Pod, withheld []Withheld) ([]Entry, []Entry, []Withheld) {
+	byIP := map[string][]Entry{}
+	for _, e := range append(append([]Entry(nil), known...), joining...) {
+		if e.IPAddress != "" {
+			byIP[e.IPAddress] = append(byIP[e.IPAddress], e)
+		}
+	}
+	losers := map[string]string{} // node -> holder
+	for ip, es := range byIP {
+		if len(es) < 2 {
+			continue
+		}
+		holder := es[0]
+		for _, e := range es[1:] {
+			if holdsBefore(e, holder, ip, existing, pods) {
+				holder = e
+			}
+		}
+		for _, e := range es {
+			if e.NodeName != holder.NodeName {
+				losers[e.NodeName] = holder.NodeName
+			}
+		}
+	}
+	if len(losers) == 0 {
+		return known, joining, withheld
+	}
+	for i := range known {
+		if h, ok := losers[known[i].NodeName]; ok {
+			withheld = append(withheld, Withheld{Node: known[i].NodeName, Reason: cdv1beta1.ReasonAddressInUse, Value: known[i].IPAddress, Holder: h})
+			known[i].IPAddress, known[i].Status = "", cdv1beta1.StatusNotReady
+		}
+	}
+	kept := joining[:0:0]
+	for _, e := range joining {
+		if h, ok := losers[e.NodeName]; ok {
+			withheld = append(withheld, Withheld{Node: e.NodeName, Reason: cdv1beta1.ReasonAddressInUse, Value: e.IPAddress, Holder: h})
+			continue
+		}
+		kept = append(kept, e)
+	}
+	sort.Slice(withheld, func(i, j int) bool { return withheld[i].Node < withheld[j].Node })
+	return known, kept, withheld
+}
+
+// holdsBefore says whether a has a better claim to address ip than b: it held it in the
+// entries written before and b did not; else its pod is older; else its node name is lower.
+func holdsBefore(a, b Entry, ip string, existing map[string]Entry, pods map[string]Pod) bool {
+	aHeld, bHeld := existing[a.NodeName].IPAddress == ip, existing[b.NodeName].IPAddress == ip
+	if aHeld != bHeld {
+		return aHeld
+	}
+	ac, bc := pods[a.NodeName].Created, pods[b.NodeName].Created
+	if !ac.Equal(bc) {
+		return ac.Before(bc)
+	}
+	return a.NodeName < b.NodeName
 }
 
 // admit returns the joining entries that fit status.nodes next to the known ones (which are

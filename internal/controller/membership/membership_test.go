@@ -202,7 +202,8 @@ func TestCompute(t *testing.T) {
 			want: Result{
 				Cliques:    map[string][]Entry{c1: {entry("n2", "127.0.0.2", c1, 0, true)}},
 				Fabricless: []Entry{entry("n4", "127.0.0.4", "", -1, true)},
-				Withheld:   []Withheld{{Node: "n1", Value: "Bad_Clique"}, {Node: "n3", Value: "uuid..1"}},
+				Withheld: []Withheld{{Node: "n1", Reason: cdv1beta1.ReasonInvalidCliqueLabel, Value: "Bad_Clique"},
+					{Node: "n3", Reason: cdv1beta1.ReasonInvalidCliqueLabel, Value: "uuid..1"}},
 			},
 		},
 		"a member whose label turns invalid keeps its entry and index, not ready": {
@@ -214,7 +215,45 @@ func TestCompute(t *testing.T) {
 			},
 			want: Result{
 				Cliques:  map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 3, false)}},
-				Withheld: []Withheld{{Node: "n1", Value: "UPPER.1"}},
+				Withheld: []Withheld{{Node: "n1", Reason: cdv1beta1.ReasonInvalidCliqueLabel, Value: "UPPER.1"}},
+			},
+		},
+		"a member's address claimed by a joining node: the member keeps it, the newcomer is withheld": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 1, true)},
+				Pods:          []Pod{pod("n1", "127.0.0.1", c1, true), pod("n2", "127.0.0.2", c1, true), pod("n3", "127.0.0.1", c1, true)},
+				LabelledNodes: sets.New("n1", "n2", "n3"), AllocatedNodes: sets.New("n1", "n2", "n3"),
+				MaxNodes: 18,
+			},
+			want: Result{
+				Cliques:  map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 1, true)}},
+				Withheld: []Withheld{{Node: "n3", Reason: cdv1beta1.ReasonAddressInUse, Value: "127.0.0.1", Holder: "n1"}},
+			},
+		},
+		"a member's address claimed by another member: the earlier holder keeps it, the other keeps its index without it": {
+			in: Input{
+				Existing:      []Entry{entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "127.0.0.2", c1, 1, true)},
+				Pods:          []Pod{pod("n1", "127.0.0.1", c1, true), pod("n2", "127.0.0.1", c1, true)},
+				LabelledNodes: sets.New("n1", "n2"), AllocatedNodes: sets.New("n1", "n2"),
+				MaxNodes: 18,
+			},
+			want: Result{
+				Cliques:  map[string][]Entry{c1: {entry("n1", "127.0.0.1", c1, 0, true), entry("n2", "", c1, 1, false)}},
+				Withheld: []Withheld{{Node: "n2", Reason: cdv1beta1.ReasonAddressInUse, Value: "127.0.0.1", Holder: "n1"}},
+			},
+		},
+		"two newcomers with one address: the older pod's node joins": {
+			in: Input{
+				Pods: []Pod{
+					{NodeName: "n1", IP: "127.0.0.9", CliqueID: c1, Labelled: true, Ready: true, Owned: true, Created: time.Unix(200, 0)},
+					{NodeName: "n2", IP: "127.0.0.9", CliqueID: c1, Labelled: true, Ready: true, Owned: true, Created: time.Unix(100, 0)},
+				},
+				LabelledNodes: sets.New("n1", "n2"), AllocatedNodes: sets.New("n1", "n2"),
+				MaxNodes: 18,
+			},
+			want: Result{
+				Cliques:  map[string][]Entry{c1: {entry("n2", "127.0.0.9", c1, 0, true)}},
+				Withheld: []Withheld{{Node: "n1", Reason: cdv1beta1.ReasonAddressInUse, Value: "127.0.0.9", Holder: "n2"}},
 			},
 		},
 		"a daemon that reports IMEX blocked: its node is listed, its entry kept, not ready": {
@@ -359,6 +398,11 @@ func longName(i int) string {
 
 const longIP = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255" // 45 characters, the most
 
+// longIPOf is a distinct address of longIP's length for each i below 1,000,000.
+func longIPOf(i int) string {
+	return fmt.Sprintf("ffff:ffff:ffff:ffff:ffff:ffff:255.255.%03d.%03d", i/1000, i%1000)
+}
+
 // With cliques off, status.nodes is the only place membership lives: every member is kept, new
 // nodes join only while the entries fit, the rest wait.
 func TestComputeStatusOnlyAdmitsWhatFits(t *testing.T) {
@@ -369,9 +413,10 @@ func TestComputeStatusOnlyAdmitsWhatFits(t *testing.T) {
 		clique := fmt.Sprintf("7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11.%d", i%200)
 		in.LabelledNodes.Insert(node)
 		in.AllocatedNodes.Insert(node)
-		in.Pods = append(in.Pods, pod(node, longIP, clique, true))
+		ip := longIPOf(i) // each its own: a shared address withholds all but one
+		in.Pods = append(in.Pods, pod(node, ip, clique, true))
 		if i >= 3000-members { // the members sort last: they are kept before any newcomer
-			in.Existing = append(in.Existing, entry(node, longIP, clique, (i/200)%18, true))
+			in.Existing = append(in.Existing, entry(node, ip, clique, (i/200)%18, true))
 		}
 	}
 	res := Compute(in)
@@ -458,6 +503,17 @@ func TestWithheldCondition(t *testing.T) {
 	st = Aggregate(Result{}, 0, 4, st.Conditions)
 	if c := findCondition(st.Conditions, cdv1beta1.ConditionNodesWithheld); c.Status != metav1.ConditionFalse || c.Reason != cdv1beta1.ReasonNoneWithheld {
 		t.Errorf("once none is withheld: %+v", c)
+	}
+	address := Withheld{Node: "n7", Reason: cdv1beta1.ReasonAddressInUse, Value: "127.0.0.1", Holder: "n1"}
+	st = Aggregate(Result{Withheld: []Withheld{address}}, 0, 5, nil)
+	if c := findCondition(st.Conditions, cdv1beta1.ConditionNodesWithheld); c.Status != metav1.ConditionTrue || c.Reason != cdv1beta1.ReasonAddressInUse ||
+		!strings.Contains(c.Message, "n7 (127.0.0.1, held by n1)") {
+		t.Errorf("an address in use: %+v", c)
+	}
+	st = Aggregate(Result{Withheld: []Withheld{w[0], address}}, 0, 5, nil)
+	if c := findCondition(st.Conditions, cdv1beta1.ConditionNodesWithheld); c.Reason != cdv1beta1.ReasonNodesWithheld ||
+		!strings.Contains(c.Message, "n7 (127.0.0.1, held by n1)") || !strings.Contains(c.Message, `n0 ("Bad_x`) {
+		t.Errorf("both reasons: %+v", c)
 	}
 }
 

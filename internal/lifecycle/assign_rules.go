@@ -127,9 +127,12 @@ func holds(t Target) string {
 	return "holds"
 }
 
-// systemNamespaces are the cluster's own namespaces: no plane's tenants live there, and a plane
-// label and RoleBindings there would hand a plane's controller rights over system objects.
-var systemNamespaces = map[string]bool{"default": true, "kube-system": true, "kube-public": true, "kube-node-lease": true}
+// systemNamespace reports the cluster's own namespaces, default and every kube-*: no plane's
+// tenants live there, and a plane label and RoleBindings there would hand a plane's controller
+// rights over system objects.
+func systemNamespace(name string) bool {
+	return name == "default" || strings.HasPrefix(name, "kube-")
+}
 
 // checkNotDriverNamespace refuses the plane's own driver namespace (its label and RoleBindings
 // come with the plane's installation, and the assignment's RoleBindings share their names), the
@@ -145,7 +148,7 @@ func checkNotDriverNamespace(t Target, id string) error {
 			"it is control plane %q's driver namespace, which its installation labels and destroy removes", id)}
 	case t.Name == plane.DriverNamespaceLegacyName:
 		return &RefusedError{Target: t, ID: id, Reason: "it is the legacy control plane's driver namespace"}
-	case systemNamespaces[t.Name]:
+	case systemNamespace(t.Name):
 		return &RefusedError{Target: t, ID: id, Reason: "it is a system namespace of the cluster; workloads of a plane belong in namespaces of their own"}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package planes
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,29 @@ func TestControllerWritesOnlyItsOwnDomainsAndNamespaces(t *testing.T) {
 	}
 	if err := legacyCtl.Create(ctx, tmpl(free), client.DryRunAll); err != nil {
 		t.Errorf("legacy controller writing a claim template in an unassigned namespace: %v, want admitted", err)
+	}
+	// Nor in the cluster's own namespaces, which carry no plane label either.
+	if err := legacyCtl.Create(ctx, tmpl("kube-system"), client.DryRunAll); !isAdmissionRefusal(err) || !strings.Contains(err.Error(), "never kube-*") {
+		t.Errorf("legacy controller writing a claim template in kube-system: %v, want refused", err)
+	}
+	// Nobody creates a ComputeDomain in a kube-* namespace, an administrator included.
+	if err := testCluster.Client.Create(ctx, testutil.MakeComputeDomain("cd").Namespace("kube-system").Obj(), client.DryRunAll); !isAdmissionRefusal(err) ||
+		!strings.Contains(err.Error(), "not served in namespace kube-system") {
+		t.Errorf("a ComputeDomain in kube-system: %v, want refused", err)
+	}
+	// Before 1.36 a domain created in a named plane's namespace is unlabelled until that plane
+	// labels it: the legacy plane, which owns unlabelled domains, may not take it meanwhile.
+	if served, err := mutatingPolicyServed(); err != nil {
+		t.Fatal(err)
+	} else if !served {
+		pending := testutil.MakeComputeDomain("pending").Namespace(own).Obj()
+		if err := testCluster.Client.Create(ctx, pending); err != nil {
+			t.Fatal(err)
+		}
+		if err := patch(legacyCtl, pending, `{"metadata":{"finalizers":["`+cdv1beta1.Finalizer+`"]}}`, client.DryRunAll); !isAdmissionRefusal(err) ||
+			!strings.Contains(err.Error(), "may not take ComputeDomain") {
+			t.Errorf("legacy controller taking an unlabelled domain in plane %s's namespace: %v, want refused", id, err)
+		}
 	}
 
 	// Secrets: no rights at all without mirroring, not even in the plane's own namespaces.

@@ -195,13 +195,12 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 			return nil, fmt.Errorf("setting up the Secret mirror: %w", err)
 		}
 	}
-	labelDomains, err := domainlabel.Enabled(cfg, o.LabelDomains, o.ControlPlaneID)
+	labelDomains, why, err := domainlabel.Enabled(ctx, cfg, o.LabelDomains, o.ControlPlaneID)
 	if err != nil {
 		return nil, fmt.Errorf("deciding whether to label ComputeDomains (--label-domains=auto): %w", err)
 	}
 	if labelDomains {
-		ctrl.LoggerFrom(ctx).Info("Labelling this plane's unlabelled ComputeDomains (no MutatingAdmissionPolicy v1 served, or --label-domains=true)",
-			"controlPlaneID", o.ControlPlaneID)
+		ctrl.LoggerFrom(ctx).Info("Labelling this plane's unlabelled ComputeDomains", "why", why, "controlPlaneID", o.ControlPlaneID)
 		domains, err := domainlabel.NewCache(cfg, cache.Options{HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 		if err != nil {
 			return nil, fmt.Errorf("creating the unlabelled-domain cache: %w", err)

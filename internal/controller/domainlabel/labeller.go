@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -87,17 +88,40 @@ func MutatingPolicyServed(cfg *rest.Config) (bool, error) {
 	return false, nil
 }
 
+// MutatingPolicyName is the prerequisites' MutatingAdmissionPolicy that stamps the label.
+const MutatingPolicyName = "compute-domain-control-plane-label.nvidia.com"
+
 // Enabled resolves mode for a plane: the legacy plane (id "") never labels (its domains carry
-// no label), Auto asks the apiserver.
-func Enabled(cfg *rest.Config, mode Mode, planeID string) (bool, error) {
-	if planeID == "" || mode == Never {
-		return false, nil
-	}
-	if mode == Always {
-		return true, nil
+// no label); Auto labels unless the apiserver serves MutatingAdmissionPolicy v1 and the
+// prerequisites' policy is installed. A cluster upgraded to 1.36 without `cdplane apply
+// prerequisites` serves the kind but holds no such policy (the chart left it out before): a
+// labeller turned off there would leave new domains unlabelled and unreconciled. why says what
+// decided, for the log; a policy that cannot be read (Forbidden to an older chart's role)
+// counts as missing, since labelling next to the policy is harmless.
+func Enabled(ctx context.Context, cfg *rest.Config, mode Mode, planeID string) (on bool, why string, err error) {
+	switch {
+	case planeID == "" || mode == Never:
+		return false, "", nil
+	case mode == Always:
+		return true, "--label-domains=true", nil
 	}
 	served, err := MutatingPolicyServed(cfg)
-	return !served, err
+	if err != nil || !served {
+		return !served, "the apiserver serves no MutatingAdmissionPolicy v1 (Kubernetes before 1.36)", err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false, "", err
+	}
+	_, err = cs.AdmissionregistrationV1().MutatingAdmissionPolicies().Get(ctx, MutatingPolicyName, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return false, "", nil
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		return true, "the apiserver serves MutatingAdmissionPolicy v1, but " + MutatingPolicyName +
+			" is not installed (run `cdplane apply prerequisites` once after upgrading Kubernetes to 1.36 or later)", nil
+	}
+	return false, "", fmt.Errorf("reading MutatingAdmissionPolicy %s: %w", MutatingPolicyName, err)
 }
 
 // Labeller stamps this plane's id on unlabelled ComputeDomains in the namespaces assigned to it.

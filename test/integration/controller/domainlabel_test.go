@@ -1,15 +1,20 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
@@ -191,5 +196,61 @@ func TestControllerLabelsDomainsWithoutMutatingPolicy(t *testing.T) {
 	if v, ok := cur.Labels[cdv1beta1.ControlPlaneLabel]; ok || len(cur.Finalizers) > 0 {
 		t.Errorf("domain in plane %s's namespace (whose controller does not run): label %q, finalizers %v; want neither plane %s nor the legacy plane to touch it",
 			otherID, v, cur.Finalizers, id)
+	}
+}
+
+// TestAutoLabelsUntilTheMutatingPolicyIsInstalled: --label-domains=auto turns the labeller off
+// only where the apiserver serves MutatingAdmissionPolicy v1 and the prerequisites' policy is
+// there. A cluster upgraded to 1.36 without `cdplane apply prerequisites` serves the kind but
+// holds no such policy: the labeller stays on, and says why and what to run.
+func TestAutoLabelsUntilTheMutatingPolicyIsInstalled(t *testing.T) {
+	ctx := context.Background()
+	cfg := testCluster.Config
+	served, err := domainlabel.MutatingPolicyServed(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !served {
+		t.Skip("this apiserver serves no MutatingAdmissionPolicy v1")
+	}
+	for _, tc := range []struct {
+		mode domainlabel.Mode
+		id   string
+		want bool
+	}{{domainlabel.Never, "p", false}, {domainlabel.Always, "p", true}, {domainlabel.Auto, "", false}} {
+		if on, _, err := domainlabel.Enabled(ctx, cfg, tc.mode, tc.id); err != nil || on != tc.want {
+			t.Errorf("Enabled(%s, %q) = %t, %v; want %t", tc.mode, tc.id, on, err, tc.want)
+		}
+	}
+	on, why, err := domainlabel.Enabled(ctx, cfg, domainlabel.Auto, "p")
+	if err != nil || !on || !strings.Contains(why, "is not installed (run `cdplane apply prerequisites`") {
+		t.Fatalf("auto without the policy installed: %t, %q, %v; want on, saying what to run", on, why, err)
+	}
+
+	// The policy's name is what counts; this one matches nothing and has no binding, so that it
+	// stamps nothing on the other tests' domains.
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	policy := &admissionregistrationv1.MutatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: domainlabel.MutatingPolicyName},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"cdplane.test"}, APIVersions: []string{"v1"}, Resources: []string{"nothings"}},
+				},
+			}}},
+			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+			Mutations: []admissionregistrationv1.Mutation{{PatchType: admissionregistrationv1.PatchTypeApplyConfiguration,
+				ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: "Object{}"}}},
+		},
+	}
+	if _, err := cs.AdmissionregistrationV1().MutatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.AdmissionregistrationV1().MutatingAdmissionPolicies().Delete(context.Background(), policy.Name, metav1.DeleteOptions{})
+	})
+	if on, why, err := domainlabel.Enabled(ctx, cfg, domainlabel.Auto, "p"); err != nil || on {
+		t.Errorf("auto with the policy installed: %t, %q, %v; want off", on, why, err)
 	}
 }

@@ -14,7 +14,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v4/pkg/action"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"cdplane/internal/features"
@@ -814,6 +818,52 @@ func TestDaemonMetrics(t *testing.T) {
 	for _, port := range []any{50000, 50005, 0, 70000, "8082"} {
 		if _, err := Render(Plane, "x", "plane-a-cdplane", map[string]any{"controlPlaneID": "plane-a", "daemon": map[string]any{"metrics": map[string]any{"port": port}}}); err == nil {
 			t.Errorf("daemon.metrics.port %v: rendered, want refused by the schema", port)
+		}
+	}
+}
+
+// TestDaemonNetworkPolicy: the daemons' NetworkPolicy selects the pods the controller gives a
+// domain (managed by cdplane, labelled with the domain), and neither the controller's nor the
+// kubelet plugin's pods; IMEX's ports are open only to those daemon pods, the metrics port to
+// all. Off with the value, and where IMEX is the host's (no daemons).
+func TestDaemonNetworkPolicy(t *testing.T) {
+	ms := renderPlane(t, "plane-a", nil)
+	np := object(t, ms, "NetworkPolicy")
+	var spec networkingv1.NetworkPolicySpec
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(np["spec"].(map[string]any), &spec); err != nil {
+		t.Fatal(err)
+	}
+	selects := func(sel metav1.LabelSelector, l map[string]string) bool {
+		s, err := metav1.LabelSelectorAsSelector(&sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Matches(labels.Set(l))
+	}
+	daemon := map[string]string{"app.kubernetes.io/managed-by": "cdplane", "resource.nvidia.com/computeDomain": "5f0c2a7e-8b1d-4c3e-9a26-0d7e4b9f1c38",
+		planeLabel: "plane-a"}
+	if !selects(spec.PodSelector, daemon) {
+		t.Errorf("the policy does not select a daemon pod (%v)", daemon)
+	}
+	for _, kind := range []string{"Deployment", "DaemonSet"} {
+		podLabels, _, _ := unstructured.NestedStringMap(object(t, ms, kind), "spec", "template", "metadata", "labels")
+		if selects(spec.PodSelector, podLabels) {
+			t.Errorf("the policy selects the %s's pods (%v)", kind, podLabels)
+		}
+	}
+	if len(spec.Ingress) != 2 || len(spec.Ingress[0].From) != 1 || !selects(*spec.Ingress[0].From[0].PodSelector, daemon) ||
+		len(spec.Ingress[0].Ports) != 2 || spec.Ingress[0].Ports[0].Port.IntValue() != 50000 || spec.Ingress[0].Ports[1].Port.IntValue() != 50005 ||
+		len(spec.Ingress[1].From) != 0 || spec.Ingress[1].Ports[0].Port.IntValue() != 8082 {
+		t.Errorf("ingress rules: %+v", spec.Ingress)
+	}
+	for name, values := range map[string]map[string]any{
+		"turned off":   {"daemon": map[string]any{"networkPolicy": map[string]any{"enabled": false}}},
+		"host-managed": {"imex": map[string]any{"mode": "hostManaged", "hostSocketPath": "/run/imex/ctl.sock"}, "featureGates": map[string]any{"HostManagedIMEXDaemon": true}},
+	} {
+		for _, m := range renderPlane(t, "plane-a", values) {
+			if m.Object.GetKind() == "NetworkPolicy" {
+				t.Errorf("%s: a NetworkPolicy is rendered", name)
+			}
 		}
 	}
 }

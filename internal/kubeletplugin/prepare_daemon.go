@@ -71,9 +71,15 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	if err != nil {
 		return nil, "", failed(FailureCliqueUnknown, err)
 	}
+	// The directory is bind-mounted read-write into the daemon's container: 0700 keeps every other
+	// user of the node out of it (the daemon runs as root; so does the plugin). Chmod covers a
+	// directory made before this mode was used.
 	dir := d.domainConfigDir(plan.DomainID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("creating the domain's config directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, "", fmt.Errorf("restricting the domain's config directory: %w", err)
 	}
 	tmpl, err := IMEXConfigTemplate()
 	if err != nil {

@@ -61,6 +61,11 @@ func TestDaemonClaim(t *testing.T) {
 			if len(edits.Mounts) != 1 || edits.Mounts[0].HostPath != dir || edits.Mounts[0].ContainerPath != "/etc/nvidia-imex" {
 				t.Errorf("daemon mounts %+v, want %s at /etc/nvidia-imex", edits.Mounts, dir)
 			}
+			if fi, err := os.Stat(dir); err != nil {
+				t.Errorf("the domain's config directory: %v", err)
+			} else if fi.Mode().Perm() != 0o700 {
+				t.Errorf("the domain's config directory has mode %v, want 0700 (the daemon's own)", fi.Mode().Perm())
+			}
 			tmpl, err := os.ReadFile(filepath.Join(dir, kubeletplugin.IMEXConfigTemplateFile))
 			if err != nil {
 				t.Fatalf("IMEX config template: %v", err)

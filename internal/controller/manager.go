@@ -131,8 +131,9 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		&cdv1beta1.ComputeDomainClique{}:    {Namespaces: driverNS, Label: labelled},
 		&resourcev1.ResourceClaimTemplate{}: {Label: labelled},
 		// Channel claims, made from the domain's template, carry its labels; membership
-		// requires one allocated on a node (computedomain.allocatedNodes).
-		&resourcev1.ResourceClaim{}: {Label: labelled},
+		// requires one allocated on a node (computedomain.allocatedNodes), and that is all of a
+		// claim the controller reads: the cache keeps its metadata and allocation only.
+		&resourcev1.ResourceClaim{}: {Label: labelled, Transform: claimAllocationOnly},
 		nodeMeta:                    {Label: labelled},
 		&cdv1beta1.ComputeDomain{}:  {Label: domains},
 	}
@@ -252,4 +253,19 @@ func leaseLock(cfg *rest.Config, o Options) (resourcelock.Interface, error) {
 	}
 	return resourcelock.New(resourcelock.LeasesResourceLock, o.DriverNamespace, o.LeaderElectionID, core, coord,
 		resourcelock.ResourceLockConfig{Identity: o.LeaderElectionIdentity})
+}
+
+// claimAllocationOnly strips a cached ResourceClaim down to what membership reads: its metadata
+// (without managed fields) and its allocation. Its spec, reservations and device statuses are
+// memory a tenant's claims would otherwise hold in every plane's controller that selects them.
+func claimAllocationOnly(obj any) (any, error) {
+	c, ok := obj.(*resourcev1.ResourceClaim)
+	if !ok {
+		return obj, nil
+	}
+	c.ManagedFields = nil
+	c.Spec = resourcev1.ResourceClaimSpec{}
+	c.Status.ReservedFor = nil
+	c.Status.Devices = nil
+	return c, nil
 }

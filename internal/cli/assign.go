@@ -25,6 +25,7 @@ type assignFlags struct {
 	force      bool
 	check      bool
 	timeout    time.Duration
+	quota      lifecycle.Quota
 }
 
 func newAssignCommand() *cobra.Command {
@@ -32,7 +33,8 @@ func newAssignCommand() *cobra.Command {
 		Use:   "assign",
 		Short: "Assign a namespace or node to a control plane (cluster administrators)",
 		Long: `Sets the label ` + cdv1beta1.ControlPlaneLabel + `=<id> on a namespace or node and, for a
-namespace, creates the plane's RoleBindings in it. Refused, with the reason and with nothing
+namespace, creates the plane's RoleBindings and its ResourceQuota (--max-domains,
+--max-channels) in it. Refused, with the reason and with nothing
 changed, when the target carries another plane's label, when it holds (a namespace) or serves (a
 node) live ComputeDomains of another plane, the legacy plane included, or when a same-named
 RoleBinding exists that is not the plane's. Assigning what the plane already owns changes
@@ -98,7 +100,7 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 			if unassign {
 				res, err = lifecycle.Unassign(ctx, c, f.id, t, f.force)
 			} else {
-				res, err = lifecycle.Assign(ctx, c, f.id, t)
+				res, err = lifecycle.AssignWithQuota(ctx, c, f.id, t, f.quota)
 			}
 			printResult(cmd, verb, t, f.id, res, err)
 			return refused(verb, err)
@@ -114,6 +116,12 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 ` + lifecycle.NodeAssignmentsNamespace + "/" + lifecycle.NodeAssignmentsName + `, where only administrators write. A deleted node that
 registers again comes back without the label (a kubelet cannot set it): ` + "`" + `cdplane assign node --check` + "`" + `
 (no NAME) reports such nodes with the command that restores each.`
+	}
+	if kind == lifecycle.KindNamespace && !unassign {
+		fs.Int64Var(&f.quota.Domains, "max-domains", lifecycle.DefaultQuotaDomains,
+			"ComputeDomains the namespace may hold (the plane's ResourceQuota "+lifecycle.QuotaName("<id>")+"); 0: unbounded")
+		fs.Int64Var(&f.quota.Channels, "max-channels", lifecycle.DefaultQuotaChannels,
+			"Channel devices its claims may request at once, one per pod and node of its jobs (same ResourceQuota); 0: unbounded")
 	}
 	if unassign {
 		fs.BoolVar(&f.force, "force", false, "Unassign even though live ComputeDomains of the plane remain (the plane stops reconciling them); never while pods use claims of cdplane's driver there")

@@ -178,6 +178,9 @@ func Unassign(ctx context.Context, c client.Client, id string, t Target, force b
 		if err := removeRoleBindings(ctx, c, id, t, res); err != nil {
 			return res, res.partial("unassign", err, "removing the plane's RoleBindings in "+t.String())
 		}
+		if err := removeQuota(ctx, c, id, t, res); err != nil {
+			return res, res.partial("unassign", err, "removing the plane's ResourceQuota in "+t.String())
+		}
 	case KindNode:
 		err := forgetNodes(ctx, c, id, func(node string) bool { return node == t.Name }, res)
 		if apierrors.IsForbidden(err) {

@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -208,8 +210,27 @@ func TestAssignNamespaceByAdmin(t *testing.T) {
 		}
 	}
 
+	// The plane's ResourceQuota bounds the namespace's domains and channel devices.
+	quota := func() *corev1.ResourceQuota {
+		t.Helper()
+		q := &corev1.ResourceQuota{}
+		if err := testCluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: lifecycle.QuotaName(planeA)}, q); err != nil {
+			t.Fatalf("the plane's ResourceQuota: %v", err)
+		}
+		return q
+	}
+	if hard := quota().Spec.Hard; hard.Name(lifecycle.DomainQuotaResource, resource.DecimalSI).Value() != lifecycle.DefaultQuotaDomains ||
+		hard.Name(lifecycle.ChannelQuotaResource, resource.DecimalSI).Value() != lifecycle.DefaultQuotaChannels {
+		t.Errorf("the plane's ResourceQuota: %v, want the defaults", hard)
+	}
+
 	mustCLI(t, []string{"already assigned", "nothing changed"}, "assign", "namespace", ns, "--control-plane-id", planeA)
 	sameSnapshot(t, "namespace after a second assign", got, snap(t, lifecycle.KindNamespace, ns))
+	mustCLI(t, []string{"ResourceQuota " + ns + "/" + lifecycle.QuotaName(planeA) + " updated"},
+		"assign", "namespace", ns, "--control-plane-id", planeA, "--max-domains", "2", "--max-channels", "0")
+	if hard := quota().Spec.Hard; len(hard) != 1 || hard.Name(lifecycle.DomainQuotaResource, resource.DecimalSI).Value() != 2 {
+		t.Errorf("the plane's ResourceQuota after --max-domains 2 --max-channels 0: %v", hard)
+	}
 
 	// A plane RoleBinding tampered with is repaired by assigning again.
 	tampered := &rbacv1.RoleBinding{}
@@ -254,6 +275,9 @@ func TestAssignNamespaceByAdmin(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"legacy-copy", "plane-b-copy", "tenant"}, names); diff != "" {
 		t.Fatalf("Secrets left after unassign (-want +got):\n%s", diff)
+	}
+	if err := testCluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: lifecycle.QuotaName(planeA)}, &corev1.ResourceQuota{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the plane's ResourceQuota after unassign: %v, want it gone", err)
 	}
 	after := snap(t, lifecycle.KindNamespace, ns)
 	if _, ok := after.Labels[cdv1beta1.ControlPlaneLabel]; ok || len(after.RoleBindings) != 0 {

@@ -17,9 +17,9 @@ const (
 	// DefaultNumChannels is how many channel devices a node publishes by default: channel-0
 	// only. The channel DeviceClass (compute-domain-default-channel.nvidia.com) selects id 0, so
 	// no claim of a domain's template can be allocated another channel; publishing all 2048
-	// cost 17 slices per node (340,000 at 20,016 nodes), all cached by the scheduler, for
-	// devices nothing allocates. Clusters with DeviceClasses of their own for other channels
-	// raise --num-channels.
+	// costs 17 slices per node, all cached by the scheduler, for devices nothing allocates
+	// (see docs/scale.md, "Design choices and what was measured"). Clusters with DeviceClasses
+	// of their own for other channels raise --num-channels.
 	DefaultNumChannels = 1
 	// ChannelDevicePrefix starts the name of every channel device: channel-0 … channel-2047.
 	ChannelDevicePrefix = "channel-"

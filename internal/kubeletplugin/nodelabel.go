@@ -104,10 +104,11 @@ func (l nodeLabeler) change(ctx context.Context, key string, cached bool, decide
 
 // addDomain labels the node for the domain, or refuses when it serves another. Its first read
 // of the node is from the watch cache: a channel prepare waiting for its daemon is retried by
-// the kubelet every few seconds and comes here each time (a no-op once the label is there); at
-// 2,304 nodes these were 50 reads from etcd a second. A write is still based on the version it
-// read (optimistic lock), and a cache just behind an edit of the label is caught up at the
-// prepare's next try: a label seen that is gone, or one not seen yet, only delays that prepare.
+// the kubelet every few seconds and comes here each time (a no-op once the label is there), and
+// in a large burst such reads from etcd would load it for nothing. A write is still based on
+// the version it read (optimistic lock), and a cache just behind an edit of the label is caught
+// up at the prepare's next try: a label seen that is gone, or one not seen yet, only delays
+// that prepare.
 func (l nodeLabeler) addDomain(ctx context.Context, domain string) error {
 	return l.change(ctx, cdv1beta1.ComputeDomainLabel, true, func(current string) (string, bool, error) {
 		add, err := addLabelDecision(l.node, current, domain)

@@ -100,8 +100,8 @@ func (n *notifier) handler() toolscache.ResourceEventHandler {
 // domainView reads ComputeDomains (cluster-wide, by UID; metadata only) and the driver
 // namespace's cliques from a watch cache, and wakes readiness waiters on every change.
 //
-// Only the domains' metadata is watched: a domain's status lists every node (230 KB at 1,152
-// nodes) and changes as each of them joins, and every plugin of the cluster watching it whole
+// Only the domains' metadata is watched: a domain's status lists every node (hundreds of KB in
+// a large domain) and changes as each of them joins, and every plugin of the cluster watching it whole
 // would receive all of it on every change. status.nodes is read from the API instead, by a
 // waiter only, when the clique object does not answer (see waitDaemonReady).
 type domainView struct {
@@ -135,8 +135,9 @@ type domainView struct {
 // comes in the clique, which the cache watches: a clique that exists is waited for, never the
 // status; without one (none of its daemons registered yet, or the controller's gate is off)
 // the status is read only once the node has waited statusFallbackAfter, then every quarter of
-// that. At 2,304 simulated nodes in a burst, a status read per waiting node every second (of
-// a domain hundreds of KB large) kept kube-apiserver from answering anything else.
+// that: in a large burst, a status read per waiting node every second (of a domain hundreds of
+// KB large) keeps kube-apiserver from answering anything else (docs/scale.md, "Design choices
+// and what was measured").
 //
 // place is the domain's cdv1beta1.MembershipAnnotation, where cdplane's controller says it keeps
 // the membership: "status" is read as a plane without cliques; "cliques" means the status is

@@ -163,8 +163,8 @@ const maxDefiniteWait = 30 * time.Second
 // trying again after other errors (throttling, a timed-out TLS handshake, the apiserver
 // restarting): first after wait, then after twice as long each time, at most maxDefiniteWait,
 // logging each error. It returns the last error, wrapped with ctx's, when ctx ends first. At
-// start, under a burst at 2,304 nodes, one such error made restarted plugins exit, restart and
-// fail again in a loop (CrashLoopBackOff); now they wait, as for their caches, within the
+// start, under a large burst, one such error would make restarted plugins exit, restart and
+// fail again in a loop (CrashLoopBackOff); they wait instead, as for their caches, within the
 // startup probe's time.
 func untilDefinite(ctx context.Context, what string, wait time.Duration, get func() error) error {
 	for {

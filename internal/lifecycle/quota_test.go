@@ -17,7 +17,7 @@ func TestQuotaObject(t *testing.T) {
 		t.Fatalf("quota: %+v", q)
 	}
 	for k, want := range map[corev1.ResourceName]int64{
-		"count/computedomains.resource.nvidia.com":                                     3,
+		"count/computedomains.resource.nvidia.com":                                      3,
 		"compute-domain-default-channel.nvidia.com.deviceclass.resource.k8s.io/devices": 100,
 	} {
 		if v, ok := q.Spec.Hard[k]; !ok || v.Value() != want {

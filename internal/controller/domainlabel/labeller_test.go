@@ -1,6 +1,7 @@
 package domainlabel
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -29,7 +30,7 @@ func TestEnabledWithoutDiscovery(t *testing.T) {
 		id   string
 		want bool
 	}{{Auto, "", false}, {Always, "", false}, {Never, "p", false}, {Always, "p", true}} {
-		if got, err := Enabled(nil, tc.mode, tc.id); err != nil || got != tc.want {
+		if got, _, err := Enabled(context.Background(), nil, tc.mode, tc.id); err != nil || got != tc.want {
 			t.Errorf("Enabled(%q, %q) = %v, %v; want %v", tc.mode, tc.id, got, err, tc.want)
 		}
 	}

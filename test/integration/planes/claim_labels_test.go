@@ -47,7 +47,10 @@ func TestClaimLabelsOnlyFromPlanesAndKCM(t *testing.T) {
 	kcm := clientFor(newIdentity(ctx, "system:kube-controller-manager", nil))
 	controller := clientFor(serviceAccountIdentity(ctx, plane.Name(id, plane.DriverNamespaceLegacyName), plane.Name(id, "cdplane-controller"), nil))
 
-	labelled := func(c *resourcev1.ResourceClaim, l map[string]string) *resourcev1.ResourceClaim { c.Labels = l; return c }
+	labelled := func(c *resourcev1.ResourceClaim, l map[string]string) *resourcev1.ResourceClaim {
+		c.Labels = l
+		return c
+	}
 	planeB := map[string]string{cdv1beta1.ControlPlaneLabel: "plane-b"}
 	domainX := map[string]string{cdv1beta1.ComputeDomainLabel: "5f0c2a7e-8b1d-4c3e-9a26-0d7e4b9f1c38"}
 	own := map[string]string{cdv1beta1.ControlPlaneLabel: id, cdv1beta1.ComputeDomainLabel: "5f0c2a7e-8b1d-4c3e-9a26-0d7e4b9f1c38"}
@@ -59,12 +62,12 @@ func TestClaimLabelsOnlyFromPlanesAndKCM(t *testing.T) {
 	})
 	templateWithClaimLabels := func(l map[string]string) *resourcev1.ResourceClaimTemplate {
 		tmpl := claimTemplate(ns, "t", gpu)
-		tmpl.Spec.ObjectMeta.Labels = l
+		tmpl.Spec.Labels = l
 		return tmpl
 	}
 	ownTemplate := func(l map[string]string) *resourcev1.ResourceClaimTemplate {
 		tmpl := claimTemplate(ns, "t", exactly(cdv1beta1.ChannelDeviceClass, planeSelector(id)))
-		tmpl.Labels, tmpl.Spec.ObjectMeta.Labels = l, l
+		tmpl.Labels, tmpl.Spec.Labels = l, l
 		return tmpl
 	}
 	for what, tc := range map[string]struct {

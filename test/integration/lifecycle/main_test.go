@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	charts "cdplane/deployments/helm"
 	"cdplane/internal/controller"
 	"cdplane/internal/controller/computedomain"
 	"cdplane/internal/lifecycle"
@@ -102,9 +103,14 @@ func serviceAccount(id, sa string) *rest.Config {
 // account; it returns a stop function.
 func runController(t *testing.T, id string) func() {
 	t.Helper()
+	// The image the chart renders, which its daemonset-shape policy pins the controller to.
+	chart, err := charts.Load(charts.Plane)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mgr, err := controller.NewManager(context.Background(), serviceAccount(id, "cdplane-controller"), controller.Options{
 		Options: computedomain.Options{
-			DriverNamespace: plane.Name(id, plane.DriverNamespaceLegacyName), DaemonImage: "cdplane:test",
+			DriverNamespace: plane.Name(id, plane.DriverNamespaceLegacyName), DaemonImage: "cdplane:" + chart.Metadata.AppVersion,
 			DaemonServiceAccount: plane.Name(id, "cdplane-daemon"), ControlPlaneID: id,
 		},
 		SkipNameValidation: true,

@@ -504,7 +504,15 @@ func (e *env) allocatedClaim(ns, name string, n *node, device string, params run
 // channelClaim creates a channel claim of domain cd, allocated on channel-0 of the node.
 func (e *env) channelClaim(ns, name string, n *node, cd *cdv1beta1.ComputeDomain, mode string) *resourcev1.ResourceClaim {
 	e.t.Helper()
-	return e.allocatedClaim(ns, name, n, kubeletplugin.ChannelDeviceName(0), rawJSON(e.t, cdv1beta1.NewChannelConfig(string(cd.UID), mode)), nil)
+	return e.channelClaimOn(ns, name, n, cd, mode, 0)
+}
+
+// channelClaimOn is channelClaim allocated on channel-<id> of the node: claims prepared side by
+// side on one node hold distinct devices, as the scheduler allocates them (the plugin refuses a
+// device it holds prepared for another claim).
+func (e *env) channelClaimOn(ns, name string, n *node, cd *cdv1beta1.ComputeDomain, mode string, id int) *resourcev1.ResourceClaim {
+	e.t.Helper()
+	return e.allocatedClaim(ns, name, n, kubeletplugin.ChannelDeviceName(id), rawJSON(e.t, cdv1beta1.NewChannelConfig(string(cd.UID), mode)), nil)
 }
 
 func containsString(list []string, s string) bool {

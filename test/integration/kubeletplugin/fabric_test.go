@@ -126,6 +126,12 @@ func (n *node) refusedOnce(what string, cd *cdv1beta1.ComputeDomain) (string, *r
 		claim := n.e.channelClaim(n.e.ns, fmt.Sprintf("attempt-%d", attempts.Add(1)), n, cd, "")
 		resp, _ := n.prepare(claim)
 		refusal, refused = resp.Error, claim
+		if refusal == "" {
+			// Prepared: free its channel for the next attempt, as its pod's end would.
+			if msg := n.unprepare(claim.Namespace, claim.Name, claim.UID); msg != "" {
+				return false, fmt.Errorf("unpreparing %s: %s", claim.Name, msg)
+			}
+		}
 		return refusal != "", fmt.Errorf("%d claims prepared", i)
 	})
 	return refusal, refused
@@ -155,7 +161,7 @@ func TestFabricRegistrationAtRunTime(t *testing.T) {
 	waitLogged := n.startOnSpecFile(false)
 	cd := e.createCD(e.ns, "fabric")
 	e.setClique(cd, n, cdv1beta1.StatusReady)
-	n.mustPrepare(e.channelClaim(e.ns, "before", n, cd, ""))
+	n.mustPrepare(e.channelClaimOn(e.ns, "before", n, cd, "", 1))
 
 	// In progress.
 	n.setFabric(nvml.FabricStateInProgress, nvml.FabricStatusSuccess)

@@ -60,7 +60,7 @@ func TestSingleAndAllInjection(t *testing.T) {
 		t.Errorf("node clique label %q, want %s (--node-clique-label)", got, n.clique)
 	}
 
-	all := e.channelClaim(e.ns, "all", n, cd, cdv1beta1.AllocationModeAll)
+	all := e.channelClaimOn(e.ns, "all", n, cd, cdv1beta1.AllocationModeAll, 1)
 	n.mustPrepare(all)
 	spec, ok = n.cdiSpec(all.UID)
 	if !ok {
@@ -125,7 +125,7 @@ func TestNodeServingAnotherDomainIsRefused(t *testing.T) {
 	e.setClique(second, n, cdv1beta1.StatusReady)
 	n.mustPrepare(e.channelClaim(e.ns, "first", n, first, ""))
 
-	claim := e.channelClaim(e.ns, "second", n, second, "")
+	claim := e.channelClaimOn(e.ns, "second", n, second, "", 1)
 	got, _ := n.prepare(claim)
 	want := fmt.Sprintf("node %s already serves ComputeDomain %s", n.name, first.UID)
 	if !strings.Contains(got.Error, want) {

@@ -24,7 +24,7 @@ func TestStaleClaimsSweptPeriodically(t *testing.T) {
 	cd := e.createCD(e.ns, "sweep")
 	e.setClique(cd, n, cdv1beta1.StatusReady)
 	kept := e.channelClaim(e.ns, "kept", n, cd, "")
-	gone := e.channelClaim(e.ns, "gone", n, cd, "")
+	gone := e.channelClaimOn(e.ns, "gone", n, cd, "", 1)
 	n.mustPrepare(kept)
 	n.mustPrepare(gone)
 

@@ -18,7 +18,7 @@ func TestUnprepare(t *testing.T) {
 	cd := e.createCD(e.ns, "unprep")
 	e.setClique(cd, n, cdv1beta1.StatusReady)
 	a := e.channelClaim(e.ns, "a", n, cd, "")
-	b := e.channelClaim(e.ns, "b", n, cd, "")
+	b := e.channelClaimOn(e.ns, "b", n, cd, "", 1)
 	n.mustPrepare(a)
 	n.mustPrepare(b)
 
@@ -51,7 +51,7 @@ func TestUnprepare(t *testing.T) {
 	}
 
 	// A label that is not ours (the node moved on to another domain) is left alone.
-	c := e.channelClaim(e.ns, "c", n, cd, "")
+	c := e.channelClaimOn(e.ns, "c", n, cd, "", 2)
 	n.mustPrepare(c)
 	n.setLabel("someone-else")
 	if msg := n.unprepare(c.Namespace, c.Name, c.UID); msg != "" {

@@ -28,6 +28,12 @@ func worstNode(i int) string { return fmt.Sprintf("%s-%06d", strings.Repeat("n",
 
 const worstIP = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"
 
+// worstIPOf is a distinct address of worstIP's length for each i below 1,000,000: membership
+// gives each address to one node only.
+func worstIPOf(i int) string {
+	return fmt.Sprintf("ffff:ffff:ffff:ffff:ffff:ffff:255.255.%03d.%03d", i/1000, i%1000)
+}
+
 func worstClique(i int) string { return fmt.Sprintf("7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11.%026d", i) }
 
 // worstInput is n worst-case nodes of 18 per clique, Ready, as Compute sees them.
@@ -37,7 +43,7 @@ func worstInput(n int, statusOnly bool) membership.Input {
 		node := worstNode(i)
 		in.LabelledNodes.Insert(node)
 		in.AllocatedNodes.Insert(node)
-		in.Pods = append(in.Pods, membership.Pod{NodeName: node, IP: worstIP, CliqueID: worstClique(i / 18), Labelled: true, Ready: true, Owned: true})
+		in.Pods = append(in.Pods, membership.Pod{NodeName: node, IP: worstIPOf(i), CliqueID: worstClique(i / 18), Labelled: true, Ready: true, Owned: true})
 	}
 	return in
 }

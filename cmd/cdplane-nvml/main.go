@@ -20,16 +20,21 @@ import (
 )
 
 func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "cdplane-nvml:", err)
+		os.Exit(1)
+	}
+}
+
+// run runs the command line, under a context that SIGINT and SIGTERM end.
+func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	root := &cobra.Command{Use: "cdplane-nvml", Short: "NVML fabric discovery", SilenceUsage: true, SilenceErrors: true,
 		Version: version.Version}
 	root.SetVersionTemplate(version.String("cdplane-nvml") + "\n")
 	root.AddCommand(newDiscoverCommand())
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "cdplane-nvml:", err)
-		os.Exit(1)
-	}
+	return root.ExecuteContext(ctx)
 }
 
 func newDiscoverCommand() *cobra.Command {

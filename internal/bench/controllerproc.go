@@ -205,7 +205,10 @@ func (c *inProcessController) markStart() {
 func (c *inProcessController) running() error {
 	select {
 	case <-c.exited:
-		return fmt.Errorf("controller manager stopped: %v", c.exitErr)
+		if c.exitErr == nil {
+			return errors.New("controller manager stopped")
+		}
+		return fmt.Errorf("controller manager stopped: %w", c.exitErr)
 	default:
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -152,9 +153,18 @@ func setPodStatus(ctx context.Context, c client.Client, pod *corev1.Pod, ip stri
 			return last == nil, nil
 		})
 	if err != nil {
-		return fmt.Errorf("updating pod status: %w (last error: %v)", err, last)
+		return fmt.Errorf("updating pod status: %w", withLast(err, last))
 	}
 	return nil
+}
+
+// withLast is err, the reason a retry loop gave up, with the last error its attempts returned
+// when there is one and it is not err itself (a permanent error ends the loop as it is).
+func withLast(err, last error) error {
+	if last == nil || errors.Is(err, last) {
+		return err
+	}
+	return fmt.Errorf("%w (last error: %w)", err, last)
 }
 
 // floorDaemon opens the one watch a daemon needs (its clique, by name) and makes its one write
@@ -202,7 +212,7 @@ func openWatch(ctx context.Context, c client.WithWatch, l client.ObjectList, opt
 		return last == nil, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening a watch: %w (last error: %v)", err, last)
+		return nil, fmt.Errorf("opening a watch: %w", withLast(err, last))
 	}
 	return wi, nil
 }

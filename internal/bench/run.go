@@ -381,7 +381,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		peakRSS   uint64
 		overLimit bool
 	)
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		if p := failed.Load(); p != nil {
 			return false, *p
 		}

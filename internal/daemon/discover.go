@@ -32,7 +32,7 @@ func DiscoverClique(ctx context.Context, d nvml.Discoverer, crashOnFabricErrors 
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("discovering the node's clique: %w (last error: %v)", ctx.Err(), err)
+			return "", fmt.Errorf("discovering the node's clique: %w (last error: %w)", ctx.Err(), err)
 		case <-time.After(interval):
 		}
 	}

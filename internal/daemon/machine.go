@@ -228,7 +228,7 @@ func step(s state, in input, p policy) (state, []effect) {
 
 // onMembership starts IMEX when it may, and restarts or reloads a running one whose files
 // changed.
-func onMembership(s state, in input, p policy) (state, []effect) {
+func onMembership(s state, in input, _ policy) (state, []effect) {
 	m := in.m
 	if !m.self {
 		if !s.phase.runs() {

@@ -112,7 +112,7 @@ type logLines struct {
 }
 
 func (l *logLines) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
+	return funcr.New(func(_, args string) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.lines = append(l.lines, args)

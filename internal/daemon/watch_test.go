@@ -240,7 +240,8 @@ func TestFollowPlace(t *testing.T) {
 		}
 		return cdv1beta1.MembershipInCliques, nil
 	}, func() {})
-	for <-readsSoFar < 3 {
+	for range 3 { // let three reads happen
+		<-readsSoFar
 	}
 	f.stop()
 	select {

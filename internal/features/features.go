@@ -63,9 +63,9 @@ type IMEXMode string
 const (
 	// IMEXDriverManaged (the default): cdplane runs one daemon DaemonSet per ComputeDomain.
 	IMEXDriverManaged IMEXMode = "driverManaged"
-	// IMEXHostManaged: the administrator runs nvidia-imex as a host service on every node, and
-	// cdplane only injects channels after checking the host daemon's readiness. Requires the
-	// HostManagedIMEXDaemon gate.
+	// IMEXHostManaged means the administrator runs nvidia-imex as a host service on every
+	// node, and cdplane only injects channels after checking the host daemon's readiness.
+	// Requires the HostManagedIMEXDaemon gate.
 	IMEXHostManaged IMEXMode = "hostManaged"
 )
 

@@ -15,12 +15,12 @@ import (
 type Action int
 
 const (
-	// ActionNone: nothing IMEX reads changed.
+	// ActionNone means nothing IMEX reads changed.
 	ActionNone Action = iota
-	// ActionReload: only the hosts file changed; SIGUSR1 makes IMEX re-resolve its peers'
-	// names and reconnect (Interface.Reload).
+	// ActionReload means only the hosts file changed; SIGUSR1 makes IMEX re-resolve its
+	// peers' names and reconnect (Interface.Reload).
 	ActionReload
-	// ActionRestart: the imexd config or nodes.cfg changed; IMEX reads both only when it
+	// ActionRestart means the imexd config or nodes.cfg changed; IMEX reads both only when it
 	// starts, so it must be stopped and started again. In DNS-names mode this happens only when
 	// the settings change, never on a membership change.
 	ActionRestart

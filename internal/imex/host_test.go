@@ -48,7 +48,7 @@ func TestIsSessionInUse(t *testing.T) {
 func TestIsDottedVersion(t *testing.T) {
 	for v, want := range map[string]bool{
 		"570.133.20": true, "535.261.03": true, "580.82": true,
-		"": false, "570": false, "570..20": false, ".570.1": false, "570.1.": false, "+570.1": false, "570.1-rc": false, "570.1 ": false,
+		"": false, "570": false, "570..20": false, ".570.1": false, "570.1.": false, "+570.1": false, "570.1-rc": false, "570.1 ": false, " 570.1": false,
 	} {
 		if got := IsDottedVersion(v); got != want {
 			t.Errorf("IsDottedVersion(%q) = %v, want %v", v, got, want)

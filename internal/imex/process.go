@@ -57,6 +57,10 @@ func NewReal(o Options) *Process {
 	}
 }
 
+// Start launches the binary with its arguments and Options.Env added to this process's
+// environment, and returns once it was launched (Interface.Start); ErrAlreadyRunning while a
+// run is in progress. On Linux the kernel kills the child if this process dies; the tail of
+// its stderr goes into the run's ExitError (and all of it to Options.Stderr, when set).
 func (p *Process) Start(ctx context.Context) (<-chan error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", p.binary, err)

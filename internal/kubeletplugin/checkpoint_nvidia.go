@@ -120,10 +120,10 @@ type nvidiaDRADevice struct {
 	DeviceName   string   `json:"DeviceName"`
 	CDIDeviceIDs []string `json:"CDIDeviceIDs"`
 
-	RequestNames []string `json:"request_names"`
-	ProtoPool    string   `json:"pool_name"`
-	ProtoDevice  string   `json:"device_name"`
-	CDIDeviceIds []string `json:"cdi_device_ids"`
+	RequestNames      []string `json:"request_names"`
+	ProtoPool         string   `json:"pool_name"`
+	ProtoDevice       string   `json:"device_name"`
+	ProtoCDIDeviceIDs []string `json:"cdi_device_ids"`
 }
 
 func (d *nvidiaDRADevice) prepared() PreparedDevice {
@@ -143,7 +143,7 @@ func (d *nvidiaDRADevice) prepared() PreparedDevice {
 		Requests:     first(d.Requests, d.RequestNames),
 		Pool:         firstString(d.PoolName, d.ProtoPool),
 		Device:       firstString(d.DeviceName, d.ProtoDevice),
-		CDIDeviceIDs: first(d.CDIDeviceIDs, d.CDIDeviceIds),
+		CDIDeviceIDs: first(d.CDIDeviceIDs, d.ProtoCDIDeviceIDs),
 	}
 }
 

@@ -60,8 +60,8 @@ func TestDeviceNodes(t *testing.T) {
 	if err := os.WriteFile(capFile, []byte("DeviceFileMinor: 3\nDeviceFileMode: 256\nDeviceFileModify: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	real := deviceNodes{procDevices: proc, mgmtCapFile: capFile, readFile: os.ReadFile}
-	nodes, err := real.channels([]int{0, 5})
+	fromFiles := deviceNodes{procDevices: proc, mgmtCapFile: capFile, readFile: os.ReadFile}
+	nodes, err := fromFiles.channels([]int{0, 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestDeviceNodes(t *testing.T) {
 	if diff := cmp.Diff(want, nodes); diff != "" {
 		t.Errorf("channels (-want +got):\n%s", diff)
 	}
-	mgmt, err := real.imexMgmt()
+	mgmt, err := fromFiles.imexMgmt()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestDeviceNodes(t *testing.T) {
 		t.Errorf("files under the test root: %v (%v), want only the two /proc files: nothing created", entries, err)
 	}
 
-	noDriver := real
+	noDriver := fromFiles
 	noDriver.procDevices = capFile
 	if _, err := noDriver.channels([]int{0}); err == nil || !strings.Contains(err.Error(), "is the NVIDIA driver loaded") {
 		t.Errorf("without the driver: %v", err)

@@ -450,7 +450,8 @@ func (d *Driver) publish(ctx context.Context, block string, discoveryErr error) 
 	changed := d.blockSeen == nil || *d.blockSeen != block
 	wasBlocked := d.blockSeen != nil && *d.blockSeen != blockNone && *d.blockSeen != blockFabricFailed
 	d.blockSeen = &block
-	if block == blockFabricFailed {
+	switch {
+	case block == blockFabricFailed:
 		// CrashOnNVLinkFabricErrors off: the node serves as one without a fabric; it says so.
 		logger.Error(discoveryErr, "NVLink fabric registration failed: the node serves ComputeDomains as a node without NVLink fabric (CrashOnNVLinkFabricErrors is off)",
 			"node", d.opts.NodeName)
@@ -459,7 +460,7 @@ func (d *Driver) publish(ctx context.Context, block string, discoveryErr error) 
 				"node %s serves ComputeDomains as a node without NVLink fabric (no IMEX, no channel device injected): its NVLink fabric registration failed: %v",
 				d.opts.NodeName, discoveryErr)
 		}
-	} else if block != blockNone {
+	case block != blockNone:
 		res = resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
 		why := blockMessages[block]
 		logger.Info("Publishing no devices, so no ComputeDomain workload is scheduled here: "+why,
@@ -468,7 +469,7 @@ func (d *Driver) publish(ctx context.Context, block string, discoveryErr error) 
 			d.events.post(ctx, corev1.EventTypeWarning, block, "PublishDevices",
 				"node %s offers no ComputeDomain devices: %s: %v", d.opts.NodeName, why, discoveryErr)
 		}
-	} else {
+	default:
 		logger.V(1).Info("Publishing the node's devices", "node", d.opts.NodeName, "channels", d.opts.NumChannels)
 		if changed && wasBlocked {
 			d.events.post(ctx, corev1.EventTypeNormal, ReasonDevicesPublished, "PublishDevices",

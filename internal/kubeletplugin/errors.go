@@ -65,15 +65,20 @@ func (e *UserError) Error() string { return e.Err.Error() }
 func (e *UserError) Unwrap() error { return e.Err }
 
 // userFixable tags err as a UserError with reason, keeping its message and whether it is
-// permanent or retryable (the kubelet sees the same error); nil stays nil.
+// permanent or retryable (the kubelet sees the same error); nil stays nil. The UserError goes
+// inside the PermanentError or RetryableError that err is, so that its message (the pod events
+// quote it) has no prefix. Pass a check's own error: where err only wraps a PermanentError or
+// RetryableError (errors.As), what wraps it is dropped.
 func userFixable(err error, reason, domain string) error {
-	switch e := err.(type) {
-	case nil:
+	var p *PermanentError
+	var r *RetryableError
+	switch {
+	case err == nil:
 		return nil
-	case *PermanentError:
-		return &PermanentError{Err: &UserError{Reason: reason, Domain: domain, Err: e.Err}}
-	case *RetryableError:
-		return &RetryableError{Err: &UserError{Reason: reason, Domain: domain, Err: e.Err}}
+	case errors.As(err, &p):
+		return &PermanentError{Err: &UserError{Reason: reason, Domain: domain, Err: p.Err}}
+	case errors.As(err, &r):
+		return &RetryableError{Err: &UserError{Reason: reason, Domain: domain, Err: r.Err}}
 	default:
 		return &UserError{Reason: reason, Domain: domain, Err: err}
 	}

@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -137,8 +138,11 @@ func wantKind(kind DeviceKind) string {
 	return cdv1beta1.ComputeDomainChannelConfigKind
 }
 
+// unwrapPermanent is the error the PermanentError err is (or wraps) holds, without the
+// prefix, for nesting in another PermanentError; err itself when it is not permanent.
 func unwrapPermanent(err error) error {
-	if p, ok := err.(*PermanentError); ok {
+	var p *PermanentError
+	if errors.As(err, &p) {
 		return p.Err
 	}
 	return err

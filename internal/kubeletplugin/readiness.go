@@ -2,6 +2,7 @@ package kubeletplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -335,7 +336,8 @@ func listsNode(clique *cdv1beta1.ComputeDomainClique, node string) bool {
 
 // innerMessage is an error's message without the retryable prefix, for nesting in another.
 func innerMessage(err error) string {
-	if r, ok := err.(*RetryableError); ok {
+	var r *RetryableError
+	if errors.As(err, &r) {
 		return r.Err.Error()
 	}
 	return err.Error()

@@ -69,8 +69,7 @@ func (d *Driver) undo(ctx context.Context, uid types.UID, e ClaimEntry) error {
 			return err
 		}
 	}
-	switch DeviceKind(e.Kind) {
-	case KindChannel:
+	if DeviceKind(e.Kind) == KindChannel {
 		if err := d.label.removeDomain(ctx, e.DomainID, uid, d.cp.snapshot()); err != nil {
 			return failed(FailureNodeLabel, fmt.Errorf("removing the node's ComputeDomain label: %w", err))
 		}

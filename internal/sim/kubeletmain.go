@@ -254,8 +254,9 @@ func raiseFileLimit() {
 	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want)
 }
 
-// PprofEnv, set for `sim up`, makes each simulated-kubelet process serve Go's profiles
-// (net/http/pprof) on a free loopback port, written to <state>/logs/sim-kubelet-<i>.pprof-address.
+// PprofEnv is the environment variable that, set for `sim up`, makes each simulated-kubelet
+// process serve Go's profiles (net/http/pprof) on a free loopback port, written to
+// <state>/logs/sim-kubelet-<i>.pprof-address.
 const PprofEnv = "CDPLANE_SIM_PPROF"
 
 func servePprof(ctx context.Context, addressFile string) error {

@@ -291,7 +291,7 @@ func readBreakdownRetrying(ctx context.Context, c client.Client, cd *cdv1beta1.C
 			return last == nil, nil
 		})
 	if err != nil {
-		return nil, fmt.Errorf("%w (last error: %v)", err, last)
+		return nil, fmt.Errorf("%w (last error: %w)", err, last)
 	}
 	return b, nil
 }

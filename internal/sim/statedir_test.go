@@ -100,9 +100,9 @@ func TestCheckStateDir(t *testing.T) {
 		"the marker is a symbolic link": {
 			setup: func(t *testing.T) string {
 				dir := simDir(t)
-				real := filepath.Join(t.TempDir(), "marker")
-				mustDo(t, os.Rename(filepath.Join(dir, markerFile), real))
-				mustDo(t, os.Symlink(real, filepath.Join(dir, markerFile)))
+				target := filepath.Join(t.TempDir(), "marker")
+				mustDo(t, os.Rename(filepath.Join(dir, markerFile), target))
+				mustDo(t, os.Symlink(target, filepath.Join(dir, markerFile)))
 				return dir
 			},
 			want: []string{"its marker .cdplane-sim is not a regular file"},

@@ -41,7 +41,7 @@ func TestWatch(t *testing.T) {
 			defer cancel()
 			runs := 0
 			var out bytes.Buffer
-			err := Watch(ctx, &out, tc.opts, func(ctx context.Context, w io.Writer) error {
+			err := Watch(ctx, &out, tc.opts, func(_ context.Context, w io.Writer) error {
 				runs++
 				if runs == tc.failOn {
 					return errors.New("API down")

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -315,8 +316,11 @@ func checkDaemonMetrics(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) {
 	t.Helper()
 	eventually(t, time.Minute, "every daemon of domain "+cd.Name+" serving its metrics, registered and Ready at its index", func() (bool, error) {
 		pods, err := liveDaemons(t, id, cd)
-		if err != nil || len(pods) == 0 {
-			return false, fmt.Errorf("daemon pods: %d, %v", len(pods), err)
+		if err != nil {
+			return false, fmt.Errorf("daemon pods: %w", err)
+		}
+		if len(pods) == 0 {
+			return false, errors.New("no daemon pods")
 		}
 		members, _, err := domainMembers(id, cd)
 		if err != nil {

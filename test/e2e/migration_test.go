@@ -505,8 +505,11 @@ func waitLegacyDomainGone(t *testing.T, ns string, cd *cdv1beta1.ComputeDomain, 
 		}
 		for _, n := range nodes {
 			dir := filepath.Dir(imexConfigPath(t, n, string(cd.UID)))
-			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-				return false, fmt.Errorf("config directory %s on %s still there (%v)", dir, n, err)
+			switch _, err := os.Stat(dir); {
+			case err == nil:
+				return false, fmt.Errorf("config directory %s on %s still there", dir, n)
+			case !errors.Is(err, os.ErrNotExist):
+				return false, fmt.Errorf("config directory %s on %s: %w", dir, n, err)
 			}
 		}
 		return true, nil

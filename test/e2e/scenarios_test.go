@@ -78,10 +78,14 @@ func waitCDISpecGone(t *testing.T, spec string) {
 	t.Helper()
 	eventually(t, 2*time.Minute, "CDI spec "+spec+" removed", func() (bool, error) {
 		_, err := os.Stat(spec)
-		if errors.Is(err, os.ErrNotExist) {
+		switch {
+		case errors.Is(err, os.ErrNotExist):
 			return true, nil
+		case err == nil:
+			return false, errors.New("still there")
+		default:
+			return false, fmt.Errorf("still there: %w", err)
 		}
-		return false, fmt.Errorf("still there (%v)", err)
 	})
 }
 

@@ -149,8 +149,11 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 		if nodeHasDomainLabel(t, node, cd) {
 			return false, fmt.Errorf("node %s still labelled for the domain", node)
 		}
-		if _, err := os.Stat(spec); !errors.Is(err, os.ErrNotExist) {
-			return false, fmt.Errorf("CDI spec %s left behind (%v)", spec, err)
+		switch _, err := os.Stat(spec); {
+		case err == nil:
+			return false, fmt.Errorf("CDI spec %s left behind", spec)
+		case !errors.Is(err, os.ErrNotExist):
+			return false, fmt.Errorf("CDI spec %s: %w", spec, err)
 		}
 		return true, nil
 	})

@@ -127,7 +127,7 @@ func Fetch(p Package, cacheDir string, log io.Writer) (string, error) {
 	fmt.Fprintf(log, "Downloading %s=%s (%s)\n", p.Name, p.Version, p.Arch)
 	if out, err := aptDownload(tmp, p); err != nil {
 		if out2, err2 := exec.Command("apt-get", "update").CombinedOutput(); err2 != nil {
-			return "", fmt.Errorf("apt-get download %s=%s: %w\n%s\napt-get update: %v\n%s", p.Name, p.Version, err, out, err2, out2)
+			return "", fmt.Errorf("apt-get download %s=%s: %w\n%s\napt-get update: %w\n%s", p.Name, p.Version, err, out, err2, out2)
 		}
 		if out, err := aptDownload(tmp, p); err != nil {
 			return "", fmt.Errorf("apt-get download %s=%s: %w (is the version still in the archive? `go run ./hack/image lock` pins the current ones)\n%s", p.Name, p.Version, err, out)

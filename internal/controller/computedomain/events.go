@@ -67,11 +67,12 @@ type EventLimits struct {
 	ReadinessInterval time.Duration
 }
 
-// DefaultEventLimits: 3 events of each kind at once, then one per 30 s; readiness 4 at once
-// (two full Ready/NotReady cycles), then one a minute. A 2,304-node domain joining over a few
-// minutes gets its first three join events at once and then at most two a minute, each with
-// the running totals; an hour of constant churn costs at most 123 events of a kind per domain
-// (the apiserver keeps events for an hour by default).
+// DefaultEventLimits returns the limits the controller runs with: 3 events of each kind at
+// once, then one per 30 s; readiness 4 at once (two full Ready/NotReady cycles), then one a
+// minute. A 2,304-node domain joining over a few minutes gets its first three join events at
+// once and then at most two a minute, each with the running totals; an hour of constant churn
+// costs at most 123 events of a kind per domain (the apiserver keeps events for an hour by
+// default).
 func DefaultEventLimits() EventLimits {
 	return EventLimits{Burst: 3, Interval: 30 * time.Second, ReadinessBurst: 4, ReadinessInterval: time.Minute}
 }

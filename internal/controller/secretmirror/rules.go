@@ -180,12 +180,13 @@ func NextCheck(o Options, wanted, foreign bool) time.Duration {
 type NamespaceChange int
 
 const (
-	// NamespaceUnchanged: nothing that decides whether the namespace is a target changed.
+	// NamespaceUnchanged means nothing that decides whether the namespace is a target changed.
 	NamespaceUnchanged NamespaceChange = iota
-	// NamespaceJoined: the namespace is a target (new, or its labels changed): every source is
-	// mirrored again.
+	// NamespaceJoined means the namespace is a target (new, or its labels changed): every
+	// source is mirrored again.
 	NamespaceJoined
-	// NamespaceLeft: the namespace may have left the plane: the plane's copies there are swept.
+	// NamespaceLeft means the namespace may have left the plane: the plane's copies there are
+	// swept.
 	NamespaceLeft
 )
 

@@ -24,11 +24,11 @@ func ResidentMemory(pid int) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return parseVmRSS(data)
+	return parseVMRSS(data)
 }
 
-// parseVmRSS reads the VmRSS line of /proc/<pid>/status.
-func parseVmRSS(status []byte) (uint64, error) {
+// parseVMRSS reads the VmRSS line of /proc/<pid>/status.
+func parseVMRSS(status []byte) (uint64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
 		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")

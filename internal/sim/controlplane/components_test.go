@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-func TestParseVmRSS(t *testing.T) {
+func TestParseVMRSS(t *testing.T) {
 	cases := map[string]struct {
 		status  string
 		want    uint64
@@ -27,9 +27,9 @@ func TestParseVmRSS(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := parseVmRSS([]byte(tc.status))
+			got, err := parseVMRSS([]byte(tc.status))
 			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Errorf("parseVmRSS = %d, %v; want %d, error %v", got, err, tc.want, tc.wantErr)
+				t.Errorf("parseVMRSS = %d, %v; want %d, error %v", got, err, tc.want, tc.wantErr)
 			}
 		})
 	}

@@ -128,7 +128,10 @@ func TestStartedProcessInheritsNoStrayDescriptor(t *testing.T) {
 	t.Cleanup(func() { _ = Stop([]Process{p}, time.Second) })
 	testutil.Eventually(t, 10*time.Second, "the child to report", func() (bool, error) {
 		data, err := os.ReadFile(log)
-		return len(data) > 0, fmt.Errorf("the log holds %q (%v)", data, err)
+		if err != nil {
+			return false, fmt.Errorf("reading the log: %w", err)
+		}
+		return len(data) > 0, fmt.Errorf("the log holds %q", data)
 	})
 	if data, _ := os.ReadFile(log); string(data) != "clean\n" {
 		t.Errorf("the child says %q: it inherited descriptor %d", data, stray)
@@ -140,7 +143,10 @@ func waitLines(t *testing.T, log, line string, n int) {
 	t.Helper()
 	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("%d lines %q in the log", n, line), func() (bool, error) {
 		data, err := os.ReadFile(log)
-		return strings.Count(string(data), line+"\n") == n, fmt.Errorf("the log holds %q (%v)", data, err)
+		if err != nil {
+			return false, fmt.Errorf("reading the log: %w", err)
+		}
+		return strings.Count(string(data), line+"\n") == n, fmt.Errorf("the log holds %q", data)
 	})
 }
 

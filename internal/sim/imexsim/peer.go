@@ -99,10 +99,10 @@ func (s *simServer) admit(conn net.Conn, remote netip.Addr, hello string) (reaso
 // runLink keeps a connection to one peer up, retrying with backoff, until ctx ends.
 func (s *simServer) runLink(ctx context.Context, link *peerLink) {
 	defer s.wg.Done()
-	backoff := linkBackoffMin
+	backoff := minLinkBackoff
 	for ctx.Err() == nil {
 		if s.connectOnce(ctx, link) {
-			backoff = linkBackoffMin
+			backoff = minLinkBackoff
 		}
 		timer := time.NewTimer(backoff)
 		select {

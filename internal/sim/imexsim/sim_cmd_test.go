@@ -238,7 +238,7 @@ func TestSimUnixSocketAtStart(t *testing.T) {
 			},
 		},
 		"path too long for a socket": {
-			prepare: func(t *testing.T, socket string) string {
+			prepare: func(_ *testing.T, socket string) string {
 				return filepath.Join(filepath.Dir(socket), strings.Repeat("s", maxUnixPath))
 			},
 			wantErr: "path longer than 107 bytes",

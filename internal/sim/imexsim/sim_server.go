@@ -22,10 +22,10 @@ import (
 const (
 	// handshakeTimeout bounds the peer handshake and one command exchange.
 	handshakeTimeout = 2 * time.Second
-	// linkBackoffMin and linkBackoffMax bound the wait between attempts to reach a peer. The
+	// minLinkBackoff and maxLinkBackoff bound the wait between attempts to reach a peer. The
 	// real IMEX retries far less often; the simulation favours quick convergence.
-	linkBackoffMin = 20 * time.Millisecond
-	linkBackoffMax = 500 * time.Millisecond
+	minLinkBackoff = 20 * time.Millisecond
+	maxLinkBackoff = 500 * time.Millisecond
 	// maxLine bounds a protocol line.
 	maxLine = 512
 

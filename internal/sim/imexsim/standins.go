@@ -98,7 +98,7 @@ type standIns struct {
 	localAddrsSet bool
 	// resolvConf is the container's resolv.conf; empty: glibc's defaults.
 	resolvConf string
-	// linkRetryMax is LinkRetryMaxEnv's value; zero: linkBackoffMax.
+	// linkRetryMax is LinkRetryMaxEnv's value; zero: maxLinkBackoff.
 	linkRetryMax time.Duration
 	// view is ContainerPathsEnv's value, decoded; nil when the IMEX is not in a container.
 	view *containerView
@@ -135,7 +135,7 @@ func (si standIns) linkBackoffCap() time.Duration {
 	if si.linkRetryMax > 0 {
 		return si.linkRetryMax
 	}
-	return linkBackoffMax
+	return maxLinkBackoff
 }
 
 // standInsFrom reads the stand-ins through lookup; an address in LocalAddrsEnv that does not

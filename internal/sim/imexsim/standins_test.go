@@ -12,8 +12,8 @@ import (
 // LinkRetryMaxEnv says otherwise; a value that is not a positive duration is refused, naming it.
 func TestLinkRetryMax(t *testing.T) {
 	si, err := standInsFrom(envLookup(nil))
-	if err != nil || si.linkBackoffCap() != linkBackoffMax {
-		t.Errorf("unset: cap %s (err %v), want %s", si.linkBackoffCap(), err, linkBackoffMax)
+	if err != nil || si.linkBackoffCap() != maxLinkBackoff {
+		t.Errorf("unset: cap %s (err %v), want %s", si.linkBackoffCap(), err, maxLinkBackoff)
 	}
 	si, err = standInsFrom(envLookup([]string{LinkRetryMaxEnv + "=5s"}))
 	if err != nil || si.linkBackoffCap() != 5*time.Second {

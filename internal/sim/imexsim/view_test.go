@@ -178,7 +178,7 @@ func TestSimStrictContainer(t *testing.T) {
 			f.removeNodeFile(t, IMEXMgmtCapabilityPath)
 		}},
 		"no /dev/nvidiactl": {
-			edit: func(t *testing.T, f *containerFixture) { delete(f.paths, CtlDevicePath) },
+			edit: func(_ *testing.T, f *containerFixture) { delete(f.paths, CtlDevicePath) },
 			want: want{missing: CtlDevicePath, msg: ctlMsg},
 		},
 		"/dev/nvidiactl without its host file": {
@@ -186,7 +186,7 @@ func TestSimStrictContainer(t *testing.T) {
 			want: want{missing: CtlDevicePath, msg: ctlMsg},
 		},
 		"no IMEX management device": {
-			edit: func(t *testing.T, f *containerFixture) { delete(f.paths, IMEXMgmtDeviceDir+"/nvidia-cap1") },
+			edit: func(_ *testing.T, f *containerFixture) { delete(f.paths, IMEXMgmtDeviceDir+"/nvidia-cap1") },
 			want: want{missing: "/dev/nvidia-caps/nvidia-cap1", msg: mgmtMsg},
 		},
 		"the management device of another minor": {
@@ -201,7 +201,7 @@ func TestSimStrictContainer(t *testing.T) {
 			want: want{msg: "failed to read the IMEX management capability " + IMEXMgmtCapabilityPath + ": No such file or directory"},
 		},
 		"no libnvidia-ml.so.1": {
-			edit: func(t *testing.T, f *containerFixture) { delete(f.paths, "/usr/local/nvidia/lib/"+NVMLLibrary) },
+			edit: func(_ *testing.T, f *containerFixture) { delete(f.paths, "/usr/local/nvidia/lib/"+NVMLLibrary) },
 			want: want{missing: NVMLLibrary, loader: true, msg: loaderMsg},
 		},
 		"libnvidia-ml.so.1 a dangling link": {
@@ -209,25 +209,25 @@ func TestSimStrictContainer(t *testing.T) {
 			want: want{missing: NVMLLibrary, loader: true, msg: loaderMsg},
 		},
 		"the loader fails first": {
-			edit: func(t *testing.T, f *containerFixture) { f.paths = map[string]string{} },
+			edit: func(_ *testing.T, f *containerFixture) { f.paths = map[string]string{} },
 			want: want{missing: NVMLLibrary, loader: true, msg: loaderMsg},
 		},
-		"the library in an LD_LIBRARY_PATH directory": {edit: func(t *testing.T, f *containerFixture) {
+		"the library in an LD_LIBRARY_PATH directory": {edit: func(_ *testing.T, f *containerFixture) {
 			delete(f.paths, "/usr/local/nvidia/lib/"+NVMLLibrary)
 			f.paths["/opt/driver"] = filepath.Join(f.nodeDir, fixtureLibDir)
 			f.libraryPath = "relative:/opt/nothing::/opt/driver"
 		}},
-		"LD_LIBRARY_PATH remapped by the kubelet": {edit: func(t *testing.T, f *containerFixture) {
+		"LD_LIBRARY_PATH remapped by the kubelet": {edit: func(_ *testing.T, f *containerFixture) {
 			delete(f.paths, "/usr/local/nvidia/lib/"+NVMLLibrary)
 			f.paths["/opt/driver"] = filepath.Join(f.nodeDir, fixtureLibDir)
 			f.libraryPath = filepath.Join(f.nodeDir, fixtureLibDir)
 		}},
-		"a standard directory mounted whole": {edit: func(t *testing.T, f *containerFixture) {
+		"a standard directory mounted whole": {edit: func(_ *testing.T, f *containerFixture) {
 			delete(f.paths, "/usr/local/nvidia/lib/"+NVMLLibrary)
 			f.paths["/usr/lib/aarch64-linux-gnu"] = filepath.Join(f.nodeDir, fixtureLibDir)
 		}},
 		"a library directory outside the container": {
-			edit: func(t *testing.T, f *containerFixture) {
+			edit: func(_ *testing.T, f *containerFixture) {
 				delete(f.paths, "/usr/local/nvidia/lib/"+NVMLLibrary)
 				f.libraryPath = filepath.Join(f.nodeDir, fixtureLibDir)
 			},

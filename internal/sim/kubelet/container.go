@@ -207,7 +207,7 @@ func (c *ctr) probe(ctx context.Context, inst *instance) {
 		})
 	}
 	if rp := c.c.ReadinessProbe; rp != nil && (!c.init || c.sidecar) {
-		p.loop(ctx, rp, func(ok bool, err error) bool {
+		p.loop(ctx, rp, func(ok bool, _ error) bool {
 			c.set(func() { c.ready = ok })
 			return true
 		})

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -198,13 +199,8 @@ func hasMount(ms []Mount, p string) bool {
 func replaceMounts(ms []Mount, extra []Mount) []Mount {
 	out := append([]Mount{}, ms...)
 	for _, e := range extra {
-		kept := out[:0]
-		for _, m := range out {
-			if path.Clean(m.ContainerPath) != path.Clean(e.ContainerPath) {
-				kept = append(kept, m)
-			}
-		}
-		out = append(kept, e)
+		out = slices.DeleteFunc(out, func(m Mount) bool { return path.Clean(m.ContainerPath) == path.Clean(e.ContainerPath) })
+		out = append(out, e)
 	}
 	return out
 }

@@ -142,8 +142,8 @@ func confGPU(f []string, next, count int) (nvml.GPU, error) {
 	return g, nil
 }
 
-// confNumber reads f[i] as a decimal number without sign or leading zero, at most max.
-func confNumber(f []string, i int, max uint64) (uint64, bool) {
+// confNumber reads f[i] as a decimal number without sign or leading zero, at most limit.
+func confNumber(f []string, i int, limit uint64) (uint64, bool) {
 	if i >= len(f) {
 		return 0, false
 	}
@@ -152,7 +152,7 @@ func confNumber(f []string, i int, max uint64) (uint64, bool) {
 		return 0, false
 	}
 	v, err := strconv.ParseUint(s, 10, 64)
-	return v, err == nil && v <= max
+	return v, err == nil && v <= limit
 }
 
 func confState(s string) (nvml.FabricState, bool) {

@@ -173,17 +173,17 @@ func TestLibraryAgreesWithStandIn(t *testing.T) {
 				t.Errorf("clique %q, the stand-in's %q, want %q", got.CliqueID, want.CliqueID, tc.wantClique)
 			}
 			for _, class := range errorClasses {
-				if errors.Is(err, class) != errors.Is(wantErr, class) || errors.Is(err, class) != (class == tc.wantIs) {
+				if errors.Is(err, class) != errors.Is(wantErr, class) || errors.Is(err, class) != errors.Is(class, tc.wantIs) {
 					t.Errorf("error %v, the stand-in's %v; want class %v", err, wantErr, tc.wantIs)
 				}
 			}
 			if (err == nil) != (wantErr == nil) {
 				t.Errorf("error %v, the stand-in's %v", err, wantErr)
 			}
-			if err != nil && wantErr != nil && tc.wantIs != nvml.ErrNVMLUnavailable && err.Error() != wantErr.Error() {
+			if err != nil && wantErr != nil && !errors.Is(tc.wantIs, nvml.ErrNVMLUnavailable) && err.Error() != wantErr.Error() {
 				t.Errorf("error %q, the stand-in's %q", err, wantErr)
 			}
-			if tc.wantIs == nvml.ErrNVMLUnavailable && !errors.Is(err, gonvml.ERROR_DRIVER_NOT_LOADED) {
+			if errors.Is(tc.wantIs, nvml.ErrNVMLUnavailable) && !errors.Is(err, gonvml.ERROR_DRIVER_NOT_LOADED) {
 				t.Errorf("error %v, want NVML's ERROR_DRIVER_NOT_LOADED", err)
 			}
 			if stderr != "" {
@@ -298,8 +298,8 @@ func TestLibrarySymbols(t *testing.T) {
 func TestLibraryABI(t *testing.T) {
 	cc, ccArgs := compiler()
 	bin := filepath.Join(t.TempDir(), "abi_check")
-	args := append(ccArgs, "-std=c11", "-Wall", "-Wextra", "-Werror", "-o", bin, filepath.Join("testdata", "abi_check.c"),
-		testLibrary, "-Wl,-rpath,"+filepath.Dir(testLibrary))
+	args := slices.Concat(ccArgs, []string{"-std=c11", "-Wall", "-Wextra", "-Werror", "-o", bin, filepath.Join("testdata", "abi_check.c"),
+		testLibrary, "-Wl,-rpath," + filepath.Dir(testLibrary)})
 	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("building the ABI check: %v\n%s", err, out)
 	}

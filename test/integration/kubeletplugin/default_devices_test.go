@@ -33,8 +33,10 @@ func TestDefaultPublishesOneSliceOfTwoDevices(t *testing.T) {
 	e.eventually(60*time.Second, "the node's devices published", func() (bool, error) {
 		var err error
 		slices, err = nodeSlices(e, n.name)
-		return err == nil && len(slices) == 1 && len(slices[0].Spec.Devices) == 2,
-			fmt.Errorf("%d slices: %v", len(slices), err)
+		if err != nil {
+			return false, fmt.Errorf("listing slices: %w", err)
+		}
+		return len(slices) == 1 && len(slices[0].Spec.Devices) == 2, fmt.Errorf("%d slices", len(slices))
 	})
 	var names []string
 	for _, d := range slices[0].Spec.Devices {

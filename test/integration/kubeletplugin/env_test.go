@@ -391,7 +391,7 @@ func createAdmitted(ctx context.Context, c client.Client, obj client.Object) err
 		return true, last
 	})
 	if err != nil && last != nil {
-		return fmt.Errorf("%w (last error: %v)", err, last)
+		return fmt.Errorf("%w (last error: %w)", err, last)
 	}
 	return err
 }

@@ -75,8 +75,10 @@ func TestPlaneWorkloadScheduledOnlyOnItsNodes(t *testing.T) {
 	t.Cleanup(func() { deleteAndWait(t, cd) })
 	tmpl := &resourcev1.ResourceClaimTemplate{}
 	e.eventually(60*time.Second, "plane-a's workload claim template", func() (bool, error) {
-		err := e.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cd.Spec.Channel.ResourceClaimTemplate.Name}, tmpl)
-		return err == nil && tmpl.Labels[cdv1beta1.ControlPlaneLabel] == planeA, fmt.Errorf("template labels %v: %v", tmpl.Labels, err)
+		if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cd.Spec.Channel.ResourceClaimTemplate.Name}, tmpl); err != nil {
+			return false, fmt.Errorf("reading the template: %w", err)
+		}
+		return tmpl.Labels[cdv1beta1.ControlPlaneLabel] == planeA, fmt.Errorf("template labels %v", tmpl.Labels)
 	})
 
 	// Plane-a's workload, allowed on both nodes, with its claim made from the template.
@@ -115,8 +117,10 @@ func TestPlaneWorkloadScheduledOnlyOnItsNodes(t *testing.T) {
 	// Node A becomes schedulable: plane-a's pod goes there, with a device of node A's pool.
 	setUnschedulable(e, nodeA, false)
 	e.eventually(60*time.Second, "plane-a's pod placed", func() (bool, error) {
-		err := e.c.Get(context.Background(), client.ObjectKeyFromObject(workload), workload)
-		return err == nil && workload.Spec.NodeName != "", fmt.Errorf("pod conditions %+v: %v", workload.Status.Conditions, err)
+		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(workload), workload); err != nil {
+			return false, fmt.Errorf("reading the pod: %w", err)
+		}
+		return workload.Spec.NodeName != "", fmt.Errorf("pod conditions %+v", workload.Status.Conditions)
 	})
 	if workload.Spec.NodeName != nodeA.name {
 		t.Fatalf("plane-a's pod placed on %s, want %s", workload.Spec.NodeName, nodeA.name)
@@ -152,6 +156,9 @@ func waitPublished(e *env, n *node, want int, id string) {
 	e.t.Helper()
 	e.eventually(60*time.Second, "devices of "+n.name+" published", func() (bool, error) {
 		slices, err := nodeSlices(e, n.name)
+		if err != nil {
+			return false, fmt.Errorf("listing slices: %w", err)
+		}
 		count := 0
 		for _, s := range slices {
 			for _, d := range s.Spec.Devices {
@@ -161,7 +168,7 @@ func waitPublished(e *env, n *node, want int, id string) {
 				count++
 			}
 		}
-		return err == nil && count == want, fmt.Errorf("%d devices, want %d: %v", count, want, err)
+		return count == want, fmt.Errorf("%d devices, want %d", count, want)
 	})
 }
 

@@ -44,11 +44,14 @@ func TestPublishedSlicesAreScheduled(t *testing.T) {
 	e.eventually(60*time.Second, "all devices published", func() (bool, error) {
 		var err error
 		slices, err = nodeSlices(e, n.name)
+		if err != nil {
+			return false, fmt.Errorf("listing slices: %w", err)
+		}
 		count := 0
 		for _, s := range slices {
 			count += len(s.Spec.Devices)
 		}
-		return err == nil && count == want, fmt.Errorf("%d devices in %d slices: %v", count, len(slices), err)
+		return count == want, fmt.Errorf("%d devices in %d slices", count, len(slices))
 	})
 	seen := map[string]bool{}
 	for _, s := range slices {

@@ -39,7 +39,7 @@ var (
 )
 
 // newIdentity is a user authenticated by a client certificate, in groups.
-func newIdentity(ctx context.Context, name string, groups []string) (*identity, error) {
+func newIdentity(_ context.Context, name string, groups []string) (*identity, error) {
 	addUserMu.Lock()
 	cfg, err := testCluster.UserConfig(name, groups...)
 	addUserMu.Unlock()

@@ -183,7 +183,10 @@ func poll(ctx context.Context, cond func() (bool, error)) error {
 		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+			if last == nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
 		case <-tick.C:
 		}
 	}

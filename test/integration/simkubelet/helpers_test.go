@@ -2,6 +2,7 @@ package simkubelet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -71,10 +72,14 @@ func waitPodGone(t *testing.T, ns, name string, timeout time.Duration) {
 	t.Helper()
 	testutil.Eventually(t, timeout, "pod "+name+" removed", func() (bool, error) {
 		_, err := kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			return true, nil
+		case err == nil:
+			return false, errors.New("still there")
+		default:
+			return false, fmt.Errorf("still there: %w", err)
 		}
-		return false, fmt.Errorf("still there: %v", err)
 	})
 }
 

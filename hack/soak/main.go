@@ -1,7 +1,9 @@
 // Command soak reads `go test -json` of the end-to-end scenarios run many times (`make soak`:
 // -count=N on one simulated cluster) and reports each run as it ends, then each scenario's
-// passes and failures. A failed run prints the last lines its scenario logged, so a flake
-// seen once in twenty runs can be read without running it again. It exits 1 when any run
+// passes and failures. A failed run prints the last lines its scenario logged and writes all of
+// them (up to keptLines) to a file in -failed-dir, whose path it prints: the failure message often
+// comes before the diagnostics a scenario logs after it. So a flake seen once in twenty runs can
+// be read without running it again. It exits 1 when any run
 // failed, or when the test binary failed outside a scenario (the simulated cluster did not
 // start).
 //
@@ -15,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -30,8 +33,12 @@ type event struct {
 	Output  string
 }
 
-// tailLines is how many of a failed run's last output lines are printed.
-const tailLines = 40
+// tailLines is how many of a failed run's last output lines are printed; keptLines how many of
+// its lines are kept for its file.
+const (
+	tailLines = 40
+	keptLines = 20000
+)
 
 type scenario struct {
 	runs, passed, failed, skipped int
@@ -45,14 +52,17 @@ type report struct {
 	scenarios map[string]*scenario
 	order     []string
 	output    map[string][]string // output of the run in progress, per scenario (top-level test)
+	failedDir string              // where a failed run's whole output goes; "" prints the tail only
 	pkgFailed bool
 	pkgOutput []string
 }
 
 func main() {
 	runs := flag.Int("runs", 0, "runs asked for (-count), shown as run i/N; 0: not shown")
+	failedDir := flag.String("failed-dir", filepath.Join(os.TempDir(), fmt.Sprintf("cdplane-soak-%d", os.Getpid())),
+		"directory for the whole output of each failed run (created when a run fails)")
 	flag.Parse()
-	r := &report{out: os.Stdout, runs: *runs, scenarios: map[string]*scenario{}, output: map[string][]string{}}
+	r := &report{out: os.Stdout, runs: *runs, scenarios: map[string]*scenario{}, output: map[string][]string{}, failedDir: *failedDir}
 	if err := r.read(os.Stdin); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(2)
@@ -95,7 +105,7 @@ func (r *report) handle(ev event) {
 			r.output[top] = nil
 		}
 	case "output":
-		r.output[top] = keepTail(append(r.output[top], strings.TrimRight(ev.Output, "\n")))
+		r.output[top] = keepLast(append(r.output[top], strings.TrimRight(ev.Output, "\n")), keptLines)
 	case "pass", "fail", "skip":
 		if top != ev.Test {
 			return // a subtest: its parent reports the run
@@ -122,8 +132,13 @@ func (r *report) handle(ev event) {
 		case "fail":
 			s.failed++
 			s.failedRuns = append(s.failedRuns, s.runs)
+			if path, err := r.saveFailed(top, s.runs); err != nil {
+				fmt.Fprintf(r.out, "    --- its whole output could not be saved: %v\n", err)
+			} else if path != "" {
+				fmt.Fprintf(r.out, "    --- whole output: %s\n", path)
+			}
 			fmt.Fprintf(r.out, "    --- last %d lines of %s, run %d:\n", tailLines, top, s.runs)
-			for _, l := range r.output[top] {
+			for _, l := range keepLast(r.output[top], tailLines) {
 				fmt.Fprintf(r.out, "    | %s\n", l)
 			}
 		}
@@ -131,11 +146,26 @@ func (r *report) handle(ev event) {
 	}
 }
 
-func keepTail(lines []string) []string {
-	if len(lines) > tailLines {
-		return lines[len(lines)-tailLines:]
+func keepTail(lines []string) []string { return keepLast(lines, tailLines) }
+
+func keepLast(lines []string, n int) []string {
+	if len(lines) > n {
+		return lines[len(lines)-n:]
 	}
 	return lines
+}
+
+// saveFailed writes the output kept of scenario top's run to <failedDir>/<top>-run<run>.log and
+// returns its path ("" without a directory).
+func (r *report) saveFailed(top string, run int) (string, error) {
+	if r.failedDir == "" {
+		return "", nil
+	}
+	if err := os.MkdirAll(r.failedDir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(r.failedDir, fmt.Sprintf("%s-run%d.log", top, run))
+	return path, os.WriteFile(path, []byte(strings.Join(r.output[top], "\n")+"\n"), 0o644)
 }
 
 // summary prints each scenario's counts and says whether every run passed.

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +114,33 @@ func TestStoppedEarlyOrFailedOutsideScenarios(t *testing.T) {
 	}
 	if out, ok := run(t, 1, "# cdplane/test/e2e\nfoo.go:1: syntax error\nFAIL\n"); ok || !strings.Contains(out, "no scenario ran") {
 		t.Errorf("a build failure:\n%s", out)
+	}
+}
+
+// TestFailedRunSavedWhole: a failed run's whole output goes to a file named for the scenario and
+// run, the failure message included even when more than the printed tail of diagnostics follows
+// it; the report prints the path.
+func TestFailedRunSavedWhole(t *testing.T) {
+	evs := []event{{Action: "run", Test: "TestB"}, {Action: "output", Test: "TestB", Output: "    b_test.go:12: the message\n"}}
+	for i := range 2 * tailLines {
+		evs = append(evs, event{Action: "output", Test: "TestB", Output: fmt.Sprintf("    helpers_test.go:9: diagnostic %d\n", i)})
+	}
+	evs = append(evs, event{Action: "fail", Test: "TestB", Elapsed: 4})
+	var out bytes.Buffer
+	dir := t.TempDir()
+	r := &report{out: &out, runs: 1, scenarios: map[string]*scenario{}, output: map[string][]string{}, failedDir: dir}
+	if err := r.read(strings.NewReader(stream(t, evs...))); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "TestB-run1.log")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "the message") || !strings.Contains(string(data), fmt.Sprintf("diagnostic %d", 2*tailLines-1)) {
+		t.Errorf("saved output:\n%s", data)
+	}
+	if !strings.Contains(out.String(), "whole output: "+path) || strings.Contains(out.String(), "the message") {
+		t.Errorf("report (the path, and a tail without the message that scrolled out of it):\n%s", out.String())
 	}
 }

@@ -11,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -116,8 +115,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		domains = domains.Add(extra...)
 	}
 	driverNS := map[string]cache.Config{o.DriverNamespace: {}}
-	nodeMeta := &metav1.PartialObjectMetadata{}
-	nodeMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	nodeMeta := scheme.Meta(corev1.SchemeGroupVersion.WithKind("Node"))
 
 	// Pods: the daemon pods, labelled for a domain; with host-managed IMEX, where no daemon
 	// runs, the plane's kubelet-plugin pods, whose readiness is their node's host IMEX's.

@@ -20,6 +20,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/atomicfile"
 	"cdplane/internal/imex"
+	"cdplane/internal/scheme"
 )
 
 // Deps are what the daemon talks to.
@@ -102,8 +103,7 @@ func LabelPod(ctx context.Context, c client.Client, cfg Config) error {
 
 // patchPodLabels merge-patches the daemon's own pod, retrying with backoff.
 func patchPodLabels(ctx context.Context, c client.Client, cfg Config, body []byte) error {
-	pod := &metav1.PartialObjectMetadata{}
-	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	pod := scheme.Meta(corev1.SchemeGroupVersion.WithKind("Pod"))
 	pod.Namespace, pod.Name = cfg.PodNamespace, cfg.PodName
 	patch := client.RawPatch("application/merge-patch+json", body)
 	var lastErr error

@@ -18,6 +18,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/imex"
+	"cdplane/internal/scheme"
 )
 
 // source watches one object by name and signals every change on notify.
@@ -177,8 +178,7 @@ func (m *membershipView) wantDomain(hasClique bool) bool {
 // membershipPlace reads the domain's MembershipAnnotation, its metadata only and from the
 // apiserver's watch cache: "" when the domain has none (NVIDIA's controller) or does not exist.
 func membershipPlace(ctx context.Context, c client.Client, ns, name string) (string, error) {
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
+	meta := scheme.Meta(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
 	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, meta, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
 	if apierrors.IsNotFound(err) {
 		return "", nil

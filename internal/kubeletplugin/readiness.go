@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/scheme"
 )
 
 // uidIndex indexes ComputeDomains by UID in the plugin's cache.
@@ -180,14 +181,12 @@ func (v *domainView) ready(cdUID string) {
 
 // domainMeta is the cached form of a ComputeDomain.
 func domainMeta() *metav1.PartialObjectMetadata {
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
+	m := scheme.Meta(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
 	return m
 }
 
 func domainMetaList() *metav1.PartialObjectMetadataList {
-	l := &metav1.PartialObjectMetadataList{}
-	l.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomainList"))
+	l := scheme.MetaList(cdv1beta1.GroupVersion.WithKind("ComputeDomainList"))
 	return l
 }
 

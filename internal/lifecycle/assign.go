@@ -8,7 +8,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/util/retry"
@@ -16,6 +15,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/secretmirror"
+	"cdplane/internal/scheme"
 )
 
 // Result says what an Assign or Unassign changed, one line per change; none when the target
@@ -347,8 +347,7 @@ func mirroredCopiesSelector(id string) labels.Selector {
 // unchanged since it was listed; a changed one is listed and checked again.
 func removeMirroredCopies(ctx context.Context, c client.Client, id string, t Target, res *Result) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+		list := scheme.MetaList(corev1.SchemeGroupVersion.WithKind("SecretList"))
 		if err := c.List(ctx, list, client.InNamespace(t.Name), client.MatchingLabelsSelector{Selector: mirroredCopiesSelector(id)}); err != nil {
 			return fmt.Errorf("listing control plane %q's mirrored Secrets in %s: %w", id, t, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/scheme"
 )
 
 // The record of node assignments: a ConfigMap in kube-system, where only cluster
@@ -196,8 +197,7 @@ func NodeAssignmentReport(ctx context.Context, c client.Reader, id string) (find
 	if err != nil {
 		return nil, 0, err
 	}
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	list := scheme.MetaList(corev1.SchemeGroupVersion.WithKind("NodeList"))
 	if err := c.List(ctx, list); err != nil {
 		return nil, 0, fmt.Errorf("listing the nodes: %w", err)
 	}

@@ -5,7 +5,9 @@ package scheme
 import (
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -29,3 +31,18 @@ var shared = sync.OnceValue(New)
 // one process share it instead of building hundreds of identical ones; callers must not add
 // kinds to it.
 func Shared() *runtime.Scheme { return shared() }
+
+// Meta returns an empty metadata-only object of kind gvk: what metadata-only reads and caches
+// (a Get or a watch that receives no spec or status) fill in.
+func Meta(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	return m
+}
+
+// MetaList returns an empty metadata-only list of list kind gvk (NodeList, not Node).
+func MetaList(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadataList {
+	l := &metav1.PartialObjectMetadataList{}
+	l.SetGroupVersionKind(gvk)
+	return l
+}

@@ -25,3 +25,14 @@ func TestSharedIsOneSchemeWithBothAPIs(t *testing.T) {
 		t.Error("the shared scheme does not know Pod")
 	}
 }
+
+func TestMetaAndMetaList(t *testing.T) {
+	node := corev1.SchemeGroupVersion.WithKind("Node")
+	if m := Meta(node); m.GroupVersionKind() != node || m.Name != "" {
+		t.Errorf("Meta: %+v", m)
+	}
+	list := corev1.SchemeGroupVersion.WithKind("NodeList")
+	if l := MetaList(list); l.GroupVersionKind() != list || len(l.Items) != 0 {
+		t.Errorf("MetaList: %+v", l)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
+	"cdplane/internal/scheme"
 )
 
 // maxEventLookups bounds how many not-ready daemon pods get their events read (one request each).
@@ -76,8 +77,7 @@ func GatherPlanes(ctx context.Context, c client.Reader, now time.Time) (Planes, 
 }
 
 func listMetadata(ctx context.Context, c client.Reader, kind string) ([]metav1.PartialObjectMetadata, error) {
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
+	list := scheme.MetaList(corev1.SchemeGroupVersion.WithKind(kind))
 	if err := c.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing %ss: %w", strings.ToLower(strings.TrimSuffix(kind, "List")), err)
 	}
@@ -117,8 +117,7 @@ func GatherDomain(ctx context.Context, c client.Reader, namespace, name string, 
 		}
 	}
 
-	nodes := &metav1.PartialObjectMetadataList{}
-	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	nodes := scheme.MetaList(corev1.SchemeGroupVersion.WithKind("NodeList"))
 	if err := c.List(ctx, nodes, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: uid}); err != nil {
 		return Domain{}, fmt.Errorf("listing the nodes labelled for the domain: %w", err)
 	}

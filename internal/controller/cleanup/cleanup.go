@@ -26,6 +26,7 @@ import (
 	"cdplane/internal/controller/computedomain"
 	"cdplane/internal/metrics"
 	"cdplane/internal/plane"
+	"cdplane/internal/scheme"
 )
 
 // Defaults of the Cleaner's timing.
@@ -136,8 +137,7 @@ func (c *Cleaner) RunOnce(ctx context.Context) (int, error) {
 		return 0, errors.Join(errs...)
 	}
 
-	cds := &metav1.PartialObjectMetadataList{}
-	cds.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomainList"))
+	cds := scheme.MetaList(cdv1beta1.GroupVersion.WithKind("ComputeDomainList"))
 	if err := c.APIReader.List(ctx, cds); err != nil {
 		// Without a fresh list nothing is known to be an orphan: nothing is removed.
 		return 0, errors.Join(append(errs, fmt.Errorf("listing ComputeDomains: %w", err))...)
@@ -193,8 +193,7 @@ func (c *Cleaner) candidates(ctx context.Context) ([]candidate, []error) {
 	for i := range cliques.Items {
 		cands = c.appendOwned(cands, &cliques.Items[i])
 	}
-	nodes := &metav1.PartialObjectMetadataList{}
-	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	nodes := scheme.MetaList(corev1.SchemeGroupVersion.WithKind("NodeList"))
 	if err := c.Client.List(ctx, nodes, hasLabel); err != nil {
 		errs = append(errs, fmt.Errorf("listing labelled nodes: %w", err))
 	}
@@ -230,8 +229,7 @@ func (p *pass) ownsNamespace(ctx context.Context, name string) (bool, error) {
 	if v, ok := p.namespaces[name]; ok {
 		return v.owned, v.err
 	}
-	ns := &metav1.PartialObjectMetadata{}
-	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	ns := scheme.Meta(corev1.SchemeGroupVersion.WithKind("Namespace"))
 	var v nsVerdict
 	switch err := p.APIReader.Get(ctx, client.ObjectKey{Name: name}, ns); {
 	case apierrors.IsNotFound(err):

@@ -17,6 +17,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/membership"
+	"cdplane/internal/scheme"
 )
 
 // cliqueWriters bounds the concurrent clique writes of one reconcile.
@@ -77,8 +78,7 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	// one GET each (only their metadata: whose they are is all the check needs).
 	var onServer map[string]*metav1.PartialObjectMetadata
 	if unknown > listCliquesAbove {
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomainCliqueList"))
+		list := scheme.MetaList(cdv1beta1.GroupVersion.WithKind("ComputeDomainCliqueList"))
 		if err := r.reader.List(ctx, list, client.InNamespace(r.opts.DriverNamespace)); err != nil {
 			return fmt.Errorf("re-reading cliques: %w", err)
 		}

@@ -21,6 +21,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/plane"
+	"cdplane/internal/scheme"
 )
 
 // finalize runs the deletion sequence: claim templates and DaemonSet, cliques, node labels, and
@@ -97,8 +98,7 @@ func (r *Reconciler) deleteOwned(ctx context.Context, obj client.Object, uid str
 // this UID. Each node's plane is re-checked on a fresh read, and each removal is a JSON patch
 // that first tests the value, so a node relabelled for another domain is left alone.
 func RemoveNodeLabels(ctx context.Context, c client.Client, reader client.Reader, planeID, uid string) error {
-	nodes := &metav1.PartialObjectMetadataList{}
-	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	nodes := scheme.MetaList(corev1.SchemeGroupVersion.WithKind("NodeList"))
 	if err := c.List(ctx, nodes, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: uid}); err != nil {
 		return fmt.Errorf("listing labelled nodes: %w", err)
 	}
@@ -113,8 +113,7 @@ func RemoveNodeLabels(ctx context.Context, c client.Client, reader client.Reader
 // RemoveNodeLabel removes the domain label from one node if it still has value uid and, on a
 // fresh read, belongs to the plane.
 func RemoveNodeLabel(ctx context.Context, c client.Client, reader client.Reader, planeID, node, uid string) error {
-	fresh := &metav1.PartialObjectMetadata{}
-	fresh.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	fresh := scheme.Meta(corev1.SchemeGroupVersion.WithKind("Node"))
 	if err := reader.Get(ctx, client.ObjectKey{Name: node}, fresh); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -127,8 +126,7 @@ func RemoveNodeLabel(ctx context.Context, c client.Client, reader client.Reader,
 		{"op": "test", "path": path, "value": uid},
 		{"op": "remove", "path": path},
 	})
-	n := &metav1.PartialObjectMetadata{}
-	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	n := scheme.Meta(corev1.SchemeGroupVersion.WithKind("Node"))
 	n.Name = node
 	err := c.Patch(ctx, n, client.RawPatch(types.JSONPatchType, patch))
 	switch {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,6 +12,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/metrics"
 	"cdplane/internal/plane"
+	"cdplane/internal/scheme"
 )
 
 // domainOwnedOnServer re-reads the domain from the apiserver before a write: the write goes
@@ -22,8 +22,7 @@ import (
 // Only the metadata is read: a large domain's status (one entry per node) would cost the
 // apiserver and the controller its serialization before every status write.
 func (r *Reconciler) domainOwnedOnServer(ctx context.Context, cd *cdv1beta1.ComputeDomain) (bool, error) {
-	fresh := &metav1.PartialObjectMetadata{}
-	fresh.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
+	fresh := scheme.Meta(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
 	if err := r.reader.Get(ctx, client.ObjectKeyFromObject(cd), fresh); err != nil {
 		return false, client.IgnoreNotFound(fmt.Errorf("re-reading ComputeDomain %s: %w", klog.KObj(cd), err))
 	}

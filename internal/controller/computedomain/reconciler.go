@@ -31,6 +31,7 @@ import (
 	"cdplane/internal/features"
 	"cdplane/internal/metrics"
 	"cdplane/internal/plane"
+	"cdplane/internal/scheme"
 )
 
 // Options configure the reconciler.
@@ -316,8 +317,7 @@ func (r *Reconciler) computeMembership(ctx context.Context, cd *cdv1beta1.Comput
 	uid := string(cd.UID)
 	in := membership.Input{MaxNodes: r.opts.MaxNodesPerIMEXDomain, LabelledNodes: sets.New[string](), StatusOnly: statusOnly}
 
-	nodes := &metav1.PartialObjectMetadataList{}
-	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	nodes := scheme.MetaList(corev1.SchemeGroupVersion.WithKind("NodeList"))
 	if err := r.client.List(ctx, nodes, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: uid}, client.UnsafeDisableDeepCopy); err != nil {
 		return membership.Result{}, fmt.Errorf("listing nodes of the domain: %w", err)
 	}

@@ -6,7 +6,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/scheme"
 )
 
 // UIDIndex indexes ComputeDomains by UID, to map objects labelled with a domain's UID back to it.
@@ -109,8 +109,7 @@ func (r *Reconciler) pluginPodHandler(c client.Reader, byLabel handler.EventHand
 		if !ok || p.Spec.NodeName == "" {
 			return nil
 		}
-		n := &metav1.PartialObjectMetadata{}
-		n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+		n := scheme.Meta(corev1.SchemeGroupVersion.WithKind("Node"))
 		if err := c.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, n); err != nil {
 			return nil // not labelled for a domain of this plane: not in the cache
 		}

@@ -40,6 +40,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/metrics"
+	"cdplane/internal/scheme"
 )
 
 // Mode says when a plane labels its domains itself.
@@ -144,8 +145,7 @@ func Selector() labels.Selector {
 }
 
 func domainMeta() *metav1.PartialObjectMetadata {
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
+	m := scheme.Meta(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
 	return m
 }
 

@@ -5,6 +5,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"cdplane/internal/scheme"
 )
 
 // CacheByObject returns the cache scoping the mirror needs, to merge into the manager's
@@ -26,20 +28,17 @@ func CacheByObject(o Options) map[client.Object]cache.ByObject {
 }
 
 func namespaceMeta() *metav1.PartialObjectMetadata {
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	m := scheme.Meta(corev1.SchemeGroupVersion.WithKind("Namespace"))
 	return m
 }
 
 func namespaceMetaList() *metav1.PartialObjectMetadataList {
-	m := &metav1.PartialObjectMetadataList{}
-	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	m := scheme.MetaList(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
 	return m
 }
 
 // secretMetaList is a list of Secrets' metadata: listing copies never transfers their data.
 func secretMetaList() *metav1.PartialObjectMetadataList {
-	m := &metav1.PartialObjectMetadataList{}
-	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	m := scheme.MetaList(corev1.SchemeGroupVersion.WithKind("SecretList"))
 	return m
 }

@@ -7,11 +7,7 @@ import (
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/component-base/featuregate"
-	"k8s.io/component-base/logs"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/component"
@@ -25,10 +21,7 @@ import (
 // apiserver and log.
 type CommandOptions struct {
 	Options
-	// FeatureGates is the mutable set behind Options.Gates, set by --feature-gates.
-	FeatureGates featuregate.MutableFeatureGate
-	Kube         component.KubeClient
-	Logging      *logsapi.LoggingConfiguration
+	component.Common
 	// SecretMirrorSelector and SecretMirrorNamespaceSelector are label selectors, parsed by
 	// Validate into Options.SecretMirror.
 	SecretMirrorSelector, SecretMirrorNamespaceSelector string
@@ -37,11 +30,7 @@ type CommandOptions struct {
 // NewCommandOptions returns the defaults, the driver namespace and daemon image from the
 // environment.
 func NewCommandOptions(inv component.Invocation) *CommandOptions {
-	o := &CommandOptions{
-		Kube:         component.KubeClient{QPS: 200, Burst: 400},
-		Logging:      logsapi.NewLoggingConfiguration(),
-		FeatureGates: features.NewGates(),
-	}
+	o := &CommandOptions{Common: component.NewCommon(component.KubeClient{QPS: 200, Burst: 400}, features.NewGates())}
 	o.Gates = o.FeatureGates
 	o.DriverNamespace = inv.Getenv("POD_NAMESPACE")
 	o.DaemonImage = inv.Getenv("DAEMON_IMAGE")
@@ -59,7 +48,7 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 
 // AddFlags registers the controller's flags.
 func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
-	o.Kube.AddFlags(fs)
+	o.Common.AddFlags(fs)
 	fs.StringVar(&o.DriverNamespace, "namespace", o.DriverNamespace, "Driver namespace: daemon DaemonSets, daemon claim templates, cliques and the leader-election lease (env POD_NAMESPACE)")
 	fs.StringVar(&o.DaemonImage, "daemon-image", o.DaemonImage, "Image of the compute-domain daemon pods (env DAEMON_IMAGE)")
 	fs.StringVar(&o.DaemonBinary, "daemon-binary", o.DaemonBinary, "Path of the daemon binary inside the daemon image")
@@ -88,8 +77,6 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SecretMirrorNamespaceSelector, "secret-mirror-namespace-selector", o.SecretMirrorNamespaceSelector, "Legacy plane only: label selector of the namespaces Secrets are mirrored into (empty: none)")
 	fs.StringVar((*string)(&o.LabelDomains), "label-domains", string(domainlabel.Auto), "Whether a plane with an id labels unlabelled ComputeDomains in its namespaces itself: auto (when the apiserver serves no MutatingAdmissionPolicy v1, before Kubernetes 1.36), true or false")
 	fs.DurationVar(&o.CleanupInterval, "cleanup-interval", o.CleanupInterval, "How often to look for objects of deleted ComputeDomains (default 10m)")
-	logsapi.AddFlags(o.Logging, fs)
-	o.FeatureGates.AddFlag(fs)
 }
 
 // Validate reports the first invalid option and completes the options derived from flags.
@@ -138,11 +125,11 @@ func Run(ctx context.Context, inv component.Invocation) error {
 // Main runs the controller manager until ctx ends.
 func Main(ctx context.Context, inv component.Invocation, o *CommandOptions) error {
 	if inv.OwnsProcess {
-		if err := logsapi.ValidateAndApply(o.Logging, o.FeatureGates); err != nil {
-			return fmt.Errorf("logging flags: %w", err)
+		flush, err := o.ApplyLogging()
+		if err != nil {
+			return err
 		}
-		defer logs.FlushLogs()
-		ctrl.SetLogger(klog.Background())
+		defer flush()
 	}
 	cfg, err := inv.KubeConfig(&o.Kube)
 	if err != nil {

@@ -10,11 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/component-base/featuregate"
-	"k8s.io/component-base/logs"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"cdplane/internal/component"
 	"cdplane/internal/driverroot"
@@ -49,11 +45,8 @@ const (
 // apiserver, log, and load NVML.
 type CommandOptions struct {
 	Options
-	// FeatureGates is the mutable set behind Options.Gates, set by --feature-gates.
-	FeatureGates featuregate.MutableFeatureGate
-	Kube         component.KubeClient
-	Logging      *logsapi.LoggingConfiguration
-	NVMLLibrary  string
+	component.Common
+	NVMLLibrary string
 	// HealthcheckPort is the port of the gRPC health service on PodIP (negative: off; 0: any
 	// free port); MetricsBindAddress the metrics endpoint's host:port ("0": off). Validate
 	// turns them into Options.HealthAddress and MetricsAddress.
@@ -74,8 +67,7 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 			CliqueRefreshPeriod: DefaultCliqueRefreshPeriod, ReadyWaitTimeout: DefaultReadyWaitTimeout,
 			StaleSweepInterval: DefaultStaleSweepInterval,
 		},
-		Kube:    component.KubeClient{QPS: 5, Burst: 10},
-		Logging: logsapi.NewLoggingConfiguration(),
+		Common: component.NewCommon(component.KubeClient{QPS: 5, Burst: 10}, features.NewGates()),
 
 		HealthcheckPort: DefaultHealthcheckPort, MetricsBindAddress: DefaultMetricsBindAddress, PodIP: inv.Getenv(PodIPEnv),
 	}
@@ -85,14 +77,13 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 	}
 	o.IMEXMode = features.IMEXMode(inv.Getenv(IMEXModeEnv))
 	o.HostIMEXSocketPath = inv.EnvOr(HostIMEXSocketPathEnv, DefaultHostIMEXSocketPath)
-	o.FeatureGates = features.NewGates()
 	o.Gates = o.FeatureGates
 	return o
 }
 
 // AddFlags registers the plugin's flags.
 func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
-	o.Kube.AddFlags(fs)
+	o.Common.AddFlags(fs)
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the node this plugin serves (env NODE_NAME)")
 	fs.StringVar(&o.DriverNamespace, "namespace", o.DriverNamespace, "Driver namespace: cliques and daemon claims (env POD_NAMESPACE)")
 	fs.StringVar(&o.RegistrarDir, "plugin-registration-path", o.RegistrarDir, "The kubelet's plugin registry directory")
@@ -115,8 +106,6 @@ func (o *CommandOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ReadyWaitTimeout, "prepare-wait-timeout", o.ReadyWaitTimeout, "How long one prepare call waits for the node's daemon to be Ready before returning a retryable error")
 	fs.IntVar(&o.HealthcheckPort, "healthcheck-port", o.HealthcheckPort, "Port of the gRPC health service (grpc.health.v1, services \"\" and \"liveness\"), on the pod's IP (env "+PodIPEnv+"; every address without it): SERVING while the plugin's registration and DRA sockets answer. Negative: off; 0: any free port")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Prometheus metrics endpoint address (host:port, e.g. "$(POD_IP):8080"; "0" disables)`)
-	logsapi.AddFlags(o.Logging, fs)
-	o.FeatureGates.AddFlag(fs)
 }
 
 // Validate reports the first invalid option, before anything touches the node or the cluster.
@@ -201,12 +190,12 @@ func Main(ctx context.Context, inv component.Invocation, o *CommandOptions, host
 	// Taken whether or not it is logged: an in-process instance's record would stay behind.
 	flags := component.EffectiveFlags(o)
 	if inv.OwnsProcess {
-		if err := logsapi.ValidateAndApply(o.Logging, o.FeatureGates); err != nil {
-			return fmt.Errorf("logging flags: %w", err)
+		flush, err := o.ApplyLogging()
+		if err != nil {
+			return err
 		}
-		defer logs.FlushLogs()
+		defer flush()
 		logger = klog.Background()
-		ctrl.SetLogger(logger)
 		logger.Info("Starting cdplane-kubelet-plugin", "version", version.Version, "node", o.NodeName,
 			"nvidiaDriverRoot", o.NvidiaDriverRoot, "containerDriverRoot", o.ContainerDriverRoot,
 			"imexMode", o.IMEXMode, "hostIMEXSocketPath", o.HostIMEXSocketPath, "flags", flags)

@@ -6,14 +6,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,8 +55,11 @@ func TestIMEXWorkload(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			ports := freePorts(t, 2)
-			ips := map[string]string{"a": "127.77.0.1", "b": "127.77.0.2"}
+			// Addresses of the subtest's own (a previous subtest's IMEX may still be closing
+			// its listeners), and ports free on them, not only on 127.0.0.1.
+			subnet := subnets.Add(1)
+			ips := map[string]string{"a": fmt.Sprintf("127.77.%d.1", subnet), "b": fmt.Sprintf("127.77.%d.2", subnet)}
+			ports := freePorts(t, 2, ips["a"], ips["b"])
 			index := map[string]int{"a": 0, "b": 1}
 			configs := map[string]string{}
 			for node := range ips {
@@ -130,14 +137,30 @@ func release2(ips map[string]string) release {
 	return release{Peers: map[string][]string{"a": {ips["b"]}, "b": {ips["a"]}}}
 }
 
-func freePorts(t *testing.T, n int) []int {
+// subnets numbers the IMEX workload subtests' loopback addresses.
+var subnets atomic.Int32
+
+// freePorts returns n distinct ports that are free on every one of ips at the time of asking.
+func freePorts(t *testing.T, n int, ips ...string) []int {
 	t.Helper()
 	var out []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for len(out) < n {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
 		must(t, err)
-		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+		port := ln.Addr().(*net.TCPAddr).Port
+		free := !slices.Contains(out, port)
+		for _, ip := range ips[1:] {
+			other, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+			if err != nil {
+				free = false
+				break
+			}
+			must(t, other.Close())
+		}
 		must(t, ln.Close())
+		if free {
+			out = append(out, port)
+		}
 	}
 	return out
 }

@@ -195,12 +195,7 @@ func TestControllerTokenCreatesOnlyDaemonDaemonSets(t *testing.T) {
 			ds := good()
 			tc.change(ds)
 			err := create(ds)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tc.want != "" && (!isAdmissionRefusal(err) || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("error %v, want an admission refusal saying %q", err, tc.want)
-			}
+			checkAdmission(t, name, err, tc.want)
 		})
 	}
 }

@@ -120,19 +120,6 @@ var mutatingPolicyServed = sync.OnceValues(func() (bool, error) {
 	return domainlabel.MutatingPolicyServed(testCluster.Config)
 })
 
-// requireMutatingPolicy skips a test of the mutating policy's own behaviour where it is not
-// served.
-func requireMutatingPolicy(t *testing.T) {
-	t.Helper()
-	served, err := mutatingPolicyServed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !served {
-		t.Skip("no MutatingAdmissionPolicy v1 before Kubernetes 1.36: there the plane's controller labels domains (domainlabel; controller.TestControllerLabelsDomainsWithoutMutatingPolicy, make test-e2e-oldest)")
-	}
-}
-
 // waitStamped dry-runs the creation of a domain in ns until admission stamps it with plane: the
 // policies read namespaces from the apiserver's cache, which follows a label change shortly
 // after it is written. Where no mutating policy is served, it waits instead until the

@@ -104,6 +104,11 @@ func checkQuotaOwner(ctx context.Context, c client.Client, id string, t Target) 
 	case err != nil:
 		return fmt.Errorf("reading ResourceQuota %s/%s: %w", t.Name, QuotaName(id), err)
 	}
+	return foreignQuota(id, t, cur)
+}
+
+// foreignQuota refuses cur, the ResourceQuota of the plane's name, unless it is the plane's.
+func foreignQuota(id string, t Target, cur *corev1.ResourceQuota) error {
 	if v, ok := planeLabel(cur.Labels); !ok || v != id {
 		return &RefusedError{Target: t, ID: id, Reason: fmt.Sprintf(
 			"ResourceQuota %s/%s exists and is not control plane %q's (it carries %s); remove or rename it, or pass --max-domains=0 --max-channels=0",
@@ -135,13 +140,11 @@ func SetQuota(ctx context.Context, c client.Client, id string, t Target, q Quota
 		case err != nil:
 			return fmt.Errorf("reading ResourceQuota %s: %w", key, err)
 		}
-		if v, ok := planeLabel(cur.Labels); !ok || v != id {
+		if err := foreignQuota(id, t, cur); err != nil {
 			if desired == nil {
 				return nil // not the plane's, and nothing to set
 			}
-			return &RefusedError{Target: t, ID: id, Reason: fmt.Sprintf(
-				"ResourceQuota %s exists and is not control plane %q's (it carries %s); remove or rename it, or pass --max-domains=0 --max-channels=0",
-				key, id, describeOwner(v, ok))}
+			return err
 		}
 		if desired == nil {
 			if err := deleteExact(ctx, c, cur); err != nil && !apierrors.IsNotFound(err) {

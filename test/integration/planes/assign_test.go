@@ -482,3 +482,27 @@ func TestAssignRefusedOverForeignRoleBinding(t *testing.T) {
 		"assign", "namespace", ns, "--control-plane-id", planeA)
 	sameSnapshot(t, "namespace after a refused assign", before, snap(t, lifecycle.KindNamespace, ns))
 }
+
+// TestAssignRefusedOverForeignQuota: a ResourceQuota of the plane's quota name that is not the
+// plane's is refused before anything changes; with both bounds 0 the plane sets no quota and
+// the assignment goes ahead, leaving the foreign one alone.
+func TestAssignRefusedOverForeignQuota(t *testing.T) {
+	t.Parallel()
+	installPolicies(t)
+	ctx := testContext(t)
+	ns := testCluster.Namespace(t, nil)
+	foreign := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: lifecycle.QuotaName(planeA)},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("5")}}}
+	if err := testCluster.Client.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	before := snap(t, lifecycle.KindNamespace, ns)
+	refusedCLI(t, []string{"ResourceQuota " + ns + "/" + lifecycle.QuotaName(planeA) + " exists and is not control plane"},
+		"assign", "namespace", ns, "--control-plane-id", planeA)
+	sameSnapshot(t, "namespace after a refused assign", before, snap(t, lifecycle.KindNamespace, ns))
+	mustCLI(t, []string{`assigned to control plane "plane-a"`}, "assign", "namespace", ns, "--control-plane-id", planeA, "--max-domains", "0", "--max-channels", "0")
+	cur := &corev1.ResourceQuota{}
+	if err := testCluster.Client.Get(ctx, client.ObjectKeyFromObject(foreign), cur); err != nil || !cur.Spec.Hard.Pods().Equal(resource.MustParse("5")) {
+		t.Errorf("the foreign ResourceQuota after the assignment: %v, %v; want it untouched", err, cur.Spec.Hard)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/daemonenv"
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 // CDI names of this driver's transient, per-claim specs.
@@ -137,11 +138,11 @@ func (w *cdiWriter) exists(name string) bool {
 func (w *cdiWriter) write(spec *cdispec.Spec, name string) error {
 	version, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
-		return failed(FailureCDI, fmt.Errorf("CDI spec %s: %w", name, err))
+		return failure.Tag(failure.CDI, fmt.Errorf("CDI spec %s: %w", name, err))
 	}
 	spec.Version = version
 	if err := w.cache.WriteSpec(spec, name); err != nil {
-		return failed(FailureCDI, fmt.Errorf("writing CDI spec %s: %w", name, err))
+		return failure.Tag(failure.CDI, fmt.Errorf("writing CDI spec %s: %w", name, err))
 	}
 	return nil
 }
@@ -152,7 +153,7 @@ func (w *cdiWriter) remove(name string) error {
 		return nil
 	}
 	if err := w.cache.RemoveSpec(filepath.Base(name)); err != nil {
-		return failed(FailureCDI, fmt.Errorf("removing CDI spec %s: %w", name, err))
+		return failure.Tag(failure.CDI, fmt.Errorf("removing CDI spec %s: %w", name, err))
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"cdplane/internal/atomicfile"
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 // ClaimState is where a claim's preparation stands.
@@ -168,7 +169,7 @@ func (s *checkpointStore) update(change func(map[types.UID]ClaimEntry)) error {
 	}
 	change(next.Claims)
 	if err := writeCheckpoint(s.path, next); err != nil {
-		return failed(FailureCheckpoint, err)
+		return failure.Tag(failure.Checkpoint, err)
 	}
 	s.cp = next
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/nvml"
 )
 
@@ -108,10 +109,10 @@ func (t *cliqueTracker) current() (string, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.err != nil {
-		return "", retryablef("the node's NVLink clique is not known: %w", t.err)
+		return "", failure.Retryablef("the node's NVLink clique is not known: %w", t.err)
 	}
 	if !t.known {
-		return "", retryablef("the node's NVLink clique has not been discovered yet")
+		return "", failure.Retryablef("the node's NVLink clique has not been discovered yet")
 	}
 	return t.id, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/nvml"
 )
 
@@ -66,7 +67,7 @@ func TestCliqueTracker(t *testing.T) {
 					t.Errorf("step %d: changed=%v fatal=%v, want %v %v", i, changed, fatal, s.changed, s.fatal)
 				}
 				cur, err := tr.current()
-				if cur != s.current || (err != nil) != s.curErr || (err != nil && !IsRetryable(err)) {
+				if cur != s.current || (err != nil) != s.curErr || (err != nil && !failure.IsRetryable(err)) {
 					t.Errorf("step %d: current %q %v, want %q err=%v (retryable)", i, cur, err, s.current, s.curErr)
 				}
 			}

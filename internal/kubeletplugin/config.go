@@ -11,26 +11,27 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 // DecodeConfig decodes the opaque parameters of a device config for this driver, strictly:
 // apiVersion must be resource.nvidia.com/v1beta1, kind ComputeDomainChannelConfig or
 // ComputeDomainDaemonConfig, field names match exactly (case-sensitive), and an unknown or
 // duplicate field is an error that names it. The values are validated too: domainID must be
-// set, allocationMode must be empty, Single or All. Every error is a *PermanentError.
+// set, allocationMode must be empty, Single or All. Every error is a *failure.PermanentError.
 //
 // It returns a *cdv1beta1.ComputeDomainChannelConfig or a *cdv1beta1.ComputeDomainDaemonConfig;
 // an empty allocationMode comes back as Single.
 func DecodeConfig(raw []byte) (runtime.Object, error) {
 	if len(raw) == 0 {
-		return nil, permanentf("opaque config is empty: want a %s or %s", cdv1beta1.ComputeDomainChannelConfigKind, cdv1beta1.ComputeDomainDaemonConfigKind)
+		return nil, failure.Permanentf("opaque config is empty: want a %s or %s", cdv1beta1.ComputeDomainChannelConfigKind, cdv1beta1.ComputeDomainDaemonConfigKind)
 	}
 	var tm metav1.TypeMeta
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &tm); err != nil {
-		return nil, permanentf("opaque config is not a JSON object: %v", err)
+		return nil, failure.Permanentf("opaque config is not a JSON object: %v", err)
 	}
 	if tm.APIVersion != cdv1beta1.GroupVersion.String() {
-		return nil, permanentf("opaque config: field apiVersion is %q, want %q", tm.APIVersion, cdv1beta1.GroupVersion.String())
+		return nil, failure.Permanentf("opaque config: field apiVersion is %q, want %q", tm.APIVersion, cdv1beta1.GroupVersion.String())
 	}
 	var obj runtime.Object
 	switch tm.Kind {
@@ -39,22 +40,22 @@ func DecodeConfig(raw []byte) (runtime.Object, error) {
 	case cdv1beta1.ComputeDomainDaemonConfigKind:
 		obj = &cdv1beta1.ComputeDomainDaemonConfig{}
 	default:
-		return nil, permanentf("opaque config: field kind is %q, want %s or %s", tm.Kind,
+		return nil, failure.Permanentf("opaque config: field kind is %q, want %s or %s", tm.Kind,
 			cdv1beta1.ComputeDomainChannelConfigKind, cdv1beta1.ComputeDomainDaemonConfigKind)
 	}
 	strict, err := sigsjson.UnmarshalStrict(raw, obj)
 	if err != nil {
-		return nil, permanentf("opaque config %s: %v", tm.Kind, err)
+		return nil, failure.Permanentf("opaque config %s: %v", tm.Kind, err)
 	}
 	if len(strict) > 0 {
 		msgs := make([]string, len(strict))
 		for i, e := range strict {
 			msgs[i] = e.Error()
 		}
-		return nil, permanentf("opaque config %s: %s", tm.Kind, strings.Join(msgs, ", "))
+		return nil, failure.Permanentf("opaque config %s: %s", tm.Kind, strings.Join(msgs, ", "))
 	}
 	if err := validateConfig(obj); err != nil {
-		return nil, &PermanentError{Err: fmt.Errorf("opaque config %s: %w", tm.Kind, err)}
+		return nil, &failure.PermanentError{Err: fmt.Errorf("opaque config %s: %w", tm.Kind, err)}
 	}
 	return obj, nil
 }

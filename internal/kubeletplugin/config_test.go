@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 // decodeConfigCase is one opaque config and what decoding it gives: the object, or a permanent
@@ -83,7 +84,7 @@ func TestDecodeConfig(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			got, err := DecodeConfig([]byte(tc.raw))
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !IsPermanent(err) {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !failure.IsPermanent(err) {
 					t.Fatalf("error %v, want a permanent error containing %q", err, tc.wantErr)
 				}
 				return
@@ -124,7 +125,7 @@ func FuzzDecodeConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		obj, err := DecodeConfig(raw)
 		if err != nil {
-			if !IsPermanent(err) {
+			if !failure.IsPermanent(err) {
 				t.Fatalf("error %v is not permanent", err)
 			}
 			if obj != nil {

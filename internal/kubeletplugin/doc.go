@@ -6,11 +6,11 @@
 // [NodeResources]) and prepares claims for them through CDI:
 //
 //   - A channel claim (prepare_channel.go): its ComputeDomain must be in the watch cache (else a
-//     [*RetryableError]), in the claim's namespace and not being deleted (else a
-//     [*PermanentError]); the node is labelled for the domain (refused while it serves
+//     [*failure.RetryableError]), in the claim's namespace and not being deleted (else a
+//     [*failure.PermanentError]); the node is labelled for the domain (refused while it serves
 //     another); the node's daemon must be Ready in its clique or in the domain's status.nodes
 //     ([DaemonReady]), waited for on a watch cache for at most Options.ReadyWaitTimeout (else a
-//     [*RetryableError]); then a CDI spec injects channel0 (Single) or all 2048 channels (All),
+//     [*failure.RetryableError]); then a CDI spec injects channel0 (Single) or all 2048 channels (All),
 //     nothing on a node without NVLink fabric.
 //   - A daemon claim (prepare_daemon.go): the domain's IMEX config directory with its template,
 //     and a CDI spec with the daemon's environment, that directory, and the IMEX management
@@ -25,9 +25,9 @@
 // Options.HealthAddress serves the gRPC health service the kubelet's probes ask (health.go:
 // SERVING while the plugin's own registration and DRA sockets answer), Options.MetricsAddress the
 // Prometheus metrics (endpoints.go); each prepare and unprepare is timed and each failure counted
-// by its FailureReason (metrics.go).
+// by its failure.Reason (metrics.go).
 //
-// A prepare that fails for a reason the claim's author can fix (a [*UserError]: the domain is
+// A prepare that fails for a reason the claim's author can fix (a [*failure.UserError]: the domain is
 // missing, in another namespace or being deleted, the opaque config is missing, invalid or
 // conflicting, the node serves another domain) posts a Warning event on each pod the claim is
 // reserved for (podevents.go), rate-limited per pod and reason; events about the node go on the

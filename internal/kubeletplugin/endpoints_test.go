@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/metrics"
 )
 
@@ -42,7 +43,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	c := newClaimMetrics(metrics.KubeletPlugin, "unit-plane")
 	t.Cleanup(c.forget)
-	c.prepareDone(time.Now(), failed(FailureIMEXNotReady, errors.New("not ready")))
+	c.prepareDone(time.Now(), failure.Tag(failure.IMEXNotReady, errors.New("not ready")))
 	resp, err := http.Get("http://" + addr(eps.metricsLis) + MetricsPath)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/testutil"
 )
 
@@ -44,26 +45,26 @@ func TestUserFixableFailures(t *testing.T) {
 	}{
 		"domain in another namespace": {
 			err:        checkDomain("ns", "c", testUID, domainMetaIn("other", "cd", false), nil),
-			wantReason: ReasonComputeDomainInOtherNamespace, wantDomain: "other/cd",
+			wantReason: failure.ReasonComputeDomainInOtherNamespace, wantDomain: "other/cd",
 			wantMsg: "permanent error: claim ns/c is in namespace ns, but its ComputeDomain cd is in namespace other",
 		},
 		"domain not found": {
-			err:        checkDomain("ns", "c", testUID, nil, &RetryableError{Err: &domainNotFoundError{uid: testUID}}),
-			wantReason: ReasonComputeDomainNotFound, wantDomain: "with UID " + testUID, retryable: true,
+			err:        checkDomain("ns", "c", testUID, nil, &failure.RetryableError{Err: &domainNotFoundError{uid: testUID}}),
+			wantReason: failure.ReasonComputeDomainNotFound, wantDomain: "with UID " + testUID, retryable: true,
 			wantMsg: "retryable error: ComputeDomain with UID " + testUID + " not found",
 		},
 		"domain being deleted": {
 			err:        checkDomain("ns", "c", testUID, domainMetaIn("ns", "cd", true), nil),
-			wantReason: ReasonComputeDomainDeleting, wantDomain: "ns/cd",
+			wantReason: failure.ReasonComputeDomainDeleting, wantDomain: "ns/cd",
 			wantMsg: "permanent error: ComputeDomain ns/cd (UID " + testUID + ") is being deleted (since 2026-01-02T03:04:05Z)",
 		},
 		"domain lookup failed": {
-			err:     checkDomain("ns", "c", testUID, nil, retryablef("looking up ComputeDomain %s: %w", testUID, errors.New("cache stopped"))),
+			err:     checkDomain("ns", "c", testUID, nil, failure.Retryablef("looking up ComputeDomain %s: %w", testUID, errors.New("cache stopped"))),
 			wantMsg: "retryable error: looking up ComputeDomain", retryable: true,
 		},
 		"node serves another domain": {
 			err:        labelRefusal(func() error { _, err := addLabelDecision("n1", "uid-a", testUID); return err }(), "ns/cd"),
-			wantReason: ReasonNodeServesOtherComputeDomain, wantDomain: "ns/cd", retryable: true,
+			wantReason: failure.ReasonNodeServesOtherComputeDomain, wantDomain: "ns/cd", retryable: true,
 			wantMsg: "retryable error: node n1 already serves ComputeDomain uid-a",
 		},
 		"node label write failed": {
@@ -72,39 +73,39 @@ func TestUserFixableFailures(t *testing.T) {
 		},
 		"channel config missing": {
 			err:        planErr(channel()),
-			wantReason: ReasonComputeDomainConfigMissing,
+			wantReason: failure.ReasonComputeDomainConfigMissing,
 			wantMsg:    `permanent error: request "channel": no opaque config of driver compute-domain.nvidia.com applies`,
 		},
 		"unknown field in the config": {
 			err: planErr(channel().AllocatedConfig(claimSrc, cdv1beta1.DriverName,
 				`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomainChannelConfig","domainID":"x","allocationMod":"All"}`, "channel")),
-			wantReason: ReasonInvalidComputeDomainConfig,
+			wantReason: failure.ReasonInvalidComputeDomainConfig,
 			wantMsg:    `permanent error: status.allocation.devices.config[0].opaque.parameters: opaque config ComputeDomainChannelConfig: unknown field "allocationMod"`,
 		},
 		"daemon config on a channel": {
 			err:        planErr(channel().AllocatedConfig(claimSrc, cdv1beta1.DriverName, daemonCfg, "channel")),
-			wantReason: ReasonInvalidComputeDomainConfig,
+			wantReason: failure.ReasonInvalidComputeDomainConfig,
 			wantMsg:    "permanent error: request \"channel\": a channel device needs a ComputeDomainChannelConfig, got a ComputeDomainDaemonConfig",
 		},
 		"requests of two domains": {
 			err: planErr(device(channel(), "second", "channel-1").
 				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single"), "channel").
 				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg("other-uid", "Single"), "second")),
-			wantReason: ReasonConflictingComputeDomainConfig,
+			wantReason: failure.ReasonConflictingComputeDomainConfig,
 			wantMsg:    "permanent error: requests of one claim name different ComputeDomains",
 		},
 		"requests of two allocation modes": {
 			err: planErr(device(channel(), "second", "channel-1").
 				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single"), "channel").
 				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "All"), "second")),
-			wantReason: ReasonConflictingComputeDomainConfig, wantDomain: testUID,
+			wantReason: failure.ReasonConflictingComputeDomainConfig, wantDomain: testUID,
 			wantMsg: "permanent error: requests of one claim ask for different allocation modes (Single and All)",
 		},
 		"channels and the daemon device": {
 			err: planErr(device(channel(), "daemon", "daemon-0").
 				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single"), "channel").
 				AllocatedConfig(claimSrc, cdv1beta1.DriverName, daemonCfg, "daemon")),
-			wantReason: ReasonConflictingComputeDomainConfig,
+			wantReason: failure.ReasonConflictingComputeDomainConfig,
 			wantMsg:    "permanent error: claim holds both channel and daemon devices",
 		},
 		"claim not allocated": {
@@ -112,23 +113,23 @@ func TestUserFixableFailures(t *testing.T) {
 			wantMsg: "retryable error: claim is not allocated", retryable: true,
 		},
 		"daemon claim outside the driver namespace": {
-			err:     failed(FailureWrongNamespace, checkDaemonNamespace("ns", "d", "cdplane")),
+			err:     failure.Tag(failure.WrongNamespace, checkDaemonNamespace("ns", "d", "cdplane")),
 			wantMsg: "permanent error: daemon claim ns/d is not in the driver namespace cdplane",
 		},
 		"daemon not Ready within the wait": {
-			err:     failed(FailureIMEXNotReady, retryablef("the ComputeDomain daemon on node n1 is not Ready after 10s: clique lists the node as NotReady")),
+			err:     failure.Tag(failure.IMEXNotReady, failure.Retryablef("the ComputeDomain daemon on node n1 is not Ready after 10s: clique lists the node as NotReady")),
 			wantMsg: "retryable error: the ComputeDomain daemon on node n1 is not Ready", retryable: true,
 		},
 		"driver root": {
-			err:     failed(FailureDriver, permanentf("NVIDIA driver root /run/nvidia/driver has no nvidia-imex")),
+			err:     failure.Tag(failure.Driver, failure.Permanentf("NVIDIA driver root /run/nvidia/driver has no nvidia-imex")),
 			wantMsg: "permanent error: NVIDIA driver root", // the operator's to fix
 		},
 		"clique not known yet": {
-			err:     failed(FailureCliqueUnknown, retryablef("NVLink fabric registration in progress")),
+			err:     failure.Tag(failure.CliqueUnknown, failure.Retryablef("NVLink fabric registration in progress")),
 			wantMsg: "retryable error: NVLink fabric", retryable: true,
 		},
 		"an unprepare came meanwhile": {
-			err:     &RetryableError{Err: errUnpreparedMeanwhile},
+			err:     &failure.RetryableError{Err: errUnpreparedMeanwhile},
 			wantMsg: "retryable error: ", retryable: true,
 		},
 	}
@@ -138,8 +139,8 @@ func TestUserFixableFailures(t *testing.T) {
 				t.Fatal("no error")
 			}
 			// As the prepare returns it: counted under a failure reason.
-			err := failed(FailureOther, tc.err)
-			ue, ok := UserErrorOf(err)
+			err := failure.Tag(failure.Other, tc.err)
+			ue, ok := failure.UserErrorOf(err)
 			switch {
 			case tc.wantReason == "" && ok:
 				t.Errorf("user-fixable with reason %s, want not", ue.Reason)
@@ -152,16 +153,16 @@ func TestUserFixableFailures(t *testing.T) {
 				t.Errorf("message %q, want it to start with %q", err.Error(), tc.wantMsg)
 			}
 			wantPermanent := strings.HasPrefix(tc.wantMsg, "permanent error")
-			if IsRetryable(err) != tc.retryable || IsPermanent(err) != wantPermanent {
-				t.Errorf("retryable %v, permanent %v; want %v, %v", IsRetryable(err), IsPermanent(err), tc.retryable, wantPermanent)
+			if failure.IsRetryable(err) != tc.retryable || failure.IsPermanent(err) != wantPermanent {
+				t.Errorf("retryable %v, permanent %v; want %v, %v", failure.IsRetryable(err), failure.IsPermanent(err), tc.retryable, wantPermanent)
 			}
 		})
 	}
 }
 
 func TestUserFixableKeepsNil(t *testing.T) {
-	if err := userFixable(nil, ReasonComputeDomainNotFound, ""); err != nil {
-		t.Errorf("userFixable(nil) = %v", err)
+	if err := failure.UserFixable(nil, failure.ReasonComputeDomainNotFound, ""); err != nil {
+		t.Errorf("failure.UserFixable(nil) = %v", err)
 	}
 	if err := checkDomain("ns", "c", testUID, domainMetaIn("ns", "cd", false), nil); err != nil {
 		t.Errorf("a live domain of the claim's namespace: %v", err)

@@ -2,8 +2,6 @@ package kubeletplugin
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,40 +15,10 @@ import (
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/metrics"
 	"cdplane/internal/testutil"
 )
-
-func TestReasonOf(t *testing.T) {
-	base := errors.New("boom")
-	cases := map[string]struct {
-		err           error
-		want          FailureReason
-		wantPermanent bool
-	}{
-		"untagged":             {err: base, want: FailureOther},
-		"tagged":               {err: failed(FailureCDI, base), want: FailureCDI},
-		"wrapped after tagged": {err: fmt.Errorf("claim x: %w", failed(FailureCheckpoint, base)), want: FailureCheckpoint},
-		"first tag wins":       {err: failed(FailureOther, fmt.Errorf("step: %w", failed(FailureCDI, base))), want: FailureCDI},
-		"permanent kept":       {err: failed(FailureBadConfig, permanentf("bad")), want: FailureBadConfig, wantPermanent: true},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if got := ReasonOf(tc.err); got != tc.want {
-				t.Errorf("ReasonOf = %q, want %q", got, tc.want)
-			}
-			if got := IsPermanent(tc.err); got != tc.wantPermanent {
-				t.Errorf("IsPermanent = %v, want %v", got, tc.wantPermanent)
-			}
-		})
-	}
-	if failed(FailureCDI, nil) != nil {
-		t.Error("failed(reason, nil) is not nil")
-	}
-	if got, want := failed(FailureBadConfig, permanentf("bad")).Error(), "permanent error: bad"; got != want {
-		t.Errorf("message %q, want %q: a tag must not change what the kubelet sees", got, want)
-	}
-}
 
 // metricsDriver is a Driver with only what prepares answered from the checkpoint, prepares
 // failing at planning and daemon unprepares need: a checkpoint and a CDI directory.
@@ -104,7 +72,7 @@ func TestClaimMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res["ch"].Err != nil || res["d1"].Err != nil || !IsPermanent(res["bad"].Err) {
+	if res["ch"].Err != nil || res["d1"].Err != nil || !failure.IsPermanent(res["bad"].Err) {
 		t.Fatalf("prepare results %v, want two successes and a permanent error", res)
 	}
 
@@ -124,23 +92,23 @@ func TestClaimMetrics(t *testing.T) {
 		t.Fatal("unprepare d2 succeeded without a checkpoint to write")
 	}
 
-	counts := func(c *prometheus.CounterVec, reasons []FailureReason) map[FailureReason]float64 {
-		out := map[FailureReason]float64{}
+	counts := func(c *prometheus.CounterVec, reasons []failure.Reason) map[failure.Reason]float64 {
+		out := map[failure.Reason]float64{}
 		for _, r := range reasons {
 			out[r] = promtest.ToFloat64(c.WithLabelValues(plane, string(r)))
 		}
 		return out
 	}
-	wantPrepare := map[FailureReason]float64{}
-	for _, r := range prepareFailures {
+	wantPrepare := map[failure.Reason]float64{}
+	for _, r := range failure.PrepareReasons {
 		wantPrepare[r] = 0
 	}
-	wantPrepare[FailureBadConfig] = 1
-	if diff := cmp.Diff(wantPrepare, counts(m.PrepareErrors, prepareFailures)); diff != "" {
+	wantPrepare[failure.BadConfig] = 1
+	if diff := cmp.Diff(wantPrepare, counts(m.PrepareErrors, failure.PrepareReasons)); diff != "" {
 		t.Errorf("prepare errors (-want +got):\n%s", diff)
 	}
-	wantUnprepare := map[FailureReason]float64{FailureNodeLabel: 0, FailureCDI: 0, FailureCheckpoint: 1, FailureOther: 0}
-	if diff := cmp.Diff(wantUnprepare, counts(m.UnprepareErrors, unprepareFailures)); diff != "" {
+	wantUnprepare := map[failure.Reason]float64{failure.NodeLabel: 0, failure.CDI: 0, failure.Checkpoint: 1, failure.Other: 0}
+	if diff := cmp.Diff(wantUnprepare, counts(m.UnprepareErrors, failure.UnprepareReasons)); diff != "" {
 		t.Errorf("unprepare errors (-want +got):\n%s", diff)
 	}
 	for name, tc := range map[string]struct {

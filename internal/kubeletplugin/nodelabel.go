@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 // addLabelDecision says whether a channel prepare for domain want must label the node whose
@@ -24,17 +25,17 @@ func addLabelDecision(node, current, want string) (bool, error) {
 	case want:
 		return false, nil
 	default:
-		return false, &RetryableError{Err: &nodeServesOtherError{node: node, current: current, want: want}}
+		return false, &failure.RetryableError{Err: &nodeServesOtherError{node: node, current: current, want: want}}
 	}
 }
 
 // labelRefusal tags addDomain's refusal of a claim of domain ("<namespace>/<name>") because the
-// node serves another as a UserError; other errors (reading or patching the node) pass as they
+// node serves another as a failure.UserError; other errors (reading or patching the node) pass as they
 // are.
 func labelRefusal(err error, domain string) error {
 	var busy *nodeServesOtherError
 	if errors.As(err, &busy) {
-		return userFixable(err, ReasonNodeServesOtherComputeDomain, domain)
+		return failure.UserFixable(err, failure.ReasonNodeServesOtherComputeDomain, domain)
 	}
 	return err
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 func TestAddLabelDecision(t *testing.T) {
@@ -19,7 +21,7 @@ func TestAddLabelDecision(t *testing.T) {
 	}
 	for name, tc := range cases {
 		add, err := addLabelDecision("n1", tc.current, "cd-a")
-		if add != tc.add || (tc.err == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), tc.err) || !IsRetryable(err))) {
+		if add != tc.add || (tc.err == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), tc.err) || !failure.IsRetryable(err))) {
 			t.Errorf("%s: add=%v err=%v, want add=%v err containing %q (retryable)", name, add, err, tc.add, tc.err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 // allocatedDevice is one of this driver's devices allocated to a claim.
@@ -36,11 +37,11 @@ type claimPlan struct {
 // for this driver that applies to its request (the last one listed wins, so a claim's config
 // overrides its class's). Every opaque config of this driver is decoded strictly, whether or not
 // it applies. A claim holds either channels or the daemon device, all of one domain; anything
-// else is a *PermanentError naming what is wrong; those the claim's author can fix (a config
-// missing, invalid or conflicting) are tagged as a UserError.
+// else is a *failure.PermanentError naming what is wrong; those the claim's author can fix (a config
+// missing, invalid or conflicting) are tagged as a failure.UserError.
 func planClaim(claim *resourcev1.ResourceClaim) (claimPlan, error) {
 	if claim.Status.Allocation == nil {
-		return claimPlan{}, retryablef("claim is not allocated")
+		return claimPlan{}, failure.Retryablef("claim is not allocated")
 	}
 	alloc := claim.Status.Allocation.Devices
 	decoded := make([]runtime.Object, len(alloc.Config))
@@ -50,8 +51,8 @@ func planClaim(claim *resourcev1.ResourceClaim) (claimPlan, error) {
 		}
 		obj, err := DecodeConfig(c.Opaque.Parameters.Raw)
 		if err != nil {
-			return claimPlan{}, userFixable(&PermanentError{Err: fmt.Errorf("status.allocation.devices.config[%d].opaque.parameters: %w", i, unwrapPermanent(err))},
-				ReasonInvalidComputeDomainConfig, "")
+			return claimPlan{}, failure.UserFixable(&failure.PermanentError{Err: fmt.Errorf("status.allocation.devices.config[%d].opaque.parameters: %w", i, unwrapPermanent(err))},
+				failure.ReasonInvalidComputeDomainConfig, "")
 		}
 		decoded[i] = obj
 	}
@@ -63,11 +64,11 @@ func planClaim(claim *resourcev1.ResourceClaim) (claimPlan, error) {
 		}
 		kind, id, err := ParseDeviceName(r.Device)
 		if err != nil {
-			return claimPlan{}, &PermanentError{Err: err}
+			return claimPlan{}, &failure.PermanentError{Err: err}
 		}
 		if plan.Kind != "" && plan.Kind != kind {
-			return claimPlan{}, userFixable(permanentf("claim holds both channel and daemon devices; a claim must hold one kind"),
-				ReasonConflictingComputeDomainConfig, "")
+			return claimPlan{}, failure.UserFixable(failure.Permanentf("claim holds both channel and daemon devices; a claim must hold one kind"),
+				failure.ReasonConflictingComputeDomainConfig, "")
 		}
 		plan.Kind = kind
 		cfg := applyingConfig(alloc.Config, decoded, r.Request)
@@ -76,21 +77,21 @@ func planClaim(claim *resourcev1.ResourceClaim) (claimPlan, error) {
 			return claimPlan{}, err
 		}
 		if plan.DomainID != "" && plan.DomainID != domainID {
-			return claimPlan{}, userFixable(permanentf("requests of one claim name different ComputeDomains (%s and %s)", plan.DomainID, domainID),
-				ReasonConflictingComputeDomainConfig, "")
+			return claimPlan{}, failure.UserFixable(failure.Permanentf("requests of one claim name different ComputeDomains (%s and %s)", plan.DomainID, domainID),
+				failure.ReasonConflictingComputeDomainConfig, "")
 		}
 		if plan.AllocationMode != "" && plan.AllocationMode != mode {
-			return claimPlan{}, userFixable(permanentf("requests of one claim ask for different allocation modes (%s and %s)", plan.AllocationMode, mode),
-				ReasonConflictingComputeDomainConfig, domainID)
+			return claimPlan{}, failure.UserFixable(failure.Permanentf("requests of one claim ask for different allocation modes (%s and %s)", plan.AllocationMode, mode),
+				failure.ReasonConflictingComputeDomainConfig, domainID)
 		}
 		plan.DomainID, plan.AllocationMode = domainID, mode
 		plan.Devices = append(plan.Devices, allocatedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, Kind: kind, ID: id})
 	}
 	if len(plan.Devices) == 0 {
-		return claimPlan{}, permanentf("no device of driver %s is allocated to the claim", cdv1beta1.DriverName)
+		return claimPlan{}, failure.Permanentf("no device of driver %s is allocated to the claim", cdv1beta1.DriverName)
 	}
 	if plan.Kind == KindDaemon && len(plan.Devices) > 1 {
-		return claimPlan{}, permanentf("claim holds %d daemon devices; a node has one", len(plan.Devices))
+		return claimPlan{}, failure.Permanentf("claim holds %d daemon devices; a node has one", len(plan.Devices))
 	}
 	return plan, nil
 }
@@ -124,11 +125,11 @@ func configFor(kind DeviceKind, cfg runtime.Object, request string) (string, str
 			return c.DomainID, "", nil
 		}
 	case nil:
-		return "", "", userFixable(permanentf("request %q: no opaque config of driver %s applies; a %s device needs a %s",
-			request, cdv1beta1.DriverName, kind, wantKind(kind)), ReasonComputeDomainConfigMissing, "")
+		return "", "", failure.UserFixable(failure.Permanentf("request %q: no opaque config of driver %s applies; a %s device needs a %s",
+			request, cdv1beta1.DriverName, kind, wantKind(kind)), failure.ReasonComputeDomainConfigMissing, "")
 	}
-	return "", "", userFixable(permanentf("request %q: a %s device needs a %s, got a %s",
-		request, kind, wantKind(kind), cfg.GetObjectKind().GroupVersionKind().Kind), ReasonInvalidComputeDomainConfig, "")
+	return "", "", failure.UserFixable(failure.Permanentf("request %q: a %s device needs a %s, got a %s",
+		request, kind, wantKind(kind), cfg.GetObjectKind().GroupVersionKind().Kind), failure.ReasonInvalidComputeDomainConfig, "")
 }
 
 func wantKind(kind DeviceKind) string {
@@ -138,10 +139,10 @@ func wantKind(kind DeviceKind) string {
 	return cdv1beta1.ComputeDomainChannelConfigKind
 }
 
-// unwrapPermanent is the error the PermanentError err is (or wraps) holds, without the
-// prefix, for nesting in another PermanentError; err itself when it is not permanent.
+// unwrapPermanent is the error the failure.PermanentError err is (or wraps) holds, without the
+// prefix, for nesting in another failure.PermanentError; err itself when it is not permanent.
 func unwrapPermanent(err error) error {
-	var p *PermanentError
+	var p *failure.PermanentError
 	if errors.As(err, &p) {
 		return p.Err
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/testutil"
 )
 
@@ -106,7 +107,7 @@ func TestPlanClaim(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			got, err := planClaim(tc.claim)
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !IsPermanent(err) {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !failure.IsPermanent(err) {
 					t.Fatalf("error %v, want a permanent error containing %q", err, tc.wantErr)
 				}
 				return
@@ -119,7 +120,7 @@ func TestPlanClaim(t *testing.T) {
 			}
 		})
 	}
-	if _, err := planClaim(testutil.MakeResourceClaim("claim", "ns").Obj()); !IsRetryable(err) {
+	if _, err := planClaim(testutil.MakeResourceClaim("claim", "ns").Obj()); !failure.IsRetryable(err) {
 		t.Errorf("unallocated claim: %v, want a retryable error", err)
 	}
 }
@@ -155,7 +156,7 @@ func TestPreparedElsewhere(t *testing.T) {
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !IsRetryable(err)):
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !failure.IsRetryable(err)):
 				t.Fatalf("err = %v, want a retryable refusal containing %q", err, tc.want)
 			}
 		})

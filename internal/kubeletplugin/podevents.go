@@ -16,57 +16,24 @@ import (
 	"k8s.io/utils/clock"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/failure"
 )
-
-// Reasons of the Warning events the plugin posts on the pods of a claim whose prepare failed
-// for a reason the claim's author can fix (a UserError). Failures of the node or the operator
-// (NVML, the fabric, the driver root, a daemon not Ready yet) post none: the node's events and
-// the ComputeDomain's conditions tell those.
-const (
-	// ReasonComputeDomainNotFound: the claim names a ComputeDomain (by UID) that does not
-	// exist, or is not this plane's: it was deleted, or the claim was not made from a current
-	// domain's ResourceClaimTemplate. Retryable: posted once it has lasted UserErrorGrace.
-	ReasonComputeDomainNotFound = "ComputeDomainNotFound"
-	// ReasonComputeDomainInOtherNamespace: the channel claim is in another namespace than its
-	// ComputeDomain.
-	ReasonComputeDomainInOtherNamespace = "ComputeDomainInOtherNamespace"
-	// ReasonComputeDomainDeleting: the claim's ComputeDomain is being deleted.
-	ReasonComputeDomainDeleting = "ComputeDomainDeleting"
-	// ReasonComputeDomainConfigMissing: no ComputeDomainChannelConfig (opaque config of this
-	// driver) applies to a request for a channel (or no daemon config to a daemon request).
-	ReasonComputeDomainConfigMissing = "ComputeDomainConfigMissing"
-	// ReasonInvalidComputeDomainConfig: an opaque config of this driver does not decode (an
-	// unknown field, a wrong kind or apiVersion, a bad value) or is of the wrong kind for its
-	// device (a daemon config on a channel).
-	ReasonInvalidComputeDomainConfig = "InvalidComputeDomainConfig"
-	// ReasonConflictingComputeDomainConfig: the requests of one claim name different
-	// ComputeDomains or allocation modes, or the claim holds channels and the daemon device.
-	ReasonConflictingComputeDomainConfig = "ConflictingComputeDomainConfig"
-	// ReasonNodeServesOtherComputeDomain: the node is labelled for another ComputeDomain (a node
-	// serves one at a time). Retryable: posted once it has lasted UserErrorGrace.
-	ReasonNodeServesOtherComputeDomain = "NodeServesOtherComputeDomain"
-)
-
-// PodEventReasons lists the reasons of pod events.
-var PodEventReasons = []string{ReasonComputeDomainNotFound, ReasonComputeDomainInOtherNamespace, ReasonComputeDomainDeleting,
-	ReasonComputeDomainConfigMissing, ReasonInvalidComputeDomainConfig, ReasonConflictingComputeDomainConfig,
-	ReasonNodeServesOtherComputeDomain}
 
 // podEventHints say, per reason, what the pod's owner can do.
 var podEventHints = map[string]string{
-	ReasonComputeDomainNotFound: "The ComputeDomain was deleted, or the claim was not made from a current ComputeDomain's " +
+	failure.ReasonComputeDomainNotFound: "The ComputeDomain was deleted, or the claim was not made from a current ComputeDomain's " +
 		"ResourceClaimTemplate: create the ComputeDomain, then recreate the pod with a claim from its template (spec.channel.resourceClaimTemplate.name).",
-	ReasonComputeDomainInOtherNamespace: "Run the pod in the ComputeDomain's namespace, or create a ComputeDomain in the pod's " +
+	failure.ReasonComputeDomainInOtherNamespace: "Run the pod in the ComputeDomain's namespace, or create a ComputeDomain in the pod's " +
 		"namespace and use the ResourceClaimTemplate it generates.",
-	ReasonComputeDomainDeleting: "The ComputeDomain is being deleted, and its IMEX daemons with it: delete the pod, or wait until " +
+	failure.ReasonComputeDomainDeleting: "The ComputeDomain is being deleted, and its IMEX daemons with it: delete the pod, or wait until " +
 		"the ComputeDomain is gone, create it again and recreate the pod.",
-	ReasonComputeDomainConfigMissing: "A channel request needs a ComputeDomainChannelConfig naming its ComputeDomain: use the " +
+	failure.ReasonComputeDomainConfigMissing: "A channel request needs a ComputeDomainChannelConfig naming its ComputeDomain: use the " +
 		"ResourceClaimTemplate the ComputeDomain generates, and recreate the pod.",
-	ReasonInvalidComputeDomainConfig: "Fix the claim's opaque config for driver " + cdv1beta1.DriverName + " (or use the " +
+	failure.ReasonInvalidComputeDomainConfig: "Fix the claim's opaque config for driver " + cdv1beta1.DriverName + " (or use the " +
 		"ResourceClaimTemplate the ComputeDomain generates), and recreate the pod.",
-	ReasonConflictingComputeDomainConfig: "One claim holds devices of one kind, of one ComputeDomain, in one allocation mode: " +
+	failure.ReasonConflictingComputeDomainConfig: "One claim holds devices of one kind, of one ComputeDomain, in one allocation mode: " +
 		"split the requests into separate claims, or use the ResourceClaimTemplate the ComputeDomain generates.",
-	ReasonNodeServesOtherComputeDomain: "A node serves one ComputeDomain at a time and another one's workload runs on this node: " +
+	failure.ReasonNodeServesOtherComputeDomain: "A node serves one ComputeDomain at a time and another one's workload runs on this node: " +
 		"the pod starts once that workload leaves the node. Keep the two ComputeDomains' pods on different nodes (pod " +
 		"anti-affinity), or delete the pod to have it placed again.",
 }
@@ -90,7 +57,7 @@ const (
 )
 
 // podEvents posts a Warning event on each pod a claim is reserved for when its prepare fails
-// with a UserError, at most one per pod and reason per PodEventInterval (the broadcaster counts
+// with a failure.UserError, at most one per pod and reason per PodEventInterval (the broadcaster counts
 // repeats of a posted event as a series; those it sees are already spaced). A retryable failure
 // is posted once it has lasted UserErrorGrace. State is in memory, per node; nil posts nothing.
 type podEvents struct {
@@ -127,7 +94,7 @@ func (p *podEvents) prepareFailed(ctx context.Context, claim *resourcev1.Resourc
 	if p == nil {
 		return nil
 	}
-	ue, ok := UserErrorOf(err)
+	ue, ok := failure.UserErrorOf(err)
 	if !ok {
 		return nil
 	}
@@ -136,7 +103,7 @@ func (p *podEvents) prepareFailed(ctx context.Context, claim *resourcev1.Resourc
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.forgetLocked(now)
-	if IsRetryable(err) {
+	if failure.IsRetryable(err) {
 		key := claimReason{claim.UID, ue.Reason}
 		span, seen := p.failing[key]
 		if !seen {
@@ -210,7 +177,7 @@ func claimRef(claim *resourcev1.ResourceClaim) *corev1.ObjectReference {
 
 // podEventNote names the claim, its domain, the node and the failure, then what to do, within
 // the API's limit.
-func podEventNote(claim *resourcev1.ResourceClaim, node string, ue *UserError) string {
+func podEventNote(claim *resourcev1.ResourceClaim, node string, ue *failure.UserError) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Claim %s/%s", claim.Namespace, claim.Name)
 	if ue.Domain != "" {

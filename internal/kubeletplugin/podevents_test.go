@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/testutil"
 )
 
@@ -66,7 +67,7 @@ func podClaim(name string, pods ...string) *resourcev1.ResourceClaim {
 
 var (
 	wrongNamespace = checkDomain("team", "c", testUID, domainMetaIn("other", "cd", false), nil)
-	notFound       = checkDomain("team", "c", testUID, nil, &RetryableError{Err: &domainNotFoundError{uid: testUID}})
+	notFound       = checkDomain("team", "c", testUID, nil, &failure.RetryableError{Err: &domainNotFoundError{uid: testUID}})
 )
 
 // TestPodEventsRateLimited: a permanent user-fixable failure posts at once on every pod of the
@@ -79,7 +80,7 @@ func TestPodEventsRateLimited(t *testing.T) {
 	ctx := context.Background()
 	claim := podClaim("c", "worker-0", "worker-1")
 
-	p.prepareFailed(ctx, claim, failed(FailureWrongNamespace, wrongNamespace))
+	p.prepareFailed(ctx, claim, failure.Tag(failure.WrongNamespace, wrongNamespace))
 	want := []string{"Pod team/worker-0 worker-0-uid ComputeDomainInOtherNamespace", "Pod team/worker-1 worker-1-uid ComputeDomainInOtherNamespace"}
 	if diff := cmp.Diff(want, reasons(rec.take())); diff != "" {
 		t.Fatalf("first failure (-want +got):\n%s", diff)
@@ -93,8 +94,8 @@ func TestPodEventsRateLimited(t *testing.T) {
 		t.Fatalf("retries within %s posted %v, want nothing", PodEventInterval, reasons(got))
 	}
 	// Another reason on the same pods is limited apart.
-	p.prepareFailed(ctx, claim, userFixable(permanentf("bad"), ReasonInvalidComputeDomainConfig, ""))
-	if got := reasons(rec.take()); len(got) != 2 || !strings.HasSuffix(got[0], ReasonInvalidComputeDomainConfig) {
+	p.prepareFailed(ctx, claim, failure.UserFixable(failure.Permanentf("bad"), failure.ReasonInvalidComputeDomainConfig, ""))
+	if got := reasons(rec.take()); len(got) != 2 || !strings.HasSuffix(got[0], failure.ReasonInvalidComputeDomainConfig) {
 		t.Fatalf("another reason posted %v, want one event per pod", got)
 	}
 	// Past the interval since the first: one more each.
@@ -122,7 +123,7 @@ func TestPodEventsOfRetryableFailuresWaitForGrace(t *testing.T) {
 
 	step := func(d time.Duration) []string {
 		clk.SetTime(clk.Now().Add(d))
-		p.prepareFailed(ctx, claim, failed(FailureDomainNotFound, notFound))
+		p.prepareFailed(ctx, claim, failure.Tag(failure.DomainNotFound, notFound))
 		return reasons(rec.take())
 	}
 	for i, d := range []time.Duration{0, 10 * time.Second, 10 * time.Second, 9 * time.Second} {
@@ -130,8 +131,8 @@ func TestPodEventsOfRetryableFailuresWaitForGrace(t *testing.T) {
 			t.Fatalf("retry %d, within %s of the first failure: posted %v", i, UserErrorGrace, got)
 		}
 	}
-	if got := step(time.Second); len(got) != 1 || !strings.HasSuffix(got[0], ReasonComputeDomainNotFound) {
-		t.Fatalf("after %s: posted %v, want one %s", UserErrorGrace, got, ReasonComputeDomainNotFound)
+	if got := step(time.Second); len(got) != 1 || !strings.HasSuffix(got[0], failure.ReasonComputeDomainNotFound) {
+		t.Fatalf("after %s: posted %v, want one %s", UserErrorGrace, got, failure.ReasonComputeDomainNotFound)
 	}
 	if got := step(5 * time.Second); len(got) != 0 {
 		t.Fatalf("the next retry posted %v", got)
@@ -156,9 +157,9 @@ func TestPodEventsOnlyForUserFixableFailures(t *testing.T) {
 	ctx := context.Background()
 	claim := podClaim("c", "worker-0")
 	for _, err := range []error{
-		failed(FailureIMEXNotReady, retryablef("the ComputeDomain daemon on node n1 is not Ready after 10s")),
-		failed(FailureDriver, permanentf("NVIDIA driver root has no nvidia-imex")),
-		failed(FailureCliqueUnknown, retryablef("NVLink fabric registration in progress")),
+		failure.Tag(failure.IMEXNotReady, failure.Retryablef("the ComputeDomain daemon on node n1 is not Ready after 10s")),
+		failure.Tag(failure.Driver, failure.Permanentf("NVIDIA driver root has no nvidia-imex")),
+		failure.Tag(failure.CliqueUnknown, failure.Retryablef("NVLink fabric registration in progress")),
 	} {
 		clk.SetTime(clk.Now().Add(time.Hour))
 		p.prepareFailed(ctx, claim, err)
@@ -187,7 +188,7 @@ func TestPodEventContent(t *testing.T) {
 	}
 	want := recordedEvent{
 		Pod: "Pod team/worker-0 worker-0-uid", Related: "ResourceClaim team/c", Type: corev1.EventTypeWarning,
-		Reason: ReasonComputeDomainInOtherNamespace, Action: "PrepareResources",
+		Reason: failure.ReasonComputeDomainInOtherNamespace, Action: "PrepareResources",
 		Note: "Claim team/c of ComputeDomain other/cd cannot be prepared on node node-1: claim team/c is in namespace team, " +
 			"but its ComputeDomain cd is in namespace other: a channel claim must be in its ComputeDomain's namespace. " +
 			"Run the pod in the ComputeDomain's namespace, or create a ComputeDomain in the pod's namespace and use the ResourceClaimTemplate it generates.",
@@ -196,23 +197,23 @@ func TestPodEventContent(t *testing.T) {
 		t.Errorf("event (-want +got):\n%s", diff)
 	}
 
-	long := userFixable(permanentf("%s", strings.Repeat("é", 600)), ReasonInvalidComputeDomainConfig, "")
+	long := failure.UserFixable(failure.Permanentf("%s", strings.Repeat("é", 600)), failure.ReasonInvalidComputeDomainConfig, "")
 	note := podEventNote(podClaim("c"), "node-1", mustUserError(t, long))
 	if len(note) > maxPodEventNote || !strings.HasPrefix(note, "Claim team/c cannot be prepared on node node-1: éé") || !strings.HasSuffix(note, "é") {
 		t.Errorf("long note: %d bytes, %q…", len(note), note[:60])
 	}
-	for _, reason := range PodEventReasons {
+	for _, reason := range failure.PodEventReasons {
 		if podEventHints[reason] == "" {
 			t.Errorf("reason %s has no hint", reason)
 		}
 	}
 }
 
-func mustUserError(t *testing.T, err error) *UserError {
+func mustUserError(t *testing.T, err error) *failure.UserError {
 	t.Helper()
-	ue, ok := UserErrorOf(err)
+	ue, ok := failure.UserErrorOf(err)
 	if !ok {
-		t.Fatalf("%v is not a UserError", err)
+		t.Fatalf("%v is not a failure.UserError", err)
 	}
 	return ue
 }

@@ -1,14 +1,16 @@
 package kubeletplugin
 
 import (
-	"cdplane/internal/features"
-	"cdplane/internal/imex"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"cdplane/internal/features"
+	"cdplane/internal/imex"
+	"cdplane/internal/kubeletplugin/failure"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,7 +34,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1
 		devices, err := d.prepareLocked(klog.NewContext(ctx, logger), claim, deadline)
 		d.metrics.prepareDone(start, err)
 		if err != nil {
-			logger.Error(err, "Preparing claim failed", "permanent", IsPermanent(err), "reason", ReasonOf(err))
+			logger.Error(err, "Preparing claim failed", "permanent", failure.IsPermanent(err), "reason", failure.ReasonOf(err))
 			d.podEvents.prepareFailed(klog.NewContext(ctx, logger), claim, err)
 			out[claim.UID] = draplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 			continue
@@ -49,7 +51,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1
 func (d *Driver) prepareLocked(ctx context.Context, claim *resourcev1.ResourceClaim, deadline time.Time) ([]PreparedDevice, error) {
 	ctx, release, err := d.claims.prepare(ctx, claim.UID)
 	if err != nil {
-		return nil, &RetryableError{Err: err}
+		return nil, &failure.RetryableError{Err: err}
 	}
 	defer release()
 	d.opMu.Lock()
@@ -57,7 +59,7 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourcev1.ResourceCl
 	devices, err := d.prepareClaim(ctx, claim, deadline)
 	if err != nil && errors.Is(context.Cause(ctx), errUnpreparedMeanwhile) {
 		klog.FromContext(ctx).V(1).Info("Prepare stopped by an unprepare of its claim", "err", err)
-		return nil, &RetryableError{Err: errUnpreparedMeanwhile}
+		return nil, &failure.RetryableError{Err: errUnpreparedMeanwhile}
 	}
 	return devices, err
 }
@@ -78,31 +80,31 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	}
 	plan, err := planClaim(claim)
 	if err != nil {
-		return nil, failed(FailureBadConfig, err)
+		return nil, failure.Tag(failure.BadConfig, err)
 	}
 	// The host driver's files are looked up before anything is written, so that a driver root
 	// without them leaves nothing half-prepared.
 	var drv driverFiles
 	if plan.Kind == KindDaemon && d.opts.IMEXMode == features.IMEXHostManaged {
-		return nil, permanentf("claim %s/%s is a ComputeDomain daemon claim, but this node runs IMEX as a host service (--imex-mode=%s): no daemon is prepared here",
+		return nil, failure.Permanentf("claim %s/%s is a ComputeDomain daemon claim, but this node runs IMEX as a host service (--imex-mode=%s): no daemon is prepared here",
 			claim.Namespace, claim.Name, features.IMEXHostManaged)
 	}
 	if plan.Kind == KindDaemon && d.opts.NvidiaDriverRoot != "" {
 		if drv, err = d.driverRoot().locate(); err != nil {
-			return nil, failed(FailureDriver, err)
+			return nil, failure.Tag(failure.Driver, err)
 		}
 		kernel, _ := d.opts.ReadHostFile(DriverVersionFile) // no file: nothing to compare
 		if err := d.driverRoot().checkVersion(drv, kernel); err != nil {
-			return nil, failed(FailureDriver, err)
+			return nil, failure.Tag(failure.Driver, err)
 		}
 	}
 	if plan.Kind == KindDaemon {
 		if err := d.checkIMEXNames(); err != nil {
-			return nil, failed(FailureDriver, err)
+			return nil, failure.Tag(failure.Driver, err)
 		}
 	}
 	if err := preparedElsewhere(d.cp.snapshot(), claim, plan); err != nil {
-		return nil, failed(FailureDeviceInUse, err)
+		return nil, failure.Tag(failure.DeviceInUse, err)
 	}
 	if old, ok := d.cp.get(claim.UID); ok && old.CDISpec != "" && old.CDISpec != CDISpecName(claim.UID) {
 		// NVIDIA's plugin began this prepare: its spec would define the same CDI devices.
@@ -158,7 +160,7 @@ func preparedElsewhere(cp map[types.UID]ClaimEntry, claim *resourcev1.ResourceCl
 		return nil
 	}
 	slices.Sort(clashes)
-	return retryablef("not preparing claim %s/%s (%s): %s; it is prepared once that claim is unprepared",
+	return failure.Retryablef("not preparing claim %s/%s (%s): %s; it is prepared once that claim is unprepared",
 		claim.Namespace, claim.Name, claim.UID, strings.Join(clashes, "; "))
 }
 
@@ -203,7 +205,7 @@ func (d *Driver) checkIMEXNames() error {
 	if names, err := imex.DriverSupportsHostnames(version); err != nil || names {
 		return nil
 	}
-	return permanentf("feature gate %s needs NVIDIA driver %s or later (IMEX takes host names in its node list from that version), but node %s runs %s: upgrade the driver, or turn %s off (with %s off too: featureGates.%s=false,%s=false)",
+	return failure.Permanentf("feature gate %s needs NVIDIA driver %s or later (IMEX takes host names in its node list from that version), but node %s runs %s: upgrade the driver, or turn %s off (with %s off too: featureGates.%s=false,%s=false)",
 		features.IMEXDaemonsWithDNSNames, imex.HostnamesMinDriverVersion, d.opts.NodeName, version,
 		features.IMEXDaemonsWithDNSNames, features.ComputeDomainCliques, features.ComputeDomainCliques, features.IMEXDaemonsWithDNSNames)
 }

@@ -11,13 +11,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"cdplane/internal/features"
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 // checkDomainNamespace is the first step of a channel prepare: a workload may only use a
 // domain of its own namespace.
 func checkDomainNamespace(claimNS, claimName, cdNS, cdName string) error {
 	if claimNS != cdNS {
-		return permanentf("claim %s/%s is in namespace %s, but its ComputeDomain %s is in namespace %s: a channel claim must be in its ComputeDomain's namespace",
+		return failure.Permanentf("claim %s/%s is in namespace %s, but its ComputeDomain %s is in namespace %s: a channel claim must be in its ComputeDomain's namespace",
 			claimNS, claimName, claimNS, cdName, cdNS)
 	}
 	return nil
@@ -26,22 +27,22 @@ func checkDomainNamespace(claimNS, claimName, cdNS, cdName string) error {
 // checkDomain runs the checks of the claim's ComputeDomain, found in the cache (err from the
 // lookup otherwise): it must exist, be in the claim's namespace and not be being deleted (its
 // daemons are going, and the node label this prepare would add is one the controller is
-// removing). Each refusal is tagged as a UserError; a failed lookup is not.
+// removing). Each refusal is tagged as a failure.UserError; a failed lookup is not.
 func checkDomain(claimNS, claimName, uid string, cd *metav1.PartialObjectMetadata, err error) error {
 	var notFound *domainNotFoundError
 	switch {
 	case errors.As(err, &notFound):
-		return userFixable(err, ReasonComputeDomainNotFound, "with UID "+uid)
+		return failure.UserFixable(err, failure.ReasonComputeDomainNotFound, "with UID "+uid)
 	case err != nil:
 		return err
 	}
 	domain := cd.Namespace + "/" + cd.Name
 	if err := checkDomainNamespace(claimNS, claimName, cd.Namespace, cd.Name); err != nil {
-		return userFixable(err, ReasonComputeDomainInOtherNamespace, domain)
+		return failure.UserFixable(err, failure.ReasonComputeDomainInOtherNamespace, domain)
 	}
 	if cd.DeletionTimestamp != nil {
-		return userFixable(permanentf("ComputeDomain %s (UID %s) is being deleted (since %s): its channels are no longer prepared",
-			domain, uid, cd.DeletionTimestamp.UTC().Format(time.RFC3339)), ReasonComputeDomainDeleting, domain)
+		return failure.UserFixable(failure.Permanentf("ComputeDomain %s (UID %s) is being deleted (since %s): its channels are no longer prepared",
+			domain, uid, cd.DeletionTimestamp.UTC().Format(time.RFC3339)), failure.ReasonComputeDomainDeleting, domain)
 	}
 	return nil
 }
@@ -56,21 +57,21 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceC
 	logger := klog.FromContext(ctx)
 	cd, lookupErr := d.view.domain(ctx, plan.DomainID)
 	if err := checkDomain(claim.Namespace, claim.Name, plan.DomainID, cd, lookupErr); err != nil {
-		reason := FailureDomainNotFound
-		if ue, ok := UserErrorOf(err); ok && ue.Reason == ReasonComputeDomainInOtherNamespace {
-			reason = FailureWrongNamespace
+		reason := failure.DomainNotFound
+		if ue, ok := failure.UserErrorOf(err); ok && ue.Reason == failure.ReasonComputeDomainInOtherNamespace {
+			reason = failure.WrongNamespace
 		}
-		return nil, "", failed(reason, err)
+		return nil, "", failure.Tag(reason, err)
 	}
 	if err := d.label.addDomain(ctx, plan.DomainID); err != nil {
-		return nil, "", failed(FailureNodeLabel, labelRefusal(err, cd.Namespace+"/"+cd.Name))
+		return nil, "", failure.Tag(failure.NodeLabel, labelRefusal(err, cd.Namespace+"/"+cd.Name))
 	}
 	cliqueID, err := d.clique.current()
 	if err != nil {
-		return nil, "", failed(FailureCliqueUnknown, err)
+		return nil, "", failure.Tag(failure.CliqueUnknown, err)
 	}
 	if err := d.waitIMEXReady(ctx, plan.DomainID, cliqueID, deadline); err != nil {
-		return nil, "", failed(FailureIMEXNotReady, err)
+		return nil, "", failure.Tag(failure.IMEXNotReady, err)
 	}
 	if cliqueID == "" {
 		logger.V(1).Info("Node has no NVLink fabric: no channel injected", "computeDomain", klog.KObj(cd))
@@ -78,7 +79,7 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceC
 	}
 	nodes, err := d.nodes.channels(channelIDs(plan))
 	if err != nil {
-		return nil, "", failed(FailureDriver, retryablef("channel devices: %w", err))
+		return nil, "", failure.Tag(failure.Driver, failure.Retryablef("channel devices: %w", err))
 	}
 	spec := channelSpec(claim.UID, plan, nodes)
 	name := CDISpecName(claim.UID)
@@ -107,7 +108,7 @@ func (d *Driver) waitIMEXReady(ctx context.Context, domainID, cliqueID string, d
 	}
 	h := hostIMEX{Root: d.driverRoot(), Socket: d.opts.HostIMEXSocketPath}
 	if err := h.check(waitCtx); err != nil {
-		return &RetryableError{Err: err}
+		return &failure.RetryableError{Err: err}
 	}
 	return nil
 }

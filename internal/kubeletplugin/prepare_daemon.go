@@ -16,6 +16,7 @@ import (
 	"cdplane/internal/daemonenv"
 	"cdplane/internal/driverroot"
 	"cdplane/internal/imex"
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 // IMEXConfigTemplateFile is the IMEX config template a daemon claim's config directory holds.
@@ -43,7 +44,7 @@ func IMEXConfigTemplate() ([]byte, error) {
 // device is for the plane's own daemons only.
 func checkDaemonNamespace(claimNS, claimName, driverNS string) error {
 	if claimNS != driverNS {
-		return permanentf("daemon claim %s/%s is not in the driver namespace %s", claimNS, claimName, driverNS)
+		return failure.Permanentf("daemon claim %s/%s is not in the driver namespace %s", claimNS, claimName, driverNS)
 	}
 	return nil
 }
@@ -61,15 +62,15 @@ func (d *Driver) driverRoot() driverRoot {
 // them), and adds the IMEX management device when the node has a clique.
 func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, drv driverFiles) ([]PreparedDevice, string, error) {
 	if err := checkDaemonNamespace(claim.Namespace, claim.Name, d.opts.DriverNamespace); err != nil {
-		return nil, "", failed(FailureWrongNamespace, err)
+		return nil, "", failure.Tag(failure.WrongNamespace, err)
 	}
 	cd, err := d.view.domain(ctx, plan.DomainID)
 	if err != nil {
-		return nil, "", failed(FailureDomainNotFound, err)
+		return nil, "", failure.Tag(failure.DomainNotFound, err)
 	}
 	cliqueID, err := d.clique.current()
 	if err != nil {
-		return nil, "", failed(FailureCliqueUnknown, err)
+		return nil, "", failure.Tag(failure.CliqueUnknown, err)
 	}
 	// The directory is bind-mounted read-write into the daemon's container: 0700 keeps every other
 	// user of the node out of it (the daemon runs as root; so does the plugin). Chmod covers a
@@ -106,7 +107,7 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	var mgmtDev *cdispec.DeviceNode
 	if cliqueID != "" {
 		if mgmtDev, err = d.nodes.imexMgmt(); err != nil {
-			return nil, "", failed(FailureDriver, retryablef("IMEX management device: %w", err))
+			return nil, "", failure.Tag(failure.Driver, failure.Retryablef("IMEX management device: %w", err))
 		}
 	}
 	// A node publishes one daemon device, so a daemon claim holds exactly one.

@@ -3,6 +3,8 @@ package kubeletplugin
 import (
 	"strings"
 	"testing"
+
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 func TestIMEXConfigTemplate(t *testing.T) {
@@ -21,7 +23,7 @@ func TestCheckDaemonNamespace(t *testing.T) {
 	if err := checkDaemonNamespace("driver", "c", "driver"); err != nil {
 		t.Errorf("driver namespace: %v", err)
 	}
-	if err := checkDaemonNamespace("ns", "c", "driver"); !IsPermanent(err) {
+	if err := checkDaemonNamespace("ns", "c", "driver"); !failure.IsPermanent(err) {
 		t.Errorf("daemon claim elsewhere: %v, want a permanent error", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/scheme"
 )
 
@@ -214,10 +215,10 @@ func (v *domainView) setup(ctx context.Context) error {
 func (v *domainView) domain(ctx context.Context, uid string) (*metav1.PartialObjectMetadata, error) {
 	list := domainMetaList()
 	if err := v.cache.List(ctx, list, client.MatchingFields{uidIndex: uid}); err != nil {
-		return nil, retryablef("looking up ComputeDomain %s: %w", uid, err)
+		return nil, failure.Retryablef("looking up ComputeDomain %s: %w", uid, err)
 	}
 	if len(list.Items) == 0 {
-		return nil, &RetryableError{Err: &domainNotFoundError{uid: uid}}
+		return nil, &failure.RetryableError{Err: &domainNotFoundError{uid: uid}}
 	}
 	return &list.Items[0], nil
 }
@@ -275,7 +276,7 @@ var fromWatchCache = &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion:
 const statusReadEvery = time.Second
 
 // waitDaemonReady waits until DaemonReady holds for the node, waking on the cache's changes
-// (and every recheck), until ctx ends; then it returns a *RetryableError with the last reason.
+// (and every recheck), until ctx ends; then it returns a *failure.RetryableError with the last reason.
 // The clique comes from the cache; the domain's status.nodes from the API, when needed (see
 // domainView).
 func (v *domainView) waitDaemonReady(ctx context.Context, cdUID, cliqueID, node string) error {
@@ -291,7 +292,7 @@ func (v *domainView) waitDaemonReady(ctx context.Context, cdUID, cliqueID, node 
 		if err == nil {
 			clique, err := v.clique(ctx, cdUID, cliqueID)
 			if err != nil {
-				return retryablef("reading clique of ComputeDomain %s: %w", cdUID, err)
+				return failure.Retryablef("reading clique of ComputeDomain %s: %w", cdUID, err)
 			}
 			var ready bool
 			if ready, reason = DaemonReady(node, clique, nil); ready {
@@ -318,7 +319,7 @@ func (v *domainView) waitDaemonReady(ctx context.Context, cdUID, cliqueID, node 
 		case <-changed:
 		case <-time.After(v.recheck):
 		case <-ctx.Done():
-			return retryablef("the ComputeDomain daemon on node %s is not Ready after %s: %s",
+			return failure.Retryablef("the ComputeDomain daemon on node %s is not Ready after %s: %s",
 				node, time.Since(start).Round(time.Millisecond), reason)
 		}
 	}
@@ -335,7 +336,7 @@ func listsNode(clique *cdv1beta1.ComputeDomainClique, node string) bool {
 
 // innerMessage is an error's message without the retryable prefix, for nesting in another.
 func innerMessage(err error) string {
-	var r *RetryableError
+	var r *failure.RetryableError
 	if errors.As(err, &r) {
 		return r.Err.Error()
 	}

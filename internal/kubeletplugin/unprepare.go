@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 // UnprepareResourceClaims unprepares each claim (see unprepareClaim), after stopping and
@@ -33,7 +35,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []draplugin
 		release()
 		d.metrics.unprepareDone(start, err)
 		if err != nil {
-			logger.Error(err, "Unpreparing claim failed", "reason", ReasonOf(err))
+			logger.Error(err, "Unpreparing claim failed", "reason", failure.ReasonOf(err))
 			err = fmt.Errorf("claim %s: %w", c.NamespacedName, err)
 		}
 		out[c.UID] = err
@@ -71,7 +73,7 @@ func (d *Driver) undo(ctx context.Context, uid types.UID, e ClaimEntry) error {
 	}
 	if DeviceKind(e.Kind) == KindChannel {
 		if err := d.label.removeDomain(ctx, e.DomainID, uid, d.cp.snapshot()); err != nil {
-			return failed(FailureNodeLabel, fmt.Errorf("removing the node's ComputeDomain label: %w", err))
+			return failure.Tag(failure.NodeLabel, fmt.Errorf("removing the node's ComputeDomain label: %w", err))
 		}
 	}
 	return nil

@@ -1,4 +1,8 @@
-package kubeletplugin
+// Package failure classifies why a claim's prepare or unprepare failed: whether a retry of the
+// kubelet can succeed (PermanentError, RetryableError), whether the claim's author can fix it
+// (UserError, posted on the claim's pods), and the reason it is counted under in the metrics
+// (Reason).
+package failure
 
 import (
 	"errors"
@@ -14,8 +18,8 @@ func (e *PermanentError) Error() string { return "permanent error: " + e.Err.Err
 // Unwrap returns the underlying error.
 func (e *PermanentError) Unwrap() error { return e.Err }
 
-// permanentf returns a PermanentError with a formatted message.
-func permanentf(format string, args ...any) error {
+// Permanentf returns a PermanentError with a formatted message.
+func Permanentf(format string, args ...any) error {
 	return &PermanentError{Err: fmt.Errorf(format, args...)}
 }
 
@@ -35,7 +39,8 @@ func (e *RetryableError) Error() string { return "retryable error: " + e.Err.Err
 // Unwrap returns the underlying error.
 func (e *RetryableError) Unwrap() error { return e.Err }
 
-func retryablef(format string, args ...any) error {
+// Retryablef returns a RetryableError with a formatted message.
+func Retryablef(format string, args ...any) error {
 	return &RetryableError{Err: fmt.Errorf(format, args...)}
 }
 
@@ -49,9 +54,9 @@ func IsRetryable(err error) bool {
 // is missing, in another namespace or being deleted, its opaque config is missing, invalid or
 // conflicting, the node serves another domain), as opposed to the node's or the operator's (NVML,
 // the fabric, the driver root, a daemon not Ready yet). Its message is the wrapped error's; the
-// plugin posts an event with Reason on each pod the claim is reserved for (podEvents).
+// plugin posts an event with Reason on each pod the claim is reserved for (the plugin's podEvents).
 type UserError struct {
-	// Reason is the events' reason: one of the Reason constants of pod events (podevents.go).
+	// Reason is the events' reason: one of the Reason constants of pod events (user.go).
 	Reason string
 	// Domain names the claim's ComputeDomain, "<namespace>/<name>" or its UID; empty when the
 	// claim names none that could be read.
@@ -64,12 +69,12 @@ func (e *UserError) Error() string { return e.Err.Error() }
 // Unwrap returns the underlying error.
 func (e *UserError) Unwrap() error { return e.Err }
 
-// userFixable tags err as a UserError with reason, keeping its message and whether it is
+// UserFixable tags err as a UserError with reason, keeping its message and whether it is
 // permanent or retryable (the kubelet sees the same error); nil stays nil. The UserError goes
 // inside the PermanentError or RetryableError that err is, so that its message (the pod events
 // quote it) has no prefix. Pass a check's own error: where err only wraps a PermanentError or
 // RetryableError (errors.As), what wraps it is dropped.
-func userFixable(err error, reason, domain string) error {
+func UserFixable(err error, reason, domain string) error {
 	var p *PermanentError
 	var r *RetryableError
 	switch {

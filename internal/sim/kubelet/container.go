@@ -110,7 +110,7 @@ func (c *ctr) supervise(ctx context.Context) {
 	defer close(c.exited)
 	w := c.w
 	logger := klog.FromContext(ctx).WithValues("container", c.c.Name)
-	var delay time.Duration
+	backoff := w.k.cfg.RestartBackoff
 	for !c.stopping() && ctx.Err() == nil {
 		inst, err := w.containerSpec(ctx, c)
 		if err == nil {
@@ -124,8 +124,7 @@ func (c *ctr) supervise(ctx context.Context) {
 			c.setWaiting("CreateContainerError", err.Error())
 			w.n.recorder.Eventf(w.currentPod(), corev1.EventTypeWarning, "Failed", "Container %s: %v", c.c.Name, err)
 			logger.V(1).Info("Container did not start", "err", err)
-			delay = w.k.cfg.RestartBackoff.Next(delay, 0)
-			if !c.sleep(ctx, delay) {
+			if !c.sleep(ctx, w.k.cfg.nextRestartDelay(&backoff, 0)) {
 				return
 			}
 			continue
@@ -151,7 +150,7 @@ func (c *ctr) supervise(ctx context.Context) {
 		if !restart {
 			return
 		}
-		delay = w.k.cfg.RestartBackoff.Next(delay, time.Since(started))
+		delay := w.k.cfg.nextRestartDelay(&backoff, time.Since(started))
 		c.setWaiting("CrashLoopBackOff", fmt.Sprintf("back-off %s restarting failed container %s", delay, c.c.Name))
 		if !c.sleep(ctx, delay) {
 			return

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -30,7 +32,14 @@ const (
 	DefaultQPS                      = 200
 	DefaultBurst                    = 400
 	DefaultKubeletVersion           = "v1.37.2-sim"
+	DefaultRestartBackoffReset      = 10 * time.Minute
 )
+
+// DefaultRestartBackoff is the kubelet's between container restarts: 10s doubling to 5m.
+var DefaultRestartBackoff = wait.Backoff{Duration: 10 * time.Second, Factor: 2, Cap: 5 * time.Minute, Steps: math.MaxInt32}
+
+// DefaultPrepareBackoff spaces retries of a failing NodePrepareResources call: 1s doubling to 30s.
+var DefaultPrepareBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32}
 
 // Config configures a simulated kubelet.
 type Config struct {
@@ -69,10 +78,15 @@ type Config struct {
 	MinLivenessFailures int32
 	// NodeStatusReportInterval is how often a node's status is written when nothing changed (5m).
 	NodeStatusReportInterval time.Duration
-	// RestartBackoff spaces container restarts (DefaultRestartBackoff).
-	RestartBackoff Backoff
-	// PrepareBackoff spaces retries of a failing DRA prepare (DefaultPrepareBackoff).
-	PrepareBackoff Backoff
+	// RestartBackoff spaces a container's restarts: Duration doubling up to Cap (10s, 5m, as a
+	// kubelet's CrashLoopBackOff); unset fields take DefaultRestartBackoff's.
+	RestartBackoff wait.Backoff
+	// RestartBackoffReset: a container that ran at least this long restarts after
+	// RestartBackoff.Duration again (10m, as a kubelet).
+	RestartBackoffReset time.Duration
+	// PrepareBackoff spaces retries of a failing pod set-up or DRA prepare or unprepare (1s
+	// doubling up to 30s); unset fields take DefaultPrepareBackoff's.
+	PrepareBackoff wait.Backoff
 	// PluginPollInterval is how often the plugin registry directories are scanned (1s).
 	PluginPollInterval time.Duration
 	// QPS and Burst of the kubelet's API client (200, 400): all nodes share it.
@@ -130,8 +144,9 @@ func (c *Config) defaults() error {
 	setDuration(&c.LeaseRenewInterval, DefaultLeaseRenewInterval)
 	setDuration(&c.NodeStatusReportInterval, DefaultNodeStatusReportInterval)
 	setDuration(&c.PluginPollInterval, DefaultPluginPollInterval)
-	c.RestartBackoff = c.RestartBackoff.orDefault(DefaultRestartBackoff)
-	c.PrepareBackoff = c.PrepareBackoff.orDefault(DefaultPrepareBackoff)
+	c.RestartBackoff = backoffOrDefault(c.RestartBackoff, DefaultRestartBackoff)
+	setDuration(&c.RestartBackoffReset, DefaultRestartBackoffReset)
+	c.PrepareBackoff = backoffOrDefault(c.PrepareBackoff, DefaultPrepareBackoff)
 	if c.QPS <= 0 {
 		c.QPS = DefaultQPS
 	}
@@ -148,6 +163,34 @@ func setDuration(p *time.Duration, def time.Duration) {
 	if *p <= 0 {
 		*p = def
 	}
+}
+
+// backoffOrDefault returns b with its unset fields (zero or less) taken from def, and a first
+// delay no longer than the cap.
+func backoffOrDefault(b, def wait.Backoff) wait.Backoff {
+	setDuration(&b.Duration, def.Duration)
+	setDuration(&b.Cap, def.Cap)
+	if b.Factor <= 0 {
+		b.Factor = def.Factor
+	}
+	if b.Steps <= 0 {
+		b.Steps = def.Steps
+	}
+	if b.Jitter <= 0 {
+		b.Jitter = def.Jitter
+	}
+	b.Duration = min(b.Duration, b.Cap)
+	return b
+}
+
+// nextRestartDelay is the delay before a container's next start, given its restart backoff (the
+// sequence so far, RestartBackoff at first) and how long its last run lasted: the backoff's next
+// step, from the start again after a run of RestartBackoffReset or longer.
+func (c *Config) nextRestartDelay(b *wait.Backoff, ran time.Duration) time.Duration {
+	if ran >= c.RestartBackoffReset {
+		*b = c.RestartBackoff
+	}
+	return b.Step()
 }
 
 // Kubelet simulates the kubelets of many nodes.

@@ -3,7 +3,10 @@ package kubelet
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 )
 
@@ -35,6 +38,43 @@ func TestNewNodeAddresses(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("New: %v, want an error saying %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// A container's restart delays: doubling from the first up to the cap, and from the first again
+// after a run of RestartBackoffReset.
+func TestNextRestartDelay(t *testing.T) {
+	cfg := Config{RestartBackoff: backoffOrDefault(wait.Backoff{Duration: 10 * time.Second, Cap: time.Minute}, DefaultRestartBackoff), RestartBackoffReset: 10 * time.Minute}
+	b := cfg.RestartBackoff
+	var got []time.Duration
+	for _, ran := range []time.Duration{0, time.Second, time.Second, time.Second, time.Minute, 10 * time.Minute, time.Second} {
+		got = append(got, cfg.nextRestartDelay(&b, ran))
+	}
+	want := []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, time.Minute, time.Minute, 10 * time.Second, 20 * time.Second}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("restart delays (-want +got):\n%s", diff)
+	}
+}
+
+func TestBackoffOrDefault(t *testing.T) {
+	for name, tc := range map[string]struct {
+		in, want wait.Backoff
+	}{
+		"unset: the default": {in: wait.Backoff{}, want: DefaultRestartBackoff},
+		"a first delay only": {
+			in:   wait.Backoff{Duration: time.Second},
+			want: wait.Backoff{Duration: time.Second, Factor: 2, Cap: DefaultRestartBackoff.Cap, Steps: DefaultRestartBackoff.Steps},
+		},
+		"a first delay over the cap: the cap": {
+			in:   wait.Backoff{Duration: time.Minute, Cap: time.Second},
+			want: wait.Backoff{Duration: time.Second, Factor: 2, Cap: time.Second, Steps: DefaultRestartBackoff.Steps},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, backoffOrDefault(tc.in, DefaultRestartBackoff)); diff != "" {
+				t.Errorf("backoffOrDefault (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
@@ -143,9 +144,9 @@ func (w *podWorker) waitFor(ctx context.Context, cond func() bool) bool {
 }
 
 // retry runs f until it succeeds (true), backing off between failures, or until the pod is to
-// terminate or ctx ends (false). onErr sees each failure.
-func (w *podWorker) retry(ctx context.Context, b Backoff, f func() error, onErr func(error)) bool {
-	var delay time.Duration
+// terminate or ctx ends (false). onErr sees each failure. The delays are b's steps, at most 2s
+// while claims are not ready yet (errNotReady); a kick wakes it early.
+func (w *podWorker) retry(ctx context.Context, b wait.Backoff, f func() error, onErr func(error)) bool {
 	for {
 		if w.terminating() || ctx.Err() != nil {
 			return false
@@ -155,7 +156,7 @@ func (w *podWorker) retry(ctx context.Context, b Backoff, f func() error, onErr 
 			return true
 		}
 		onErr(err)
-		delay = b.Next(delay, 0)
+		delay := b.Step()
 		if errors.Is(err, errNotReady) {
 			delay = min(delay, 2*time.Second)
 		}
@@ -360,7 +361,7 @@ func (w *podWorker) release(ctx context.Context) {
 	if len(todo) == 0 {
 		return
 	}
-	var delay time.Duration
+	backoff := w.k.cfg.PrepareBackoff
 	for ctx.Err() == nil {
 		err := w.unprepareClaims(ctx, todo)
 		if err == nil {
@@ -368,8 +369,7 @@ func (w *podWorker) release(ctx context.Context) {
 		}
 		klog.FromContext(ctx).Error(err, "Unpreparing resource claims")
 		w.n.recorder.Eventf(w.currentPod(), corev1.EventTypeWarning, "FailedUnprepareDynamicResources", "%v", err)
-		delay = w.k.cfg.PrepareBackoff.Next(delay, 0)
-		t := time.NewTimer(delay)
+		t := time.NewTimer(backoff.Step())
 		select {
 		case <-ctx.Done():
 		case <-t.C:

@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -95,8 +96,8 @@ func runKubelet(m *testing.M) int {
 		},
 		Runner:             kubelet.NewProcessRouter(map[string]string{kubelet.ImageRepository(sleeperImage): binDir}),
 		LeaseRenewInterval: 2 * time.Second,
-		RestartBackoff:     kubelet.Backoff{Initial: 200 * time.Millisecond, Max: time.Second},
-		PrepareBackoff:     kubelet.Backoff{Initial: 200 * time.Millisecond, Max: 2 * time.Second},
+		RestartBackoff:     wait.Backoff{Duration: 200 * time.Millisecond, Cap: time.Second},
+		PrepareBackoff:     wait.Backoff{Duration: 200 * time.Millisecond, Cap: 2 * time.Second},
 		PluginPollInterval: 200 * time.Millisecond,
 	})
 	if err != nil {

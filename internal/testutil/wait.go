@@ -25,6 +25,22 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 	}
 }
 
+// Consistently checks cond every 50ms for the whole window, failing the test with what and
+// cond's error the first time it returns false: for "nothing happens" checks, the window named.
+func Consistently(t testing.TB, window time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(window)
+	for {
+		if ok, err := cond(); !ok {
+			t.Fatalf("%s: stopped holding within %s (%v)", what, window, err)
+		}
+		if !time.Now().Before(deadline) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // RunManager starts mgr and returns a function that stops it and waits for it to return; the
 // function also runs when the test ends, and is safe to call more than once.
 func RunManager(t testing.TB, mgr manager.Manager) (stop func()) {

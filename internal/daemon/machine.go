@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"math"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/imex"
@@ -50,8 +53,9 @@ type state struct {
 	// runIndex is this node's index when the current run started: IMEX fixes its node id at
 	// start, so a new index needs a new run, not a reload.
 	runIndex int
-	// backoff is the last restart delay; zero once a run turned Ready.
-	backoff time.Duration
+	// backoff is the restart delays' sequence: its next step is the next delay. Zero (no
+	// Duration) until IMEX first ends or fails to start, and again once a run turned Ready.
+	backoff wait.Backoff
 	// inUseSince is when IMEX first failed with NV_ERR_IN_USE since it last ran Ready; zero:
 	// it has not.
 	inUseSince time.Time
@@ -187,8 +191,8 @@ func step(s state, in input, p policy) (state, []effect) {
 		if s, fx, ok := sessionInUse(s, in, p); ok {
 			return s, fx
 		}
-		s = s.backOff(p)
-		return s, []effect{{kind: doRestartAfter, after: s.backoff}}
+		s, after := s.backOff(p)
+		return s, []effect{{kind: doRestartAfter, after: after}}
 	case inExited:
 		if !s.phase.runs() {
 			return s, nil
@@ -196,10 +200,10 @@ func step(s state, in input, p policy) (state, []effect) {
 		if s, fx, ok := sessionInUse(s, in, p); ok {
 			return s, fx
 		}
-		s = s.backOff(p)
+		s, after := s.backOff(p)
 		return s, []effect{
-			{kind: doLog, message: "IMEX exited; restarting it", err: in.err, kv: []any{"after", s.backoff}},
-			{kind: doRestartAfter, after: s.backoff, reason: restartExited},
+			{kind: doLog, message: "IMEX exited; restarting it", err: in.err, kv: []any{"after", after}},
+			{kind: doRestartAfter, after: after, reason: restartExited},
 		}
 	case inStopped:
 		if s.phase.runs() {
@@ -259,7 +263,7 @@ func onMembership(s state, in input, _ policy) (state, []effect) {
 	case imex.ActionReload:
 		s.reloadPending = true
 	}
-	if s.phase == running && (s.reloadPending || s.backoff > 0) {
+	if s.phase == running && (s.reloadPending || s.backedOff()) {
 		return s, append(fx, effect{kind: doAskReady})
 	}
 	s, more := settle(s, in.now, m.peers)
@@ -289,7 +293,7 @@ func settle(s state, now time.Time, peers int) (state, []effect) {
 		return s, []effect{logf("Membership changed; reloading IMEX", "peers", peers), {kind: doReload}}
 	}
 	if s.phase == ready {
-		s.backoff = 0
+		s.backoff = wait.Backoff{}
 		s.inUseSince = time.Time{}
 	}
 	return s, nil
@@ -311,11 +315,11 @@ func sessionInUse(s state, in input, p policy) (state, []effect, bool) {
 		s.inUseSince = in.now
 	}
 	if held := in.now.Sub(s.inUseSince); held < p.sessionInUseRetry && p.hostIMEXService == "" {
-		s = s.backOff(p)
+		s, after := s.backOff(p)
 		return s, []effect{
 			logf("The node's IMEX session is still held by another IMEX (a previous domain's, shutting down?); trying again",
-				"code", imex.SessionInUseCode, "after", s.backoff, "heldFor", held.Round(time.Second), "givingUpAfter", p.sessionInUseRetry),
-			{kind: doRestartAfter, after: s.backoff},
+				"code", imex.SessionInUseCode, "after", after, "heldFor", held.Round(time.Second), "givingUpAfter", p.sessionInUseRetry),
+			{kind: doRestartAfter, after: after},
 		}, true
 	}
 	s.phase = blocked
@@ -326,21 +330,25 @@ func sessionInUse(s state, in input, p policy) (state, []effect, bool) {
 	}, true
 }
 
-// backOff is s waiting out the next restart delay.
-func (s state) backOff(p policy) state {
+// backOff is s waiting out the next restart delay, which it returns: the next step of the
+// restart backoff (restartBackoff's first, after a run that turned Ready or none yet).
+func (s state) backOff(p policy) (state, time.Duration) {
 	s.phase = backingOff
-	s.backoff = nextBackoff(s.backoff, p.firstBackoff)
-	return s
+	if !s.backedOff() {
+		s.backoff = p.restartBackoff()
+	}
+	after := s.backoff.Step()
+	return s, after
 }
+
+// backedOff says whether IMEX ended or failed to start since it last ran Ready.
+func (s state) backedOff() bool { return s.backoff.Duration > 0 }
 
 // maxRestartBackoff caps the delay before IMEX is restarted after an exit.
 const maxRestartBackoff = 30 * time.Second
 
-// nextBackoff is the delay before the next restart: first, then doubling up to
+// restartBackoff is the sequence of restart delays: firstBackoff, doubling up to
 // maxRestartBackoff.
-func nextBackoff(cur, first time.Duration) time.Duration {
-	if cur == 0 {
-		return first
-	}
-	return min(2*cur, maxRestartBackoff)
+func (p policy) restartBackoff() wait.Backoff {
+	return wait.Backoff{Duration: p.firstBackoff, Factor: 2, Cap: maxRestartBackoff, Steps: math.MaxInt32}
 }

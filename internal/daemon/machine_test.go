@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/imex"
@@ -24,6 +25,14 @@ func TestStepTable(t *testing.T) {
 	inUse := fmt.Errorf("starting: nvidia-imex: exit status 1: IMEX session: %s", imex.SessionInUseCode)
 	crashed := errors.New("nvidia-imex: exit status 1")
 
+	// after is the restart backoff once n delays were taken (1s, 2s, 4s, ...; next: the n+1th).
+	after := func(n int) wait.Backoff {
+		b := pol.restartBackoff()
+		for range n {
+			b.Step()
+		}
+		return b
+	}
 	at := func(p phase) state { return state{phase: p, started: true, runIndex: 3} }
 	with := func(s state, f func(*state)) state { f(&s); return s }
 	member := func(change imex.Action) input {
@@ -52,8 +61,8 @@ func TestStepTable(t *testing.T) {
 		{name: "blocked: never started again", from: at(blocked), in: member(imex.ActionNone), want: at(blocked)},
 		{name: "blocked, no entry", from: at(blocked), in: input{kind: inMembership}, want: at(blocked), effect: []string{"debug"}},
 		{name: "running, nothing changed", from: at(running), in: member(imex.ActionNone), want: at(running)},
-		{name: "running after a backoff: ask whether Ready", from: with(at(running), func(s *state) { s.backoff = 2 * time.Second }), in: member(imex.ActionNone),
-			want: with(at(running), func(s *state) { s.backoff = 2 * time.Second }), effect: []string{"askReady"}},
+		{name: "running after a backoff: ask whether Ready", from: with(at(running), func(s *state) { s.backoff = after(2) }), in: member(imex.ActionNone),
+			want: with(at(running), func(s *state) { s.backoff = after(2) }), effect: []string{"askReady"}},
 		{name: "running, hosts changed: reload pending, ask whether Ready", from: at(running), in: member(imex.ActionReload),
 			want: with(at(running), func(s *state) { s.reloadPending = true }), effect: []string{"askReady"}},
 		{name: "ready, hosts changed: reload", from: at(ready), in: member(imex.ActionReload),
@@ -67,7 +76,7 @@ func TestStepTable(t *testing.T) {
 		{name: "running, files need a restart", from: at(running), in: member(imex.ActionRestart), want: at(running), effect: []string{"log", "stop config_changed"}},
 		{name: "ready, files need a restart", from: at(ready), in: member(imex.ActionRestart), want: at(ready), effect: []string{"log", "stop config_changed"}},
 		{name: "ready, this node's index changed: restart", from: at(ready), in: input{kind: inMembership, m: membership{self: true, index: 4}}, want: at(ready), effect: []string{"log", "log", "stop index_changed"}},
-		{name: "ready: the backoff and the session wait cleared", from: with(at(ready), func(s *state) { s.backoff, s.inUseSince = 4*time.Second, t0.Add(-time.Minute) }), in: member(imex.ActionNone), want: at(ready)},
+		{name: "ready: the backoff and the session wait cleared", from: with(at(ready), func(s *state) { s.backoff, s.inUseSince = after(3), t0.Add(-time.Minute) }), in: member(imex.ActionNone), want: at(ready)},
 
 		// started, start failed
 		{name: "idle, started", from: state{}, in: input{kind: inStarted, index: 5}, want: state{phase: running, started: true, runIndex: 5}},
@@ -77,13 +86,15 @@ func TestStepTable(t *testing.T) {
 		{name: "backingOff, started (not possible): unchanged", from: at(backingOff), in: input{kind: inStarted}, want: at(backingOff)},
 		{name: "blocked, started (not possible): unchanged", from: at(blocked), in: input{kind: inStarted}, want: at(blocked)},
 		{name: "idle, start failed: back off 1 s", from: at(idle), in: input{kind: inStartFailed, err: crashed},
-			want: with(at(backingOff), func(s *state) { s.backoff = time.Second }), effect: []string{"restartAfter 1s"}},
-		{name: "idle, start failed again: the backoff doubles", from: with(at(idle), func(s *state) { s.backoff = 4 * time.Second }), in: input{kind: inStartFailed, err: crashed},
-			want: with(at(backingOff), func(s *state) { s.backoff = 8 * time.Second }), effect: []string{"restartAfter 8s"}},
-		{name: "idle, start failed: the backoff stops at 30 s", from: with(at(idle), func(s *state) { s.backoff = 20 * time.Second }), in: input{kind: inStartFailed, err: crashed},
-			want: with(at(backingOff), func(s *state) { s.backoff = 30 * time.Second }), effect: []string{"restartAfter 30s"}},
+			want: with(at(backingOff), func(s *state) { s.backoff = after(1) }), effect: []string{"restartAfter 1s"}},
+		{name: "idle, start failed again: the backoff doubles", from: with(at(idle), func(s *state) { s.backoff = after(3) }), in: input{kind: inStartFailed, err: crashed},
+			want: with(at(backingOff), func(s *state) { s.backoff = after(4) }), effect: []string{"restartAfter 8s"}},
+		{name: "idle, start failed: the backoff stops at 30 s", from: with(at(idle), func(s *state) { s.backoff = after(5) }), in: input{kind: inStartFailed, err: crashed},
+			want: with(at(backingOff), func(s *state) { s.backoff = after(6) }), effect: []string{"restartAfter 30s"}},
+		{name: "idle, start failed at the cap: 30 s again", from: with(at(idle), func(s *state) { s.backoff = after(6) }), in: input{kind: inStartFailed, err: crashed},
+			want: with(at(backingOff), func(s *state) { s.backoff = after(7) }), effect: []string{"restartAfter 30s"}},
 		{name: "idle, session in use: retried", from: at(idle), in: input{kind: inStartFailed, err: inUse},
-			want: with(at(backingOff), func(s *state) { s.backoff, s.inUseSince = time.Second, t0 }), effect: []string{"log", "restartAfter 1s"}},
+			want: with(at(backingOff), func(s *state) { s.backoff, s.inUseSince = after(1), t0 }), effect: []string{"log", "restartAfter 1s"}},
 		{name: "idle, session in use for 2 minutes: reported, blocked", from: with(at(idle), func(s *state) { s.inUseSince = t0.Add(-2 * time.Minute) }), in: input{kind: inStartFailed, err: inUse},
 			want: with(at(blocked), func(s *state) { s.inUseSince = t0.Add(-2 * time.Minute) }), effect: []string{"error", "reportBlocked " + cdv1beta1.IMEXBlockedHostIMEXInUse}},
 		{name: "idle, session in use with a host service: reported at once", from: at(idle), in: input{kind: inStartFailed, err: inUse}, pol: &withHost,
@@ -95,11 +106,11 @@ func TestStepTable(t *testing.T) {
 
 		// exited
 		{name: "running, exited: restart after 1 s", from: at(running), in: input{kind: inExited, err: crashed},
-			want: with(at(backingOff), func(s *state) { s.backoff = time.Second }), effect: []string{"error", "restartAfter 1s exited"}},
+			want: with(at(backingOff), func(s *state) { s.backoff = after(1) }), effect: []string{"error", "restartAfter 1s exited"}},
 		{name: "ready, exited: restart after 1 s", from: at(ready), in: input{kind: inExited, err: crashed},
-			want: with(at(backingOff), func(s *state) { s.backoff = time.Second }), effect: []string{"error", "restartAfter 1s exited"}},
+			want: with(at(backingOff), func(s *state) { s.backoff = after(1) }), effect: []string{"error", "restartAfter 1s exited"}},
 		{name: "running, exited with the session in use: retried", from: at(running), in: input{kind: inExited, err: inUse},
-			want: with(at(backingOff), func(s *state) { s.backoff, s.inUseSince = time.Second, t0 }), effect: []string{"log", "restartAfter 1s"}},
+			want: with(at(backingOff), func(s *state) { s.backoff, s.inUseSince = after(1), t0 }), effect: []string{"log", "restartAfter 1s"}},
 		{name: "ready, exited with the session in use, host service: blocked", from: at(ready), in: input{kind: inExited, err: inUse}, pol: &withHost,
 			want: with(at(blocked), func(s *state) { s.inUseSince = t0 }), effect: []string{"error", "reportBlocked " + cdv1beta1.IMEXBlockedHostIMEXInUse}},
 		{name: "idle, exited (not possible): unchanged", from: at(idle), in: input{kind: inExited, err: crashed}, want: at(idle)},
@@ -108,26 +119,26 @@ func TestStepTable(t *testing.T) {
 
 		// stopped for a restart
 		{name: "running, stopped: idle, to start again", from: at(running), in: other(inStopped), want: at(idle)},
-		{name: "ready, stopped: idle, to start again", from: with(at(ready), func(s *state) { s.backoff = time.Second }), in: other(inStopped), want: with(at(idle), func(s *state) { s.backoff = time.Second })},
+		{name: "ready, stopped: idle, to start again", from: with(at(ready), func(s *state) { s.backoff = after(1) }), in: other(inStopped), want: with(at(idle), func(s *state) { s.backoff = after(1) })},
 		{name: "idle, stopped (not possible): unchanged", from: at(idle), in: other(inStopped), want: at(idle)},
 		{name: "backingOff, stopped (not possible): unchanged", from: at(backingOff), in: other(inStopped), want: at(backingOff)},
 		{name: "blocked, stopped (not possible): stays blocked", from: at(blocked), in: other(inStopped), want: at(blocked)},
 
 		// readiness answered
-		{name: "running, Ready: ready, backoff cleared", from: with(at(running), func(s *state) { s.backoff = 2 * time.Second }), in: input{kind: inReadiness, ready: true}, want: at(ready)},
+		{name: "running, Ready: ready, backoff cleared", from: with(at(running), func(s *state) { s.backoff = after(2) }), in: input{kind: inReadiness, ready: true}, want: at(ready)},
 		{name: "running, Ready, reload pending: reload", from: with(at(running), func(s *state) { s.reloadPending = true }), in: input{kind: inReadiness, ready: true},
 			want: with(at(ready), func(s *state) { s.lastReload = t0 }), effect: []string{"log", "reload"}},
 		{name: "running, not Ready, reload pending: look again in 1 s", from: with(at(running), func(s *state) { s.reloadPending = true }), in: input{kind: inReadiness},
 			want: with(at(running), func(s *state) { s.reloadPending, s.retryArmed = true, true }), effect: []string{"debug", "retryAfter 1s"}},
-		{name: "running, not Ready, backoff kept", from: with(at(running), func(s *state) { s.backoff = 2 * time.Second }), in: input{kind: inReadiness},
-			want: with(at(running), func(s *state) { s.backoff = 2 * time.Second })},
+		{name: "running, not Ready, backoff kept", from: with(at(running), func(s *state) { s.backoff = after(2) }), in: input{kind: inReadiness},
+			want: with(at(running), func(s *state) { s.backoff = after(2) })},
 		{name: "ready, Ready again: unchanged", from: at(ready), in: input{kind: inReadiness, ready: true}, want: at(ready)},
 		{name: "idle, readiness (not possible): unchanged", from: at(idle), in: input{kind: inReadiness, ready: true}, want: at(idle)},
 		{name: "backingOff, readiness (not possible): unchanged", from: at(backingOff), in: input{kind: inReadiness, ready: true}, want: at(backingOff)},
 		{name: "blocked, readiness (not possible): unchanged", from: at(blocked), in: input{kind: inReadiness, ready: true}, want: at(blocked)},
 
 		// timers
-		{name: "backingOff, restart due: idle, to start", from: with(at(backingOff), func(s *state) { s.backoff = time.Second }), in: other(inRestartDue), want: with(at(idle), func(s *state) { s.backoff = time.Second })},
+		{name: "backingOff, restart due: idle, to start", from: with(at(backingOff), func(s *state) { s.backoff = after(1) }), in: other(inRestartDue), want: with(at(idle), func(s *state) { s.backoff = after(1) })},
 		{name: "idle, restart due: unchanged", from: at(idle), in: other(inRestartDue), want: at(idle)},
 		{name: "running, restart due: unchanged", from: at(running), in: other(inRestartDue), want: at(running)},
 		{name: "ready, restart due: unchanged", from: at(ready), in: other(inRestartDue), want: at(ready)},

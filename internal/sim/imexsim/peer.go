@@ -6,10 +6,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"cdplane/internal/imex"
 )
@@ -96,21 +99,23 @@ func (s *simServer) admit(conn net.Conn, remote netip.Addr, hello string) (reaso
 	return reason, why
 }
 
-// runLink keeps a connection to one peer up, retrying with backoff, until ctx ends.
+// runLink keeps a connection to one peer up, retrying with backoff (minLinkBackoff doubling up
+// to the link backoff cap, from the start again after a connection the peer welcomed), until
+// ctx ends.
 func (s *simServer) runLink(ctx context.Context, link *peerLink) {
 	defer s.wg.Done()
-	backoff := minLinkBackoff
+	first := wait.Backoff{Duration: minLinkBackoff, Factor: 2, Cap: s.env.linkBackoffCap(), Steps: math.MaxInt32}
+	backoff := first
 	for ctx.Err() == nil {
 		if s.connectOnce(ctx, link) {
-			backoff = minLinkBackoff
+			backoff = first
 		}
-		timer := time.NewTimer(backoff)
+		timer := time.NewTimer(backoff.Step())
 		select {
 		case <-ctx.Done():
 		case <-timer.C:
 		}
 		timer.Stop()
-		backoff = min(2*backoff, s.env.linkBackoffCap())
 	}
 }
 

@@ -3,12 +3,14 @@ package secretmirror
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,12 +23,11 @@ import (
 // queue is the controller's workqueue as event handlers and sources see it.
 type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
-// The start-up replay lists again the namespaces whose copies could not be listed, after a
-// delay that doubles from replayRetryFirst up to replayRetryMax, until the controller stops.
-const (
-	replayRetryFirst = time.Second
-	replayRetryMax   = time.Minute
-)
+// replayRetry spaces the start-up replay's lists of the namespaces whose copies could not be
+// listed: 1s doubling up to 1m, until the controller stops.
+func replayRetry() wait.Backoff {
+	return wait.Backoff{Duration: time.Second, Factor: 2, Cap: time.Minute, Steps: math.MaxInt32}
+}
 
 // SetupWithManager registers the mirror with the manager, whose cache must be scoped with
 // CacheByObject. Watches: the sources (the cache holds no other Secret), the target namespaces
@@ -114,14 +115,15 @@ func (r *Reconciler) replay(ctx context.Context, q queue) error {
 		}
 		pending := sets.List(Targets(r.opts, nss.Items))
 		r.log.V(1).Info("Replayed sources", "requests", len(reqs), "targets", len(pending))
-		for delay := replayRetryFirst; ; delay = min(2*delay, replayRetryMax) {
+		retry := replayRetry()
+		for {
 			if pending = r.replayCopies(ctx, q, pending); len(pending) == 0 {
 				return
 			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(delay):
+			case <-time.After(retry.Step()):
 			}
 		}
 	}()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -20,8 +21,9 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// Backoff between attempts of a request that failed transiently.
-var retryInitial, retryMax = 250 * time.Millisecond, 5 * time.Second
+// retryBackoff spaces the attempts of a request that failed transiently: 250ms doubling up to
+// 5s, each delay up to 20% longer (jitter).
+var retryBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 5 * time.Second, Steps: math.MaxInt32}
 
 // WithRetries returns a copy of cfg whose requests are retried, with backoff, while they fail
 // transiently (TransientFailure) and budget allows (counted from each request's first attempt,
@@ -55,16 +57,16 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	delay := retryInitial
+	backoff := retryBackoff
 	for {
 		resp, err := t.next.RoundTrip(req)
 		why, transient := TransientFailure(ctx, resp, err)
 		if !transient || !idempotent(req) && mayHaveBeenApplied(resp, err) {
 			return resp, err
 		}
-		pause := wait.Jitter(delay, 0.2)
+		pause := backoff.Step()
 		if ra := retryAfter(resp); ra > pause {
-			pause = min(ra, retryMax)
+			pause = min(ra, backoff.Cap)
 		}
 		again, rerr := rewind(req)
 		if rerr != nil || time.Now().Add(pause).After(deadline) {
@@ -82,7 +84,6 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case <-timer.C:
 		}
 		req = again
-		delay = min(2*delay, retryMax)
 	}
 }
 

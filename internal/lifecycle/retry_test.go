@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/net/http2"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 func response(code int, body string) *http.Response {
@@ -85,9 +86,20 @@ func (s *script) RoundTrip(req *http.Request) (*http.Response, error) {
 	return s.answers[i]()
 }
 
+// The delays between attempts: 250ms doubling up to 5s, each up to 20% longer.
+func TestRetryBackoff(t *testing.T) {
+	b := retryBackoff
+	base := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second}
+	for i, d := range base {
+		if got := b.Step(); got < d || got > d+d/5 {
+			t.Errorf("delay %d: %s, want %s to %s", i+1, got, d, d+d/5)
+		}
+	}
+}
+
 func TestRetryTransport(t *testing.T) {
-	defer func(i, m time.Duration) { retryInitial, retryMax = i, m }(retryInitial, retryMax)
-	retryInitial, retryMax = time.Millisecond, 2*time.Millisecond
+	defer func(b wait.Backoff) { retryBackoff = b }(retryBackoff)
+	retryBackoff.Duration, retryBackoff.Cap = time.Millisecond, 2*time.Millisecond
 	unavailable := func() (*http.Response, error) { return response(503, `{"message":"down"}`), nil }
 	refused := func() (*http.Response, error) {
 		return nil, &url.Error{Op: "Post", URL: "x", Err: syscall.ECONNREFUSED}

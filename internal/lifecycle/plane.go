@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	charts "cdplane/deployments/helm"
@@ -278,74 +276,6 @@ func sameValues(values map[string]any) string {
 		return ""
 	}
 	return " with the same --values/--set"
-}
-
-// waitPlaneReady waits for the controller to be available and the kubelet plugin to run on
-// every node it is scheduled to.
-func (m *Manager) waitPlaneReady(ctx context.Context, id, ns string) error {
-	dep := types.NamespacedName{Namespace: ns, Name: plane.Name(id, "cdplane-controller")}
-	ds := types.NamespacedName{Namespace: ns, Name: plane.Name(id, "cdplane-kubelet-plugin")}
-	return m.waitFor(ctx, "the controller and the kubelet plugin to be ready", func(ctx context.Context) (bool, string, error) {
-		d := &appsv1.Deployment{}
-		if err := m.c.Get(ctx, dep, d); err != nil {
-			return false, "", err
-		}
-		s := &appsv1.DaemonSet{}
-		if err := m.c.Get(ctx, ds, s); err != nil {
-			return false, "", err
-		}
-		want := int32(1)
-		if d.Spec.Replicas != nil {
-			want = *d.Spec.Replicas
-		}
-		depDone := d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want && d.Status.AvailableReplicas >= want
-		if depDone {
-			// An upgrade is live only once the previous controller is gone, terminating ones
-			// included: until it exits it may still lead and act on the old configuration.
-			old, err := m.outdatedPods(ctx, d)
-			if err != nil {
-				return false, "", err
-			}
-			if old > 0 {
-				return false, fmt.Sprintf("waiting for %d previous controller pod(s) to exit", old), nil
-			}
-		}
-		dsDone := s.Status.ObservedGeneration >= s.Generation && s.Status.UpdatedNumberScheduled == s.Status.DesiredNumberScheduled &&
-			s.Status.NumberAvailable == s.Status.DesiredNumberScheduled
-		status := fmt.Sprintf("controller %d/%d available, kubelet plugin %d/%d nodes ready",
-			d.Status.AvailableReplicas, want, s.Status.NumberAvailable, s.Status.DesiredNumberScheduled)
-		return depDone && dsDone, status, nil
-	})
-}
-
-// outdatedPods counts the Deployment's pods that are not of its current template, or are
-// terminating.
-func (m *Manager) outdatedPods(ctx context.Context, d *appsv1.Deployment) (int, error) {
-	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-	if err != nil {
-		return 0, err
-	}
-	pods := &corev1.PodList{}
-	if err := m.c.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return 0, err
-	}
-	hash := ""
-	rss := &appsv1.ReplicaSetList{}
-	if err := m.c.List(ctx, rss, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return 0, err
-	}
-	for _, rs := range rss.Items {
-		if metav1.IsControlledBy(&rs, d) && rs.Annotations["deployment.kubernetes.io/revision"] == d.Annotations["deployment.kubernetes.io/revision"] {
-			hash = rs.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
-		}
-	}
-	n := 0
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil || (hash != "" && p.Labels[appsv1.DefaultDeploymentUniqueLabelKey] != hash) {
-			n++
-		}
-	}
-	return n, nil
 }
 
 // nsObject returns ns as a metav1.Object, nil when ns is nil.

@@ -13,6 +13,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/daemonenv"
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
 
@@ -21,9 +22,6 @@ const (
 	CDIVendor = "k8s." + cdv1beta1.DriverName
 	CDIClass  = "claim"
 	CDIKind   = CDIVendor + "/" + CDIClass
-
-	// ContainerChannelDir is where IMEX channels appear in a container.
-	ContainerChannelDir = "/dev/nvidia-caps-imex-channels"
 )
 
 // CDISpecName is the file name (without directory) of a claim's CDI spec.
@@ -46,7 +44,7 @@ func CDIDeviceID(claimUID types.UID, device string) string {
 // allocated ones.
 func channelIDs(plan claimPlan) []int {
 	if plan.AllocationMode == cdv1beta1.AllocationModeAll {
-		ids := make([]int, MaxChannels)
+		ids := make([]int, devices.MaxChannels)
 		for i := range ids {
 			ids[i] = i
 		}

@@ -9,14 +9,15 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"cdplane/internal/daemonenv"
+	"cdplane/internal/kubeletplugin/devices"
 )
 
 func TestChannelSpec(t *testing.T) {
 	uid := types.UID("u1")
 	plan := func(mode string, ids ...int) claimPlan {
-		p := claimPlan{Kind: KindChannel, AllocationMode: mode}
+		p := claimPlan{Kind: devices.KindChannel, AllocationMode: mode}
 		for _, id := range ids {
-			p.Devices = append(p.Devices, allocatedDevice{Request: "r", Device: ChannelDeviceName(id), ID: id})
+			p.Devices = append(p.Devices, allocatedDevice{Request: "r", Device: devices.ChannelDeviceName(id), ID: id})
 		}
 		return p
 	}
@@ -37,8 +38,8 @@ func TestChannelSpec(t *testing.T) {
 	}{
 		"single":          {plan: plan("Single", 0), wantIDs: 1, wantNodes: map[string]int{"u1-channel-0": 1}},
 		"single, two":     {plan: plan("Single", 0, 7), wantIDs: 2, wantNodes: map[string]int{"u1-channel-0": 1, "u1-channel-7": 1}},
-		"all":             {plan: plan("All", 0), wantIDs: MaxChannels, wantNodes: map[string]int{"u1-channel-0": MaxChannels}},
-		"all, two claims": {plan: plan("All", 0, 1), wantIDs: MaxChannels, wantNodes: map[string]int{"u1-channel-0": MaxChannels}},
+		"all":             {plan: plan("All", 0), wantIDs: devices.MaxChannels, wantNodes: map[string]int{"u1-channel-0": devices.MaxChannels}},
+		"all, two claims": {plan: plan("All", 0, 1), wantIDs: devices.MaxChannels, wantNodes: map[string]int{"u1-channel-0": devices.MaxChannels}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -73,7 +74,7 @@ func TestDaemonSpec(t *testing.T) {
 		wantNodes int
 	}{"clique": {"c.1", 1}, "no fabric": {"", 0}} {
 		env := daemonenv.Claim{CliqueID: tc.clique, DomainUID: "d", DomainName: "n", DomainNamespace: "ns", IMEXConfigDir: "/etc/nvidia-imex"}
-		spec := daemonSpec("u1", DaemonDeviceName, env, "/state/d", nil, nil, mgmt)
+		spec := daemonSpec("u1", devices.DaemonDeviceName, env, "/state/d", nil, nil, mgmt)
 		edits := spec.Devices[0].ContainerEdits
 		want := []string{"CLIQUE_ID=" + tc.clique, "COMPUTE_DOMAIN_UUID=d", "COMPUTE_DOMAIN_NAME=n", "COMPUTE_DOMAIN_NAMESPACE=ns", "IMEX_CONFIG_DIR=/etc/nvidia-imex"}
 		if diff := cmp.Diff(want, edits.Env); diff != "" {

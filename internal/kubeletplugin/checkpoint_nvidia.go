@@ -49,6 +49,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/devices"
 )
 
 // nvidiaFormat names a layout of NVIDIA's checkpoint; the copy of the original is named after it.
@@ -295,10 +296,10 @@ func nvidiaClaimEntry(uid types.UID, c *nvidiaClaim) (ClaimEntry, string) {
 // nvidiaKindAndDomain tells a claim's kind and ComputeDomain UID from its prepared devices and
 // their groups, else from its allocation. A claim with both kinds is taken as a channel claim:
 // the node label is the one thing an unprepare must undo that a daemon claim does not have.
-func nvidiaKindAndDomain(c *nvidiaClaim) (DeviceKind, string, string) {
+func nvidiaKindAndDomain(c *nvidiaClaim) (devices.DeviceKind, string, string) {
 	allocated, configDomains := nvidiaAllocation(c.Status)
-	domains := map[DeviceKind]string{}
-	record := func(kind DeviceKind, domain string) {
+	domains := map[devices.DeviceKind]string{}
+	record := func(kind devices.DeviceKind, domain string) {
 		if domains[kind] == "" {
 			domains[kind] = domain
 		}
@@ -309,14 +310,14 @@ func nvidiaKindAndDomain(c *nvidiaClaim) (DeviceKind, string, string) {
 		}
 		for _, d := range g.Devices {
 			if d.Channel != nil {
-				record(KindChannel, g.ConfigState.ComputeDomain)
+				record(devices.KindChannel, g.ConfigState.ComputeDomain)
 			}
 			if d.Daemon != nil {
-				record(KindDaemon, g.ConfigState.ComputeDomain)
+				record(devices.KindDaemon, g.ConfigState.ComputeDomain)
 			}
 		}
-		if len(g.Devices) == 0 && (g.ConfigState.Type == TypeChannel || g.ConfigState.Type == TypeDaemon) {
-			record(DeviceKind(g.ConfigState.Type), g.ConfigState.ComputeDomain)
+		if len(g.Devices) == 0 && (g.ConfigState.Type == devices.TypeChannel || g.ConfigState.Type == devices.TypeDaemon) {
+			record(devices.DeviceKind(g.ConfigState.Type), g.ConfigState.ComputeDomain)
 		}
 	}
 	if len(domains) == 0 {
@@ -324,13 +325,13 @@ func nvidiaKindAndDomain(c *nvidiaClaim) (DeviceKind, string, string) {
 			record(kind, "")
 		}
 	}
-	var kind DeviceKind
+	var kind devices.DeviceKind
 	var notes []string
 	switch {
 	case len(domains) == 0:
 		return "", "", "it names no channel or daemon device, so its unprepare removes its CDI spec only"
 	case len(domains) == 2:
-		kind = KindChannel
+		kind = devices.KindChannel
 		notes = append(notes, "it holds both channel and daemon devices, so it is taken as a channel claim")
 	default:
 		for k := range domains {
@@ -349,8 +350,8 @@ func nvidiaKindAndDomain(c *nvidiaClaim) (DeviceKind, string, string) {
 
 // nvidiaAllocation reads a claim's allocation: the kinds of this driver's devices allocated to
 // it, and the ComputeDomain its opaque config of each kind names.
-func nvidiaAllocation(status nvidiaClaimStatus) ([]DeviceKind, map[DeviceKind]string) {
-	domains := map[DeviceKind]string{}
+func nvidiaAllocation(status nvidiaClaimStatus) ([]devices.DeviceKind, map[devices.DeviceKind]string) {
+	domains := map[devices.DeviceKind]string{}
 	if status.Allocation == nil {
 		return nil, domains
 	}
@@ -368,17 +369,17 @@ func nvidiaAllocation(status nvidiaClaimStatus) ([]DeviceKind, map[DeviceKind]st
 		}
 		switch params.Kind {
 		case cdv1beta1.ComputeDomainChannelConfigKind:
-			domains[KindChannel] = params.DomainID
+			domains[devices.KindChannel] = params.DomainID
 		case cdv1beta1.ComputeDomainDaemonConfigKind:
-			domains[KindDaemon] = params.DomainID
+			domains[devices.KindDaemon] = params.DomainID
 		}
 	}
-	var kinds []DeviceKind
+	var kinds []devices.DeviceKind
 	for _, r := range alloc.Results {
 		if r.Driver != cdv1beta1.DriverName {
 			continue
 		}
-		if kind, _, err := ParseDeviceName(r.Device); err == nil {
+		if kind, _, err := devices.ParseDeviceName(r.Device); err == nil {
 			kinds = append(kinds, kind)
 		}
 	}

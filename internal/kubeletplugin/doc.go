@@ -3,7 +3,7 @@
 // kubelet expects them, resource.k8s.io/v1).
 //
 // It publishes the node's devices (channel-0 … channel-N-1 and daemon-0, see [Devices] and
-// [NodeResources]) and prepares claims for them through CDI:
+// [devices.NodeResources]) and prepares claims for them through CDI:
 //
 //   - A channel claim (prepare_channel.go): its ComputeDomain must be in the watch cache (else a
 //     [*failure.RetryableError]), in the claim's namespace and not being deleted (else a

@@ -19,7 +19,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/featuregate"
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,6 +26,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/features"
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/metrics"
 	"cdplane/internal/nvml"
 	"cdplane/internal/plane"
@@ -78,7 +78,7 @@ type Options struct {
 	// NvidiaDriverRoot is the host's NVIDIA driver root, as the container runtime sees it: the
 	// host paths of the daemon claims' CDI mounts of nvidia-imex, nvidia-imex-ctl and
 	// libnvidia-ml.so.1 start with it. Empty: daemon claims get no driver files (for tests
-	// that prepare no daemon; the command's default is DefaultNvidiaDriverRoot).
+	// that prepare no daemon; the command's default is devices.DefaultNvidiaDriverRoot).
 	NvidiaDriverRoot string
 	// ContainerDriverRoot is where the plugin reads NvidiaDriverRoot (its mount point in the
 	// plugin's pod); empty: NvidiaDriverRoot.
@@ -87,7 +87,7 @@ type Options struct {
 	// root holds no device nodes (a driver installed on the host); empty: only the root's.
 	DevRoot string
 
-	// NumChannels is how many channel devices are published (at most MaxChannels).
+	// NumChannels is how many channel devices are published (at most devices.MaxChannels).
 	NumChannels int
 	// ControlPlaneID is published in every device's controlPlane attribute ("" legacy plane);
 	// it must pass plane.ValidateID. It also scopes the cache to the plane's ComputeDomains.
@@ -141,8 +141,8 @@ func (o *Options) defaults() error {
 	if err := plane.ValidateID(o.ControlPlaneID); err != nil {
 		return err
 	}
-	if o.NumChannels < 1 || o.NumChannels > MaxChannels {
-		return fmt.Errorf("number of channels %d: want 1 to %d", o.NumChannels, MaxChannels)
+	if o.NumChannels < 1 || o.NumChannels > devices.MaxChannels {
+		return fmt.Errorf("number of channels %d: want 1 to %d", o.NumChannels, devices.MaxChannels)
 	}
 	set := func(p *string, v string) {
 		if *p == "" {
@@ -152,8 +152,8 @@ func (o *Options) defaults() error {
 	set(&o.RegistrarDir, DefaultRegistrarDir)
 	set(&o.PluginDataDir, DefaultPluginDataDir)
 	set(&o.CDIRoot, DefaultCDIRoot)
-	set(&o.ProcDevices, DefaultProcDevices)
-	set(&o.IMEXMgmtCapability, DefaultIMEXMgmtCapability)
+	set(&o.ProcDevices, devices.DefaultProcDevices)
+	set(&o.IMEXMgmtCapability, devices.DefaultIMEXMgmtCapability)
 	set(&o.ContainerDriverRoot, o.NvidiaDriverRoot)
 	set(&o.HostIMEXSocketPath, DefaultHostIMEXSocketPath)
 	if o.Gates == nil {
@@ -192,8 +192,8 @@ type Driver struct {
 	view   *domainView
 	cp     *checkpointStore
 	cdi    *cdiWriter
-	nodes  deviceNodes
-	clique *cliqueTracker
+	nodes  devices.Nodes
+	clique *devices.CliqueTracker
 	label  nodeLabeler
 	helper *draplugin.Helper
 	events *nodeEvents
@@ -203,9 +203,8 @@ type Driver struct {
 	// endpoints are the health and metrics endpoints; metrics records the claims' prepares.
 	endpoints *endpoints
 	metrics   *claimMetrics
-	// blockSeen is the block reason the last publish saw (nil before the first), so that an
-	// event is posted when it changes, not on every publish.
-	blockSeen *string
+	// publisher publishes the node's devices, or none while it cannot serve.
+	publisher *devices.Publisher
 
 	// opMu serializes prepares and unprepares, except while a channel prepare waits for its
 	// daemon: the kubelet calls concurrently (the helper's serialization is off), so that the
@@ -281,13 +280,13 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if d.cdi, err = newCDIWriter(opts.CDIRoot); err != nil {
 		return nil, err
 	}
-	d.nodes = deviceNodes{procDevices: opts.ProcDevices, mgmtCapFile: opts.IMEXMgmtCapability, readFile: opts.ReadHostFile}
+	d.nodes = devices.Nodes{ProcDevices: opts.ProcDevices, MgmtCapFile: opts.IMEXMgmtCapability, ReadFile: opts.ReadHostFile}
 	d.label = nodeLabeler{api: d.api, node: opts.NodeName}
-	d.clique = &cliqueTracker{disc: opts.Discoverer, crash: opts.Gates.Enabled(features.CrashOnNVLinkFabricErrors)}
-	if _, err := d.clique.refresh(ctx); err != nil {
+	d.clique = devices.NewCliqueTracker(opts.Discoverer, opts.Gates.Enabled(features.CrashOnNVLinkFabricErrors))
+	if _, err := d.clique.Refresh(ctx); err != nil {
 		return nil, err
 	}
-	id, cliqueErr := d.clique.current()
+	id, cliqueErr := d.clique.Current()
 	logger.Info("Discovered the node's clique", "cliqueID", id, "err", cliqueErr)
 	if cliqueErr == nil && opts.CliqueNodeLabel {
 		if err := d.label.setClique(ctx, id); err != nil {
@@ -323,22 +322,22 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
-	block, blockErr := d.clique.blocked()
-	if err := d.publish(ctx, block, blockErr); err != nil {
+	d.publisher = &devices.Publisher{Helper: d.helper, Events: d.events, Node: opts.NodeName, NumChannels: opts.NumChannels,
+		ControlPlaneID: opts.ControlPlaneID, WithDaemon: opts.IMEXMode == features.IMEXDriverManaged}
+	block, blockErr := d.clique.Blocked()
+	if err := d.publisher.Publish(ctx, block, blockErr); err != nil {
 		return nil, err
 	}
 	d.checkDriverRoot(ctx)
-	d.clique.mu.Lock()
-	d.clique.onBlock = func(reason string, err error) {
-		if err := d.publish(ctx, reason, err); err != nil {
+	d.clique.SetOnBlock(func(reason string, err error) {
+		if err := d.publisher.Publish(ctx, reason, err); err != nil {
 			logger.Error(err, "Publishing the node's devices after its NVML or fabric changed")
 		}
-	}
-	d.clique.mu.Unlock()
+	})
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.clique.run(ctx, opts.CliqueRefreshPeriod, d.cliqueChanged(ctx), func(err error) { d.cancel(err) })
+		d.clique.Run(ctx, opts.CliqueRefreshPeriod, d.cliqueChanged(ctx), func(err error) { d.cancel(err) })
 	}()
 	if opts.StaleSweepInterval > 0 {
 		d.wg.Add(1)
@@ -361,7 +360,7 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 	// Cliques: only those of this node's clique (label), so that a clique's change reaches
 	// the plugins of its own rack, not every plugin of the cluster. A node whose clique is not
 	// known yet, or changes later, reads its clique from the API (domainView.clique).
-	cliqueID, _ := d.clique.current()
+	cliqueID, _ := d.clique.Current()
 	cliqueSel := labels.SelectorFromSet(labels.Set{cdv1beta1.CliqueIDLabel: cliqueID})
 	c, err := cache.New(d.opts.Config, cache.Options{
 		Scheme:           scheme,
@@ -438,58 +437,6 @@ func waitForSync(ctx context.Context, synced func(context.Context) bool, report 
 	}
 }
 
-// publish publishes the node's devices, or none while the node cannot serve ComputeDomains
-// (block, see blockReason): NVML cannot be loaded (no GPU, or the driver not installed), the
-// NVLink fabric registration has not completed, or it failed. The scheduler then places no
-// ComputeDomain workload or daemon here, rather than on a node whose prepares would fail. The
-// plugin stays up and publishes the devices once a later discovery succeeds. Each change of the
-// reason is logged and posted as an event about the node.
-func (d *Driver) publish(ctx context.Context, block string, discoveryErr error) error {
-	res := NodeResources(d.opts.NodeName, d.opts.NumChannels, d.opts.ControlPlaneID, d.opts.IMEXMode == features.IMEXDriverManaged)
-	logger := klog.FromContext(ctx)
-	changed := d.blockSeen == nil || *d.blockSeen != block
-	wasBlocked := d.blockSeen != nil && *d.blockSeen != blockNone && *d.blockSeen != blockFabricFailed
-	d.blockSeen = &block
-	switch {
-	case block == blockFabricFailed:
-		// CrashOnNVLinkFabricErrors off: the node serves as one without a fabric; it says so.
-		logger.Error(discoveryErr, "NVLink fabric registration failed: the node serves ComputeDomains as a node without NVLink fabric (CrashOnNVLinkFabricErrors is off)",
-			"node", d.opts.NodeName)
-		if changed {
-			d.events.post(ctx, corev1.EventTypeWarning, block, "PublishDevices",
-				"node %s serves ComputeDomains as a node without NVLink fabric (no IMEX, no channel device injected): its NVLink fabric registration failed: %v",
-				d.opts.NodeName, discoveryErr)
-		}
-	case block != blockNone:
-		res = resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{}}
-		why := blockMessages[block]
-		logger.Info("Publishing no devices, so no ComputeDomain workload is scheduled here: "+why,
-			"node", d.opts.NodeName, "reason", block, "err", fmt.Sprint(discoveryErr))
-		if changed {
-			d.events.post(ctx, corev1.EventTypeWarning, block, "PublishDevices",
-				"node %s offers no ComputeDomain devices: %s: %v", d.opts.NodeName, why, discoveryErr)
-		}
-	default:
-		logger.V(1).Info("Publishing the node's devices", "node", d.opts.NodeName, "channels", d.opts.NumChannels)
-		if changed && wasBlocked {
-			d.events.post(ctx, corev1.EventTypeNormal, ReasonDevicesPublished, "PublishDevices",
-				"node %s offers its ComputeDomain devices again: NVML loads and its NVLink clique is known", d.opts.NodeName)
-		}
-	}
-	if err := d.helper.PublishResources(ctx, res); err != nil {
-		return fmt.Errorf("publishing ResourceSlices: %w", err)
-	}
-	return nil
-}
-
-// blockMessages say, for each block reason, why the node offers no devices.
-var blockMessages = map[string]string{
-	blockNVML:           "NVML cannot be loaded",
-	blockFabricNotReady: "its NVLink fabric registration has not completed",
-	blockFabricFailed:   "its NVLink fabric registration failed",
-	blockOther:          "its NVLink clique cannot be discovered",
-}
-
 func (d *Driver) cliqueChanged(ctx context.Context) func(string) {
 	return func(id string) {
 		if !d.opts.CliqueNodeLabel {
@@ -537,32 +484,32 @@ func (d *Driver) MetricsAddress() string { return addr(d.endpoints.metricsLis) }
 // fail says so before the first one does: in its log and in an event. Nothing to check without
 // a driver root or NVML.
 func (d *Driver) checkDriverRoot(ctx context.Context) {
-	if d.opts.NvidiaDriverRoot == "" || !d.clique.nvmlAvailable() {
+	if d.opts.NvidiaDriverRoot == "" || !d.clique.NVMLAvailable() {
 		return
 	}
 	if d.opts.IMEXMode == features.IMEXHostManaged {
-		h := hostIMEX{Root: d.driverRoot(), Socket: d.opts.HostIMEXSocketPath}
-		if err := h.check(ctx); err != nil {
+		h := devices.HostIMEX{Root: d.driverRoot(), Socket: d.opts.HostIMEXSocketPath}
+		if err := h.Check(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Channel claims on this node will be refused until the host IMEX is READY")
-			d.events.post(ctx, corev1.EventTypeWarning, ReasonHostIMEXNotReady, "CheckHostIMEX",
+			d.events.Post(ctx, corev1.EventTypeWarning, devices.ReasonHostIMEXNotReady, "CheckHostIMEX",
 				"channel claims on node %s are refused until its host IMEX is ready: %v", d.opts.NodeName, err)
 		}
 		return
 	}
 	if err := d.checkIMEXNames(); err != nil {
 		klog.FromContext(ctx).Error(err, "Daemon claims on this node will be refused")
-		d.events.post(ctx, corev1.EventTypeWarning, ReasonDriverTooOld, "CheckDriverVersion",
+		d.events.Post(ctx, corev1.EventTypeWarning, devices.ReasonDriverTooOld, "CheckDriverVersion",
 			"daemon claims on node %s will be refused: %v", d.opts.NodeName, err)
 	}
-	f, err := d.driverRoot().locate()
-	reason := ReasonDriverRootIncomplete
+	f, err := d.driverRoot().Locate()
+	reason := devices.ReasonDriverRootIncomplete
 	if err == nil {
-		kernel, _ := d.opts.ReadHostFile(DriverVersionFile)
-		err, reason = d.driverRoot().checkVersion(f, kernel), ReasonDriverRootMismatch
+		kernel, _ := d.opts.ReadHostFile(devices.DriverVersionFile)
+		err, reason = d.driverRoot().CheckVersion(f, kernel), devices.ReasonDriverRootMismatch
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Daemon claims on this node will fail until the driver root is fixed")
-		d.events.post(ctx, corev1.EventTypeWarning, reason, "CheckDriverRoot",
+		d.events.Post(ctx, corev1.EventTypeWarning, reason, "CheckDriverRoot",
 			"daemon claims on node %s will fail: %v", d.opts.NodeName, err)
 	}
 }

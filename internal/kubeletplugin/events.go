@@ -15,32 +15,6 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 )
 
-// Reasons of the events the plugin posts about its node (the pods' are in podevents.go).
-const (
-	// ReasonNVMLUnavailable: NVML cannot be loaded, so the node publishes no devices.
-	ReasonNVMLUnavailable = "NVMLUnavailable"
-	// ReasonFabricNotReady: the NVLink fabric registration has not completed, so the node
-	// publishes no devices (workloads go elsewhere meanwhile).
-	ReasonFabricNotReady = "FabricNotReady"
-	// ReasonFabricFailed: the NVLink fabric registration failed; no devices.
-	ReasonFabricFailed = "FabricFailed"
-	// ReasonDiscoveryFailed: the clique cannot be discovered for another reason; no devices.
-	ReasonDiscoveryFailed = "CliqueDiscoveryFailed"
-	// ReasonDevicesPublished: after one of those, the node's devices are published again.
-	ReasonDevicesPublished = "DevicesPublished"
-	// ReasonDriverRootIncomplete: the driver root lacks what daemon containers need, so every
-	// daemon claim on the node will fail until it is fixed.
-	ReasonDriverRootIncomplete = "DriverRootIncomplete"
-	// ReasonDriverRootMismatch: the driver root holds another driver than the loaded one.
-	ReasonDriverRootMismatch = "DriverRootMismatch"
-	// ReasonDriverTooOld: IMEXDaemonsWithDNSNames is on and the loaded driver predates the IMEX
-	// that takes host names; every daemon claim on the node is refused.
-	ReasonDriverTooOld = "DriverTooOld"
-	// ReasonHostIMEXNotReady: host-managed mode, and at start the host IMEX is missing or not
-	// READY (its socket, nvidia-imex-ctl, or its answer); channel claims wait for it.
-	ReasonHostIMEXNotReady = "HostIMEXNotReady"
-)
-
 // startEvents starts the plugin's event broadcaster (events.k8s.io/v1, aggregating repeats
 // into series) and returns its recorder and the function that stops it. Every event reports
 // controller cdv1beta1.DriverName and instance node: client-go would name the host (the plugin
@@ -95,8 +69,8 @@ func newNodeEvents(rec events.EventRecorderLogger, namespace, pod string, podUID
 	}
 }
 
-// post records one event; nil posts nothing.
-func (e *nodeEvents) post(ctx context.Context, eventType, reason, action, format string, args ...any) {
+// Post records one event; nil posts nothing.
+func (e *nodeEvents) Post(ctx context.Context, eventType, reason, action, format string, args ...any) {
 	if e == nil {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"cdplane/internal/component"
 	"cdplane/internal/driverroot"
 	"cdplane/internal/features"
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/nvml"
 	"cdplane/internal/plane"
 	"cdplane/internal/version"
@@ -62,8 +63,8 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 			NodeName: inv.Getenv("NODE_NAME"), DriverNamespace: inv.Getenv("POD_NAMESPACE"),
 			PodName: inv.Getenv("POD_NAME"), PodUID: types.UID(inv.Getenv("POD_UID")),
 			RegistrarDir: DefaultRegistrarDir, PluginDataDir: DefaultPluginDataDir, CDIRoot: DefaultCDIRoot,
-			StateDir: DefaultPluginDataDir, ProcDevices: DefaultProcDevices,
-			IMEXMgmtCapability: DefaultIMEXMgmtCapability, NumChannels: DefaultNumChannels,
+			StateDir: DefaultPluginDataDir, ProcDevices: devices.DefaultProcDevices,
+			IMEXMgmtCapability: devices.DefaultIMEXMgmtCapability, NumChannels: devices.DefaultNumChannels,
 			CliqueRefreshPeriod: DefaultCliqueRefreshPeriod, ReadyWaitTimeout: DefaultReadyWaitTimeout,
 			StaleSweepInterval: DefaultStaleSweepInterval,
 		},
@@ -71,7 +72,7 @@ func NewCommandOptions(inv component.Invocation) *CommandOptions {
 
 		HealthcheckPort: DefaultHealthcheckPort, MetricsBindAddress: DefaultMetricsBindAddress, PodIP: inv.Getenv(PodIPEnv),
 	}
-	o.NvidiaDriverRoot, o.ContainerDriverRoot, o.DevRoot = DefaultNvidiaDriverRoot, inv.Getenv(ContainerDriverRootEnv), DefaultDevRoot
+	o.NvidiaDriverRoot, o.ContainerDriverRoot, o.DevRoot = devices.DefaultNvidiaDriverRoot, inv.Getenv(ContainerDriverRootEnv), devices.DefaultDevRoot
 	if v := inv.Getenv(NvidiaDriverRootEnv); v != "" {
 		o.NvidiaDriverRoot = v
 	}
@@ -121,8 +122,8 @@ func (o *CommandOptions) Validate() error {
 		return fmt.Errorf("--node-name (or NODE_NAME) is required")
 	case o.DriverNamespace == "":
 		return fmt.Errorf("--namespace (or POD_NAMESPACE) is required")
-	case o.NumChannels < 1 || o.NumChannels > MaxChannels:
-		return fmt.Errorf("--num-channels %d: want 1 to %d", o.NumChannels, MaxChannels)
+	case o.NumChannels < 1 || o.NumChannels > devices.MaxChannels:
+		return fmt.Errorf("--num-channels %d: want 1 to %d", o.NumChannels, devices.MaxChannels)
 	case !filepath.IsAbs(o.NvidiaDriverRoot):
 		return fmt.Errorf("--nvidia-driver-root %q: want an absolute path", o.NvidiaDriverRoot)
 	case o.ContainerDriverRoot != "" && !filepath.IsAbs(o.ContainerDriverRoot):

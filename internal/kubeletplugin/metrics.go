@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/metrics"
 )
@@ -20,7 +21,7 @@ type claimMetrics struct {
 
 	mu sync.Mutex
 	// reported is what this plugin added to the prepared gauge, by kind.
-	reported map[DeviceKind]int
+	reported map[devices.DeviceKind]int
 }
 
 func newClaimMetrics(m *metrics.KubeletPluginMetrics, controlPlaneID string) *claimMetrics {
@@ -31,7 +32,7 @@ func newClaimMetrics(m *metrics.KubeletPluginMetrics, controlPlaneID string) *cl
 		prepareErrors:     m.PrepareErrors.MustCurryWith(plane),
 		unprepareErrors:   m.UnprepareErrors.MustCurryWith(plane),
 		prepared:          m.PreparedClaims.MustCurryWith(plane),
-		reported:          map[DeviceKind]int{},
+		reported:          map[devices.DeviceKind]int{},
 	}
 	for _, r := range failure.PrepareReasons {
 		c.prepareErrors.WithLabelValues(string(r))
@@ -39,7 +40,7 @@ func newClaimMetrics(m *metrics.KubeletPluginMetrics, controlPlaneID string) *cl
 	for _, r := range failure.UnprepareReasons {
 		c.unprepareErrors.WithLabelValues(string(r))
 	}
-	for _, k := range []DeviceKind{KindChannel, KindDaemon} {
+	for _, k := range []devices.DeviceKind{devices.KindChannel, devices.KindDaemon} {
 		c.prepared.WithLabelValues(string(k))
 	}
 	return c
@@ -64,15 +65,15 @@ func (c *claimMetrics) unprepareDone(start time.Time, err error) {
 // setPrepared sets this plugin's share of the prepared-claims gauge from its checkpoint: the
 // claims PrepareCompleted, by kind.
 func (c *claimMetrics) setPrepared(claims map[types.UID]ClaimEntry) {
-	count := map[DeviceKind]int{}
+	count := map[devices.DeviceKind]int{}
 	for _, e := range claims {
 		if e.State == PrepareCompleted {
-			count[DeviceKind(e.Kind)]++
+			count[devices.DeviceKind(e.Kind)]++
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, k := range []DeviceKind{KindChannel, KindDaemon} {
+	for _, k := range []devices.DeviceKind{devices.KindChannel, devices.KindDaemon} {
 		if d := count[k] - c.reported[k]; d != 0 {
 			c.prepared.WithLabelValues(string(k)).Add(float64(d))
 			c.reported[k] = count[k]

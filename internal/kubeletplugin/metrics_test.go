@@ -15,6 +15,7 @@ import (
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/metrics"
 	"cdplane/internal/testutil"
@@ -48,17 +49,17 @@ func metricsDriver(t *testing.T, m *metrics.KubeletPluginMetrics, plane string, 
 func TestClaimMetrics(t *testing.T) {
 	const plane = "plane-a"
 	m := metrics.NewKubeletPluginMetrics()
-	completed := func(kind DeviceKind) ClaimEntry {
+	completed := func(kind devices.DeviceKind) ClaimEntry {
 		return ClaimEntry{State: PrepareCompleted, Namespace: "ns", Name: string(kind), Kind: string(kind), DomainID: testUID,
 			Devices: []PreparedDevice{{Requests: []string{"r"}, Pool: "n1", Device: "channel-0"}}}
 	}
 	d := metricsDriver(t, m, plane, map[types.UID]ClaimEntry{
-		"ch": completed(KindChannel), "d1": completed(KindDaemon), "d2": completed(KindDaemon),
+		"ch": completed(devices.KindChannel), "d1": completed(devices.KindDaemon), "d2": completed(devices.KindDaemon),
 	})
-	prepared := func(kind DeviceKind) float64 {
+	prepared := func(kind devices.DeviceKind) float64 {
 		return promtest.ToFloat64(m.PreparedClaims.WithLabelValues(plane, string(kind)))
 	}
-	if got := [2]float64{prepared(KindChannel), prepared(KindDaemon)}; got != [2]float64{1, 2} {
+	if got := [2]float64{prepared(devices.KindChannel), prepared(devices.KindDaemon)}; got != [2]float64{1, 2} {
 		t.Fatalf("prepared claims (channel, daemon) at start = %v, want [1 2]", got)
 	}
 
@@ -120,11 +121,11 @@ func TestClaimMetrics(t *testing.T) {
 		}
 	}
 	// d1 is gone; d2 stays prepared (its unprepare failed).
-	if got := [2]float64{prepared(KindChannel), prepared(KindDaemon)}; got != [2]float64{1, 1} {
+	if got := [2]float64{prepared(devices.KindChannel), prepared(devices.KindDaemon)}; got != [2]float64{1, 1} {
 		t.Errorf("prepared claims (channel, daemon) = %v, want [1 1]", got)
 	}
 	d.metrics.forget()
-	if got := [2]float64{prepared(KindChannel), prepared(KindDaemon)}; got != [2]float64{0, 0} {
+	if got := [2]float64{prepared(devices.KindChannel), prepared(devices.KindDaemon)}; got != [2]float64{0, 0} {
 		t.Errorf("prepared claims after the plugin stopped = %v, want [0 0]", got)
 	}
 }
@@ -134,10 +135,10 @@ func TestClaimMetrics(t *testing.T) {
 func TestClaimMetricsAddUp(t *testing.T) {
 	m := metrics.NewKubeletPluginMetrics()
 	a, b := newClaimMetrics(m, ""), newClaimMetrics(m, "")
-	entry := ClaimEntry{State: PrepareCompleted, Kind: string(KindChannel)}
-	a.setPrepared(map[types.UID]ClaimEntry{"1": entry, "2": entry, "3": {State: PrepareStarted, Kind: string(KindChannel)}})
+	entry := ClaimEntry{State: PrepareCompleted, Kind: string(devices.KindChannel)}
+	a.setPrepared(map[types.UID]ClaimEntry{"1": entry, "2": entry, "3": {State: PrepareStarted, Kind: string(devices.KindChannel)}})
 	b.setPrepared(map[types.UID]ClaimEntry{"4": entry})
-	gauge := m.PreparedClaims.WithLabelValues("", string(KindChannel))
+	gauge := m.PreparedClaims.WithLabelValues("", string(devices.KindChannel))
 	if got := promtest.ToFloat64(gauge); got != 3 {
 		t.Fatalf("prepared channel claims = %v, want 3", got)
 	}

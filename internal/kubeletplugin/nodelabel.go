@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
 
@@ -56,7 +57,7 @@ func removeLabelDecision(current, domain string, self types.UID, claims map[type
 		return false
 	}
 	for uid, e := range claims {
-		if uid == self || e.Kind != string(KindChannel) || e.DomainID != domain || e.State == PrepareAborted {
+		if uid == self || e.Kind != string(devices.KindChannel) || e.DomainID != domain || e.State == PrepareAborted {
 			continue
 		}
 		return false

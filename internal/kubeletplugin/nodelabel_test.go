@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
 
@@ -28,7 +29,7 @@ func TestAddLabelDecision(t *testing.T) {
 }
 
 func TestRemoveLabelDecision(t *testing.T) {
-	entry := func(kind DeviceKind, domain string, state ClaimState) ClaimEntry {
+	entry := func(kind devices.DeviceKind, domain string, state ClaimState) ClaimEntry {
 		return ClaimEntry{Kind: string(kind), DomainID: domain, State: state}
 	}
 	self := types.UID("self")
@@ -40,14 +41,14 @@ func TestRemoveLabelDecision(t *testing.T) {
 		"ours, last claim":        {current: "cd-a", want: true},
 		"not ours":                {current: "cd-b"},
 		"unlabelled":              {current: ""},
-		"another claim completed": {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(KindChannel, "cd-a", PrepareCompleted)}},
-		"another claim started":   {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(KindChannel, "cd-a", PrepareStarted)}},
-		"another claim aborted":   {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(KindChannel, "cd-a", PrepareAborted)}, want: true},
-		"other domain's claim":    {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(KindChannel, "cd-b", PrepareCompleted)}, want: true},
-		"daemon claim of domain":  {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(KindDaemon, "cd-a", PrepareCompleted)}, want: true},
+		"another claim completed": {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(devices.KindChannel, "cd-a", PrepareCompleted)}},
+		"another claim started":   {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(devices.KindChannel, "cd-a", PrepareStarted)}},
+		"another claim aborted":   {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(devices.KindChannel, "cd-a", PrepareAborted)}, want: true},
+		"other domain's claim":    {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(devices.KindChannel, "cd-b", PrepareCompleted)}, want: true},
+		"daemon claim of domain":  {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(devices.KindDaemon, "cd-a", PrepareCompleted)}, want: true},
 	}
 	for name, tc := range cases {
-		claims := map[types.UID]ClaimEntry{self: entry(KindChannel, "cd-a", PrepareCompleted)}
+		claims := map[types.UID]ClaimEntry{self: entry(devices.KindChannel, "cd-a", PrepareCompleted)}
 		for k, v := range tc.others {
 			claims[k] = v
 		}

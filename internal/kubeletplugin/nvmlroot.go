@@ -1,12 +1,8 @@
 package kubeletplugin
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"sync"
-
 	"cdplane/internal/driverroot"
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/nvml"
 )
 
@@ -22,46 +18,5 @@ func (o *CommandOptions) nvmlDiscoverer() (nvml.Discoverer, error) {
 	if container == "" {
 		container = o.NvidiaDriverRoot
 	}
-	return &rootNVML{root: driverroot.Root{Host: o.NvidiaDriverRoot, Container: container}}, nil
-}
-
-// rootNVML finds NVML under a driver root on the first discovery, and again after a discovery
-// that could not load it: a driver container mounts its root after the plugin started, and a
-// driver upgrade replaces libnvidia-ml.so.<version>.
-type rootNVML struct {
-	root driverroot.Root
-	mu   sync.Mutex
-	path string
-	d    nvml.Discoverer
-}
-
-// Discover discovers through the library found under the root. A miss is an error wrapping
-// nvml.ErrNVMLUnavailable that names every place tried (the plugin logs it and posts it as the
-// node's NVMLUnavailable event).
-func (n *rootNVML) Discover(ctx context.Context) (nvml.Result, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.d == nil {
-		p, l := n.root.FindNVML()
-		if p == "" {
-			return nvml.Result{Backend: nvml.BackendNVML}, fmt.Errorf("%w: %w", nvml.ErrNVMLUnavailable, n.root.Miss(driverroot.NVMLLibrary, l, " (is the NVIDIA driver installed, and nvidiaDriverRoot its root?)"))
-		}
-		d, err := nvml.New(p)
-		if err != nil {
-			return nvml.Result{Backend: nvml.BackendNVML}, err
-		}
-		n.d, n.path = d, p
-	}
-	res, err := n.d.Discover(ctx)
-	if errors.Is(err, nvml.ErrNVMLUnavailable) {
-		n.d = nil
-	}
-	return res, err
-}
-
-// Path is the library loaded last ("" before the first discovery found one).
-func (n *rootNVML) Path() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.path
+	return devices.NewRootNVML(driverroot.Root{Host: o.NvidiaDriverRoot, Container: container}), nil
 }

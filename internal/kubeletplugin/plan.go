@@ -10,6 +10,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
 
@@ -18,14 +19,14 @@ type allocatedDevice struct {
 	Request string
 	Pool    string
 	Device  string
-	Kind    DeviceKind
+	Kind    devices.DeviceKind
 	// ID is the channel number (0 for the daemon device).
 	ID int
 }
 
 // claimPlan is what preparing one claim means, read from its allocation alone.
 type claimPlan struct {
-	Kind DeviceKind
+	Kind devices.DeviceKind
 	// DomainID is the UID of the ComputeDomain named by the claim's opaque config.
 	DomainID string
 	// AllocationMode is Single or All (channel claims only).
@@ -62,7 +63,7 @@ func planClaim(claim *resourcev1.ResourceClaim) (claimPlan, error) {
 		if r.Driver != cdv1beta1.DriverName {
 			continue
 		}
-		kind, id, err := ParseDeviceName(r.Device)
+		kind, id, err := devices.ParseDeviceName(r.Device)
 		if err != nil {
 			return claimPlan{}, &failure.PermanentError{Err: err}
 		}
@@ -90,7 +91,7 @@ func planClaim(claim *resourcev1.ResourceClaim) (claimPlan, error) {
 	if len(plan.Devices) == 0 {
 		return claimPlan{}, failure.Permanentf("no device of driver %s is allocated to the claim", cdv1beta1.DriverName)
 	}
-	if plan.Kind == KindDaemon && len(plan.Devices) > 1 {
+	if plan.Kind == devices.KindDaemon && len(plan.Devices) > 1 {
 		return claimPlan{}, failure.Permanentf("claim holds %d daemon devices; a node has one", len(plan.Devices))
 	}
 	return plan, nil
@@ -114,14 +115,14 @@ func applyingConfig(configs []resourcev1.DeviceAllocationConfiguration, decoded 
 
 // configFor checks that the config suits a device of the given kind and returns its domain and
 // allocation mode.
-func configFor(kind DeviceKind, cfg runtime.Object, request string) (string, string, error) {
+func configFor(kind devices.DeviceKind, cfg runtime.Object, request string) (string, string, error) {
 	switch c := cfg.(type) {
 	case *cdv1beta1.ComputeDomainChannelConfig:
-		if kind == KindChannel {
+		if kind == devices.KindChannel {
 			return c.DomainID, c.AllocationMode, nil
 		}
 	case *cdv1beta1.ComputeDomainDaemonConfig:
-		if kind == KindDaemon {
+		if kind == devices.KindDaemon {
 			return c.DomainID, "", nil
 		}
 	case nil:
@@ -132,8 +133,8 @@ func configFor(kind DeviceKind, cfg runtime.Object, request string) (string, str
 		request, kind, wantKind(kind), cfg.GetObjectKind().GroupVersionKind().Kind), failure.ReasonInvalidComputeDomainConfig, "")
 }
 
-func wantKind(kind DeviceKind) string {
-	if kind == KindDaemon {
+func wantKind(kind devices.DeviceKind) string {
+	if kind == devices.KindDaemon {
 		return cdv1beta1.ComputeDomainDaemonConfigKind
 	}
 	return cdv1beta1.ComputeDomainChannelConfigKind

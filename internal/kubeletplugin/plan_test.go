@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/testutil"
 )
@@ -38,28 +39,28 @@ func TestPlanClaim(t *testing.T) {
 		"channel": {
 			claim: device(allocated(), "channel", "channel-0").
 				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single"), "channel").Obj(),
-			want: claimPlan{Kind: KindChannel, DomainID: testUID, AllocationMode: "Single",
-				Devices: []allocatedDevice{{Request: "channel", Pool: "n1", Device: "channel-0", Kind: KindChannel}}},
+			want: claimPlan{Kind: devices.KindChannel, DomainID: testUID, AllocationMode: "Single",
+				Devices: []allocatedDevice{{Request: "channel", Pool: "n1", Device: "channel-0", Kind: devices.KindChannel}}},
 		},
 		"claim config overrides class config": {
 			claim: device(allocated(), "channel", "channel-3").
 				AllocatedConfig(classSrc, cdv1beta1.DriverName, channelCfg("class-uid", "Single")).
 				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "All")).Obj(),
-			want: claimPlan{Kind: KindChannel, DomainID: testUID, AllocationMode: "All",
-				Devices: []allocatedDevice{{Request: "channel", Pool: "n1", Device: "channel-3", Kind: KindChannel, ID: 3}}},
+			want: claimPlan{Kind: devices.KindChannel, DomainID: testUID, AllocationMode: "All",
+				Devices: []allocatedDevice{{Request: "channel", Pool: "n1", Device: "channel-3", Kind: devices.KindChannel, ID: 3}}},
 		},
 		"subrequest matches its request's config": {
 			claim: device(allocated(), "channel/any", "channel-0").
 				AllocatedConfig(claimSrc, cdv1beta1.DriverName, channelCfg(testUID, "Single"), "channel").Obj(),
-			want: claimPlan{Kind: KindChannel, DomainID: testUID, AllocationMode: "Single",
-				Devices: []allocatedDevice{{Request: "channel/any", Pool: "n1", Device: "channel-0", Kind: KindChannel}}},
+			want: claimPlan{Kind: devices.KindChannel, DomainID: testUID, AllocationMode: "Single",
+				Devices: []allocatedDevice{{Request: "channel/any", Pool: "n1", Device: "channel-0", Kind: devices.KindChannel}}},
 		},
 		"other drivers are ignored": {
 			claim: device(allocated().Device("gpu", "gpu.nvidia.com", "n1", "gpu-0"), "daemon", "daemon-0").
 				AllocatedConfig(claimSrc, "gpu.nvidia.com", `{"anything":1}`).
 				AllocatedConfig(claimSrc, cdv1beta1.DriverName, daemonCfg, "daemon").Obj(),
-			want: claimPlan{Kind: KindDaemon, DomainID: testUID,
-				Devices: []allocatedDevice{{Request: "daemon", Pool: "n1", Device: "daemon-0", Kind: KindDaemon}}},
+			want: claimPlan{Kind: devices.KindDaemon, DomainID: testUID,
+				Devices: []allocatedDevice{{Request: "daemon", Pool: "n1", Device: "daemon-0", Kind: devices.KindDaemon}}},
 		},
 		"bad config anywhere is refused": {
 			claim: device(allocated(), "channel", "channel-0").
@@ -130,7 +131,7 @@ func TestPlanClaim(t *testing.T) {
 // another claim only started (no devices yet) or holding other devices, do not count.
 func TestPreparedElsewhere(t *testing.T) {
 	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "driver", Name: "new", UID: "uid-new"}}
-	plan := claimPlan{Kind: KindDaemon, Devices: []allocatedDevice{{Request: "daemon", Pool: "node-1", Device: "daemon-0", Kind: KindDaemon}}}
+	plan := claimPlan{Kind: devices.KindDaemon, Devices: []allocatedDevice{{Request: "daemon", Pool: "node-1", Device: "daemon-0", Kind: devices.KindDaemon}}}
 	entry := func(state ClaimState, name string, devices ...string) ClaimEntry {
 		e := ClaimEntry{State: state, Namespace: "driver", Name: name, Kind: "daemon"}
 		for _, d := range devices {

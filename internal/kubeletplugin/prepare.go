@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"cdplane/internal/features"
-	"cdplane/internal/imex"
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 
 	resourcev1 "k8s.io/api/resource/v1"
@@ -84,21 +84,21 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	}
 	// The host driver's files are looked up before anything is written, so that a driver root
 	// without them leaves nothing half-prepared.
-	var drv driverFiles
-	if plan.Kind == KindDaemon && d.opts.IMEXMode == features.IMEXHostManaged {
+	var drv devices.DriverFiles
+	if plan.Kind == devices.KindDaemon && d.opts.IMEXMode == features.IMEXHostManaged {
 		return nil, failure.Permanentf("claim %s/%s is a ComputeDomain daemon claim, but this node runs IMEX as a host service (--imex-mode=%s): no daemon is prepared here",
 			claim.Namespace, claim.Name, features.IMEXHostManaged)
 	}
-	if plan.Kind == KindDaemon && d.opts.NvidiaDriverRoot != "" {
-		if drv, err = d.driverRoot().locate(); err != nil {
+	if plan.Kind == devices.KindDaemon && d.opts.NvidiaDriverRoot != "" {
+		if drv, err = d.driverRoot().Locate(); err != nil {
 			return nil, failure.Tag(failure.Driver, err)
 		}
-		kernel, _ := d.opts.ReadHostFile(DriverVersionFile) // no file: nothing to compare
-		if err := d.driverRoot().checkVersion(drv, kernel); err != nil {
+		kernel, _ := d.opts.ReadHostFile(devices.DriverVersionFile) // no file: nothing to compare
+		if err := d.driverRoot().CheckVersion(drv, kernel); err != nil {
 			return nil, failure.Tag(failure.Driver, err)
 		}
 	}
-	if plan.Kind == KindDaemon {
+	if plan.Kind == devices.KindDaemon {
 		if err := d.checkIMEXNames(); err != nil {
 			return nil, failure.Tag(failure.Driver, err)
 		}
@@ -116,22 +116,22 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	if err := d.cp.put(claim.UID, entry); err != nil {
 		return nil, err
 	}
-	var devices []PreparedDevice
+	var prepared []PreparedDevice
 	var spec string
 	switch plan.Kind {
-	case KindChannel:
-		devices, spec, err = d.prepareChannel(ctx, claim, plan, deadline)
-	case KindDaemon:
-		devices, spec, err = d.prepareDaemon(ctx, claim, plan, drv)
+	case devices.KindChannel:
+		prepared, spec, err = d.prepareChannel(ctx, claim, plan, deadline)
+	case devices.KindDaemon:
+		prepared, spec, err = d.prepareDaemon(ctx, claim, plan, drv)
 	}
 	if err != nil {
 		return nil, err
 	}
-	entry.State, entry.CDISpec, entry.Devices = PrepareCompleted, spec, devices
+	entry.State, entry.CDISpec, entry.Devices = PrepareCompleted, spec, prepared
 	if err := d.cp.put(claim.UID, entry); err != nil {
 		return nil, err
 	}
-	return devices, nil
+	return prepared, nil
 }
 
 // preparedElsewhere refuses to prepare a device that the checkpoint holds as prepared for
@@ -186,26 +186,7 @@ func toDRADevices(devices []PreparedDevice) []draplugin.Device {
 	return out
 }
 
-// checkIMEXNames refuses, as NVIDIA's driver does, to run daemons with IMEXDaemonsWithDNSNames on
-// a node whose loaded driver predates IMEX's support for names in its node list: its IMEX would
-// refuse the node list the daemon writes. The error names both versions and the way out. A node
-// whose driver version cannot be read is not refused.
+// checkIMEXNames is devices.CheckIMEXNames for the node's options.
 func (d *Driver) checkIMEXNames() error {
-	if !d.opts.Gates.Enabled(features.IMEXDaemonsWithDNSNames) {
-		return nil
-	}
-	data, err := d.opts.ReadHostFile(DriverVersionFile)
-	if err != nil {
-		return nil
-	}
-	version, ok := KernelDriverVersion(data)
-	if !ok {
-		return nil
-	}
-	if names, err := imex.DriverSupportsHostnames(version); err != nil || names {
-		return nil
-	}
-	return failure.Permanentf("feature gate %s needs NVIDIA driver %s or later (IMEX takes host names in its node list from that version), but node %s runs %s: upgrade the driver, or turn %s off (with %s off too: featureGates.%s=false,%s=false)",
-		features.IMEXDaemonsWithDNSNames, imex.HostnamesMinDriverVersion, d.opts.NodeName, version,
-		features.IMEXDaemonsWithDNSNames, features.ComputeDomainCliques, features.ComputeDomainCliques, features.IMEXDaemonsWithDNSNames)
+	return devices.CheckIMEXNames(d.opts.Gates, d.opts.ReadHostFile, d.opts.NodeName)
 }

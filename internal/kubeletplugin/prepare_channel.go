@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"cdplane/internal/features"
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
 
@@ -66,7 +67,7 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceC
 	if err := d.label.addDomain(ctx, plan.DomainID); err != nil {
 		return nil, "", failure.Tag(failure.NodeLabel, labelRefusal(err, cd.Namespace+"/"+cd.Name))
 	}
-	cliqueID, err := d.clique.current()
+	cliqueID, err := d.clique.Current()
 	if err != nil {
 		return nil, "", failure.Tag(failure.CliqueUnknown, err)
 	}
@@ -77,7 +78,7 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceC
 		logger.V(1).Info("Node has no NVLink fabric: no channel injected", "computeDomain", klog.KObj(cd))
 		return preparedDevices(claim.UID, plan, nil), "", nil
 	}
-	nodes, err := d.nodes.channels(channelIDs(plan))
+	nodes, err := d.nodes.Channels(channelIDs(plan))
 	if err != nil {
 		return nil, "", failure.Tag(failure.Driver, failure.Retryablef("channel devices: %w", err))
 	}
@@ -106,8 +107,8 @@ func (d *Driver) waitIMEXReady(ctx context.Context, domainID, cliqueID string, d
 	if cliqueID == "" {
 		return nil
 	}
-	h := hostIMEX{Root: d.driverRoot(), Socket: d.opts.HostIMEXSocketPath}
-	if err := h.check(waitCtx); err != nil {
+	h := devices.HostIMEX{Root: d.driverRoot(), Socket: d.opts.HostIMEXSocketPath}
+	if err := h.Check(waitCtx); err != nil {
 		return &failure.RetryableError{Err: err}
 	}
 	return nil

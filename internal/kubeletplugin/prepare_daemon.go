@@ -16,6 +16,7 @@ import (
 	"cdplane/internal/daemonenv"
 	"cdplane/internal/driverroot"
 	"cdplane/internal/imex"
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
 
@@ -50,8 +51,8 @@ func checkDaemonNamespace(claimNS, claimName, driverNS string) error {
 }
 
 // driverRoot is the host driver's root of the options.
-func (d *Driver) driverRoot() driverRoot {
-	return driverRoot{Root: driverroot.Root{Host: d.opts.NvidiaDriverRoot, Container: d.opts.ContainerDriverRoot}, Dev: d.opts.DevRoot}
+func (d *Driver) driverRoot() devices.DriverRoot {
+	return devices.DriverRoot{Root: driverroot.Root{Host: d.opts.NvidiaDriverRoot, Container: d.opts.ContainerDriverRoot}, Dev: d.opts.DevRoot}
 }
 
 // prepareDaemon writes the domain's IMEX config template into the domain's directory under the
@@ -60,7 +61,7 @@ func (d *Driver) driverRoot() driverRoot {
 // nvidia-imex needs from the host driver drv (/dev/nvidiactl, the IMEX binaries and the driver
 // libraries, read-only; IMEX_BINARY, IMEX_CTL_BINARY, NVML_LIBRARY and LD_LIBRARY_PATH name
 // them), and adds the IMEX management device when the node has a clique.
-func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, drv driverFiles) ([]PreparedDevice, string, error) {
+func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, drv devices.DriverFiles) ([]PreparedDevice, string, error) {
 	if err := checkDaemonNamespace(claim.Namespace, claim.Name, d.opts.DriverNamespace); err != nil {
 		return nil, "", failure.Tag(failure.WrongNamespace, err)
 	}
@@ -68,7 +69,7 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	if err != nil {
 		return nil, "", failure.Tag(failure.DomainNotFound, err)
 	}
-	cliqueID, err := d.clique.current()
+	cliqueID, err := d.clique.Current()
 	if err != nil {
 		return nil, "", failure.Tag(failure.CliqueUnknown, err)
 	}
@@ -93,20 +94,20 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 		IMEXConfigDir: cdv1beta1.DaemonIMEXConfigDir}
 	// The loaded driver's version decides whether IMEX takes names in its node list; no file
 	// (not a GPU node's /proc): not known, the daemon assumes a current driver.
-	if data, err := d.opts.ReadHostFile(DriverVersionFile); err == nil {
-		env.DriverVersion, _ = KernelDriverVersion(data)
+	if data, err := d.opts.ReadHostFile(devices.DriverVersionFile); err == nil {
+		env.DriverVersion, _ = devices.KernelDriverVersion(data)
 	}
 	// A node serving without a fabric because its registration failed: the daemon reports it.
-	if block, blockErr := d.clique.blocked(); block == blockFabricFailed && blockErr != nil {
+	if block, blockErr := d.clique.Blocked(); block == devices.BlockFabricFailed && blockErr != nil {
 		env.FabricError = truncateRunes(blockErr.Error(), 256)
 	}
-	driverMounts, driverDevices := d.driverRoot().edits(drv, &env)
+	driverMounts, driverDevices := d.driverRoot().Edits(drv, &env)
 	if d.opts.NvidiaDriverRoot != "" {
-		env.HostIMEXService = d.driverRoot().hostIMEXService()
+		env.HostIMEXService = d.driverRoot().HostIMEXService()
 	}
 	var mgmtDev *cdispec.DeviceNode
 	if cliqueID != "" {
-		if mgmtDev, err = d.nodes.imexMgmt(); err != nil {
+		if mgmtDev, err = d.nodes.IMEXMgmt(); err != nil {
 			return nil, "", failure.Tag(failure.Driver, failure.Retryablef("IMEX management device: %w", err))
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
 
@@ -71,7 +72,7 @@ func (d *Driver) undo(ctx context.Context, uid types.UID, e ClaimEntry) error {
 			return err
 		}
 	}
-	if DeviceKind(e.Kind) == KindChannel {
+	if devices.DeviceKind(e.Kind) == devices.KindChannel {
 		if err := d.label.removeDomain(ctx, e.DomainID, uid, d.cp.snapshot()); err != nil {
 			return failure.Tag(failure.NodeLabel, fmt.Errorf("removing the node's ComputeDomain label: %w", err))
 		}

@@ -1,4 +1,4 @@
-package kubeletplugin
+package devices
 
 import (
 	"fmt"
@@ -9,11 +9,14 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/component-base/featuregate"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"cdplane/internal/daemonenv"
 	"cdplane/internal/driverroot"
+	"cdplane/internal/features"
 	"cdplane/internal/imex"
+	"cdplane/internal/kubeletplugin/failure"
 )
 
 // DefaultNvidiaDriverRoot is the host's NVIDIA driver root: / where the driver is installed on
@@ -38,19 +41,19 @@ const (
 	ctlDevice             = "dev/nvidiactl"
 )
 
-// driverRoot is the host driver's root as the plugin reads it (Container) and as the container
+// DriverRoot is the host driver's root as the plugin reads it (Container) and as the container
 // runtime sees it on the host (Host); they differ when the plugin runs in a pod that mounts the
 // host's driver root elsewhere. Dev is where the plugin reads the host's /dev (the chart mounts
 // it at /dev), for a driver installed on the host whose root holds no device nodes; "": only
 // the root's. An empty Host disables the injection.
-type driverRoot struct {
+type DriverRoot struct {
 	driverroot.Root
 	Dev string
 }
 
-// driverFiles are the host driver's files a daemon container gets: paths relative to the driver
+// DriverFiles are the host driver's files a daemon container gets: paths relative to the driver
 // root with every link resolved inside it, and the host path of the control device.
-type driverFiles struct {
+type DriverFiles struct {
 	IMEX, IMEXCtl, NVML string
 	// Libs are the driver libraries the IMEX binaries link, by soname (NVML among them).
 	Libs map[string]string
@@ -59,47 +62,47 @@ type driverFiles struct {
 	CtlDevice string
 }
 
-// locate finds what nvidia-imex needs from the root: the IMEX binaries, the NVML library, the
+// Locate finds what nvidia-imex needs from the root: the IMEX binaries, the NVML library, the
 // driver libraries the binaries link, and the control device. A root that does not exist or
 // lacks any of them is an error naming the root, what is missing and every place tried.
-func (r driverRoot) locate() (driverFiles, error) {
+func (r DriverRoot) Locate() (DriverFiles, error) {
 	if fi, err := os.Stat(r.Container); err != nil || !fi.IsDir() {
 		if err == nil {
 			err = fmt.Errorf("not a directory")
 		}
-		return driverFiles{}, fmt.Errorf("NVIDIA driver root %s (read at %s): %w", r.Host, r.Container, err)
+		return DriverFiles{}, fmt.Errorf("NVIDIA driver root %s (read at %s): %w", r.Host, r.Container, err)
 	}
-	var f driverFiles
+	var f DriverFiles
 	for _, b := range []struct {
 		name string
 		rel  *string
 	}{{"nvidia-imex", &f.IMEX}, {"nvidia-imex-ctl", &f.IMEXCtl}} {
 		l := r.Find(driverroot.BinDirs, b.name, true, false)
 		if l.Rel == "" {
-			return driverFiles{}, r.Miss("executable "+b.name, l, " (is the nvidia-imex package of the driver installed?)")
+			return DriverFiles{}, r.Miss("executable "+b.name, l, " (is the nvidia-imex package of the driver installed?)")
 		}
 		*b.rel = l.Rel
 	}
 	nvmlPath, l := r.FindNVML()
 	if nvmlPath == "" {
-		return driverFiles{}, r.Miss(driverroot.NVMLLibrary, l, "")
+		return DriverFiles{}, r.Miss(driverroot.NVMLLibrary, l, "")
 	}
 	f.NVML = l.Rel
 	libs, err := r.NeededDriverLibs([]string{f.IMEX, f.IMEXCtl})
 	if err != nil {
-		return driverFiles{}, err
+		return DriverFiles{}, err
 	}
 	libs[driverroot.NVMLLibrary] = f.NVML
 	f.Libs = libs
 	if f.CtlDevice, err = r.ctlDevice(); err != nil {
-		return driverFiles{}, err
+		return DriverFiles{}, err
 	}
 	return f, nil
 }
 
 // ctlDevice finds /dev/nvidiactl: in the driver root (a driver container creates the device
 // nodes in its root), else in the host's /dev.
-func (r driverRoot) ctlDevice() (string, error) {
+func (r DriverRoot) ctlDevice() (string, error) {
 	tried := []string{filepath.Join(r.Container, ctlDevice)}
 	if _, err := os.Stat(tried[0]); err == nil {
 		return path.Join(r.Host, ctlDevice), nil
@@ -115,12 +118,12 @@ func (r driverRoot) ctlDevice() (string, error) {
 		"/"+ctlDevice, strings.Join(tried, ", "))
 }
 
-// edits are the daemon container's edits of f: /dev/nvidiactl; a read-only bind mount of each
+// Edits are the daemon container's edits of f: /dev/nvidiactl; a read-only bind mount of each
 // IMEX binary at its fixed container path and of each driver library in ContainerDriverLibDir
 // under its soname; and, set in env, the daemonenv variables that name those paths,
 // LD_LIBRARY_PATH, and NVIDIA_VISIBLE_DEVICES=void (daemon containers get no GPU). No root
 // (tests): no edits.
-func (r driverRoot) edits(f driverFiles, env *daemonenv.Claim) ([]*cdispec.Mount, []*cdispec.DeviceNode) {
+func (r DriverRoot) Edits(f DriverFiles, env *daemonenv.Claim) ([]*cdispec.Mount, []*cdispec.DeviceNode) {
 	if r.Host == "" {
 		return nil, nil
 	}
@@ -155,9 +158,9 @@ var hostIMEXUnitLinks = []string{
 	"etc/systemd/system/default.target.wants/nvidia-imex.service",
 }
 
-// hostIMEXService returns the path (as on the node) of an enabled nvidia-imex service's unit
+// HostIMEXService returns the path (as on the node) of an enabled nvidia-imex service's unit
 // link in the root, or "": a daemon whose IMEX cannot get the node's session names it.
-func (r driverRoot) hostIMEXService() string {
+func (r DriverRoot) HostIMEXService() string {
 	for _, rel := range hostIMEXUnitLinks {
 		if _, err := os.Lstat(filepath.Join(r.Container, rel)); err == nil {
 			return "/" + rel
@@ -192,7 +195,7 @@ func KernelDriverVersion(data []byte) (string, bool) {
 // nvmlVersion returns the driver version the root's NVML library belongs to: the driver
 // installs libnvidia-ml.so.1 as a link to libnvidia-ml.so.<version>.
 // rel has its links resolved inside the root already (locate).
-func (r driverRoot) nvmlVersion(rel string) (string, bool) {
+func (r DriverRoot) nvmlVersion(rel string) (string, bool) {
 	if rel == "" {
 		return "", false
 	}
@@ -203,12 +206,12 @@ func (r driverRoot) nvmlVersion(rel string) (string, bool) {
 	return v, true
 }
 
-// checkVersion refuses a driver root whose driver is not the loaded one: its nvidia-imex would
+// CheckVersion refuses a driver root whose driver is not the loaded one: its nvidia-imex would
 // not match the kernel driver (IMEX checks the loaded driver at start and aborts on a mismatch),
 // typically a driver root left from a previous driver or pointing at the wrong installation. It
 // compares the root's NVML library version with the kernel module's; when either cannot be
 // read (no version file, an unversioned library) there is nothing to compare.
-func (r driverRoot) checkVersion(f driverFiles, kernelVersionFile []byte) error {
+func (r DriverRoot) CheckVersion(f DriverFiles, kernelVersionFile []byte) error {
 	kernel, ok := KernelDriverVersion(kernelVersionFile)
 	if !ok {
 		return nil
@@ -219,4 +222,28 @@ func (r driverRoot) checkVersion(f driverFiles, kernelVersionFile []byte) error 
 	}
 	return fmt.Errorf("NVIDIA driver root %s holds driver %s (%s), but the loaded kernel driver is %s (%s): its nvidia-imex would not match the kernel driver; point nvidiaDriverRoot at the loaded driver's root",
 		r.Host, root, path.Join(r.Host, f.NVML), kernel, DriverVersionFile)
+}
+
+// CheckIMEXNames refuses, as NVIDIA's driver does, to run daemons with IMEXDaemonsWithDNSNames on
+// a node whose loaded driver predates IMEX's support for names in its node list: its IMEX would
+// refuse the node list the daemon writes. The error names both versions and the way out. A node
+// whose driver version cannot be read is not refused.
+func CheckIMEXNames(gates featuregate.FeatureGate, readHostFile func(string) ([]byte, error), node string) error {
+	if !gates.Enabled(features.IMEXDaemonsWithDNSNames) {
+		return nil
+	}
+	data, err := readHostFile(DriverVersionFile)
+	if err != nil {
+		return nil
+	}
+	version, ok := KernelDriverVersion(data)
+	if !ok {
+		return nil
+	}
+	if names, err := imex.DriverSupportsHostnames(version); err != nil || names {
+		return nil
+	}
+	return failure.Permanentf("feature gate %s needs NVIDIA driver %s or later (IMEX takes host names in its node list from that version), but node %s runs %s: upgrade the driver, or turn %s off (with %s off too: featureGates.%s=false,%s=false)",
+		features.IMEXDaemonsWithDNSNames, imex.HostnamesMinDriverVersion, node, version,
+		features.IMEXDaemonsWithDNSNames, features.ComputeDomainCliques, features.ComputeDomainCliques, features.IMEXDaemonsWithDNSNames)
 }

@@ -1,4 +1,4 @@
-package kubeletplugin
+package devices
 
 import (
 	"context"
@@ -60,13 +60,13 @@ func TestCliqueTracker(t *testing.T) {
 				f.results = append(f.results, nvml.Result{CliqueID: s.id})
 				f.errs = append(f.errs, s.err)
 			}
-			tr := &cliqueTracker{disc: f, crash: tc.crash}
+			tr := &CliqueTracker{disc: f, crash: tc.crash}
 			for i, s := range tc.steps {
-				changed, fatal := tr.refresh(context.Background())
+				changed, fatal := tr.Refresh(context.Background())
 				if changed != s.changed || (fatal != nil) != s.fatal {
 					t.Errorf("step %d: changed=%v fatal=%v, want %v %v", i, changed, fatal, s.changed, s.fatal)
 				}
-				cur, err := tr.current()
+				cur, err := tr.Current()
 				if cur != s.current || (err != nil) != s.curErr || (err != nil && !failure.IsRetryable(err)) {
 					t.Errorf("step %d: current %q %v, want %q err=%v (retryable)", i, cur, err, s.current, s.curErr)
 				}

@@ -1,4 +1,4 @@
-package kubeletplugin
+package devices
 
 import (
 	"bufio"
@@ -23,27 +23,30 @@ const (
 	DefaultIMEXMgmtCapability = "/proc/driver/nvidia/capabilities/fabric-imex-mgmt"
 	// DefaultProcDevices lists the character devices' major numbers.
 	DefaultProcDevices = "/proc/devices"
+
+	// ContainerChannelDir is where IMEX channels appear in a container.
+	ContainerChannelDir = "/dev/nvidia-caps-imex-channels"
 )
 
-// deviceNodes describes the node's IMEX device nodes for CDI. It only reads the device numbers
+// Nodes describes the node's IMEX device nodes for CDI. It only reads the device numbers
 // (and the management device's mode) from the host's /proc files, through readFile: the
 // container runtime creates each node inside the container from its CDI description, so the
 // plugin creates nothing in the host's /dev.
-type deviceNodes struct {
-	procDevices string
-	mgmtCapFile string
-	readFile    func(string) ([]byte, error)
+type Nodes struct {
+	ProcDevices string
+	MgmtCapFile string
+	ReadFile    func(string) ([]byte, error)
 }
 
-// channels returns the CDI device nodes of the given channels.
-func (d deviceNodes) channels(ids []int) ([]*cdispec.DeviceNode, error) {
-	data, err := d.readFile(d.procDevices)
+// Channels returns the CDI device nodes of the given channels.
+func (d Nodes) Channels(ids []int) ([]*cdispec.DeviceNode, error) {
+	data, err := d.ReadFile(d.ProcDevices)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", d.procDevices, err)
+		return nil, fmt.Errorf("reading %s: %w", d.ProcDevices, err)
 	}
 	major, ok := ParseProcDevices(data, channelMajorName)
 	if !ok {
-		return nil, fmt.Errorf("%s lists no %s character device: is the NVIDIA driver loaded?", d.procDevices, channelMajorName)
+		return nil, fmt.Errorf("%s lists no %s character device: is the NVIDIA driver loaded?", d.ProcDevices, channelMajorName)
 	}
 	nodes := make([]*cdispec.DeviceNode, 0, len(ids))
 	for _, n := range ids {
@@ -53,28 +56,28 @@ func (d deviceNodes) channels(ids []int) ([]*cdispec.DeviceNode, error) {
 	return nodes, nil
 }
 
-// imexMgmt returns the CDI device node of the IMEX management device, with the mode the
+// IMEXMgmt returns the CDI device node of the IMEX management device, with the mode the
 // driver gives it (DeviceFileMode of its capability file; without one, the runtime's default).
-func (d deviceNodes) imexMgmt() (*cdispec.DeviceNode, error) {
-	capData, err := d.readFile(d.mgmtCapFile)
+func (d Nodes) IMEXMgmt() (*cdispec.DeviceNode, error) {
+	capData, err := d.ReadFile(d.MgmtCapFile)
 	if err != nil {
-		return nil, fmt.Errorf("reading the IMEX management capability %s: %w", d.mgmtCapFile, err)
+		return nil, fmt.Errorf("reading the IMEX management capability %s: %w", d.MgmtCapFile, err)
 	}
 	minor, err := ParseCapabilityMinor(capData)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", d.mgmtCapFile, err)
+		return nil, fmt.Errorf("%s: %w", d.MgmtCapFile, err)
 	}
 	mode, hasMode, err := ParseCapabilityMode(capData)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", d.mgmtCapFile, err)
+		return nil, fmt.Errorf("%s: %w", d.MgmtCapFile, err)
 	}
-	devData, err := d.readFile(d.procDevices)
+	devData, err := d.ReadFile(d.ProcDevices)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", d.procDevices, err)
+		return nil, fmt.Errorf("reading %s: %w", d.ProcDevices, err)
 	}
 	major, ok := ParseProcDevices(devData, capsMajorName)
 	if !ok {
-		return nil, fmt.Errorf("%s lists no %s character device", d.procDevices, capsMajorName)
+		return nil, fmt.Errorf("%s lists no %s character device", d.ProcDevices, capsMajorName)
 	}
 	node := &cdispec.DeviceNode{Path: fmt.Sprintf("/dev/%s/nvidia-cap%d", capsDirName, minor), Type: "c", Major: major, Minor: minor}
 	if hasMode {

@@ -1,4 +1,4 @@
-package kubeletplugin
+package devices
 
 import (
 	"context"
@@ -13,72 +13,85 @@ import (
 	"cdplane/internal/nvml"
 )
 
-// cliqueTracker keeps the node's clique as last discovered through NVML (real or simulated),
+// CliqueTracker keeps the node's clique as last discovered through NVML (real or simulated),
 // the same discovery the daemon uses.
-type cliqueTracker struct {
+type CliqueTracker struct {
 	disc nvml.Discoverer
 	// crash makes a fabric failure fatal (feature gate CrashOnNVLinkFabricErrors).
 	crash bool
 
 	// onBlock, when set, is called from refresh when the reason the node cannot serve changes
-	// (see blockReason): with the new reason ("" once it serves) and the discovery's error.
+	// (see BlockReason): with the new reason ("" once it serves) and the discovery's error.
 	onBlock func(reason string, err error)
 
 	mu    sync.RWMutex
 	id    string
 	err   error
 	known bool
-	// block is the reason of the last discovery (blockReason), blockErr its error.
+	// block is the reason of the last discovery (BlockReason), blockErr its error.
 	block    string
 	blockErr error
 }
 
+// NewCliqueTracker returns the tracker of the clique disc discovers; crash makes a fabric
+// failure fatal (feature gate CrashOnNVLinkFabricErrors).
+func NewCliqueTracker(disc nvml.Discoverer, crash bool) *CliqueTracker {
+	return &CliqueTracker{disc: disc, crash: crash}
+}
+
+// SetOnBlock sets the callback Refresh calls when the reason the node cannot serve changes.
+func (t *CliqueTracker) SetOnBlock(onBlock func(reason string, err error)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onBlock = onBlock
+}
+
 // Why a node cannot serve ComputeDomains: the classes of a failed discovery.
 const (
-	blockNone           = ""
-	blockNVML           = ReasonNVMLUnavailable
-	blockFabricNotReady = ReasonFabricNotReady
-	blockFabricFailed   = ReasonFabricFailed
-	blockOther          = ReasonDiscoveryFailed
+	BlockNone           = ""
+	BlockNVML           = ReasonNVMLUnavailable
+	BlockFabricNotReady = ReasonFabricNotReady
+	BlockFabricFailed   = ReasonFabricFailed
+	BlockOther          = ReasonDiscoveryFailed
 )
 
-// blockReason classifies a discovery's error: "" when it succeeded.
-func blockReason(err error) string {
+// BlockReason classifies a discovery's error: "" when it succeeded.
+func BlockReason(err error) string {
 	switch {
 	case err == nil:
-		return blockNone
+		return BlockNone
 	case errors.Is(err, nvml.ErrNVMLUnavailable):
-		return blockNVML
+		return BlockNVML
 	case errors.Is(err, nvml.ErrFabricNotReady):
-		return blockFabricNotReady
+		return BlockFabricNotReady
 	case errors.Is(err, nvml.ErrFabricFailed):
-		return blockFabricFailed
+		return BlockFabricFailed
 	}
-	return blockOther
+	return BlockOther
 }
 
-// nvmlAvailable reports whether the last discovery could load NVML (a fabric error or an
+// NVMLAvailable reports whether the last discovery could load NVML (a fabric error or an
 // unfinished registration still counts as available: the node has GPUs).
-func (t *cliqueTracker) nvmlAvailable() bool {
+func (t *CliqueTracker) NVMLAvailable() bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return t.block != blockNVML
+	return t.block != BlockNVML
 }
 
-// blocked returns why the node cannot serve fully ("" when it can; blockFabricFailed: it serves
+// Blocked returns why the node cannot serve fully ("" when it can; BlockFabricFailed: it serves
 // as a node without a fabric) and the discovery's error.
-func (t *cliqueTracker) blocked() (string, error) {
+func (t *CliqueTracker) Blocked() (string, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.block, t.blockErr
 }
 
-// refresh discovers the clique once. It returns an error only when it is fatal: a fabric
+// Refresh discovers the clique once. It returns an error only when it is fatal: a fabric
 // failure with crash set. Other failures are kept and reported by current.
-func (t *cliqueTracker) refresh(ctx context.Context) (changed bool, fatal error) {
+func (t *CliqueTracker) Refresh(ctx context.Context) (changed bool, fatal error) {
 	res, err := t.disc.Discover(ctx)
-	block, reported := blockReason(err), err
-	if block == blockFabricFailed && !t.crash {
+	block, reported := BlockReason(err), err
+	if block == BlockFabricFailed && !t.crash {
 		// As NVIDIA's driver with CrashOnNVLinkFabricErrors off: the node serves as one without
 		// a fabric (empty clique); the reason stays, so that the node says so.
 		res, err = nvml.Result{}, nil
@@ -97,15 +110,15 @@ func (t *cliqueTracker) refresh(ctx context.Context) (changed bool, fatal error)
 	if flipped && onBlock != nil {
 		onBlock(block, reported)
 	}
-	if t.crash && block == blockFabricFailed {
+	if t.crash && block == BlockFabricFailed {
 		return false, fmt.Errorf("NVLink fabric error (CrashOnNVLinkFabricErrors is on): %w", err)
 	}
 	return changed, nil
 }
 
-// current returns the clique id ("" without fabric), or a retryable error while it is not
+// Current returns the clique id ("" without fabric), or a retryable error while it is not
 // known: registration not finished, NVML unavailable, a fabric error the operator must fix.
-func (t *cliqueTracker) current() (string, error) {
+func (t *CliqueTracker) Current() (string, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.err != nil {
@@ -117,9 +130,9 @@ func (t *cliqueTracker) current() (string, error) {
 	return t.id, nil
 }
 
-// run refreshes the clique every period until ctx ends, calling onChange after each change
+// Run refreshes the clique every period until ctx ends, calling onChange after each change
 // and fatal on a fatal error (after which it stops).
-func (t *cliqueTracker) run(ctx context.Context, period time.Duration, onChange func(string), fatal func(error)) {
+func (t *CliqueTracker) Run(ctx context.Context, period time.Duration, onChange func(string), fatal func(error)) {
 	logger := log.FromContext(ctx)
 	ticker := time.NewTicker(period)
 	defer ticker.Stop()
@@ -129,12 +142,12 @@ func (t *cliqueTracker) run(ctx context.Context, period time.Duration, onChange 
 			return
 		case <-ticker.C:
 		}
-		changed, err := t.refresh(ctx)
+		changed, err := t.Refresh(ctx)
 		if err != nil {
 			fatal(err)
 			return
 		}
-		id, cur := t.current()
+		id, cur := t.Current()
 		switch {
 		case cur != nil:
 			logger.Error(cur, "Clique discovery failed")

@@ -1,4 +1,4 @@
-package kubeletplugin
+package devices
 
 import (
 	"maps"
@@ -7,13 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
-	resourcev1 "k8s.io/api/resource/v1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/daemonenv"
 	"cdplane/internal/driverroot"
 )
@@ -99,16 +96,16 @@ func TestDriverRootEdits(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			root := driverRootFixture(t, tc.files)
 			linkNVML(t, root)
-			r := driverRoot{Root: driverroot.Root{Host: "/host/driver", Container: root}}
+			r := DriverRoot{Root: driverroot.Root{Host: "/host/driver", Container: root}}
 			if tc.hostDev {
 				r.Dev = driverRootFixture(t, map[string]bool{"nvidiactl": false})
 			}
-			f, err := r.locate()
+			f, err := r.Locate()
 			if err != nil {
 				t.Fatal(err)
 			}
 			var env daemonenv.Claim
-			mounts, devices := r.edits(f, &env)
+			mounts, devices := r.Edits(f, &env)
 			if diff := cmp.Diff(tc.wantMount, mounts); diff != "" {
 				t.Errorf("mounts (-want +got):\n%s", diff)
 			}
@@ -123,12 +120,12 @@ func TestDriverRootEdits(t *testing.T) {
 	// The host path of the default root "/".
 	root := driverRootFixture(t, completeRoot)
 	linkNVML(t, root)
-	r := driverRoot{Root: driverroot.Root{Host: "/", Container: root}}
-	f, err := r.locate()
+	r := DriverRoot{Root: driverroot.Root{Host: "/", Container: root}}
+	f, err := r.Locate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, d := r.edits(f, &daemonenv.Claim{}); m[0].HostPath != "/usr/bin/nvidia-imex" || d[0].HostPath != "/dev/nvidiactl" {
+	if m, d := r.Edits(f, &daemonenv.Claim{}); m[0].HostPath != "/usr/bin/nvidia-imex" || d[0].HostPath != "/dev/nvidiactl" {
 		t.Errorf("host paths %s, %s under /, want /usr/bin/nvidia-imex, /dev/nvidiactl", m[0].HostPath, d[0].HostPath)
 	}
 }
@@ -164,7 +161,7 @@ func TestDriverRootMissing(t *testing.T) {
 			} else if _, ok := tc.files["usr/lib64/libnvidia-ml.so.580.82.07"]; ok {
 				linkNVML(t, root)
 			}
-			_, err := driverRoot{Root: driverroot.Root{Host: "/host/driver", Container: root}}.locate()
+			_, err := DriverRoot{Root: driverroot.Root{Host: "/host/driver", Container: root}}.Locate()
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -182,40 +179,6 @@ func mergeFiles(a, b map[string]bool) map[string]bool {
 	maps.Copy(out, a)
 	maps.Copy(out, b)
 	return out
-}
-
-// A daemon claim on a node whose driver root lacks IMEX fails before anything is written: no
-// checkpoint entry, no CDI spec, no config directory.
-func TestPrepareDaemonWithoutDriver(t *testing.T) {
-	state, cdiDir := t.TempDir(), t.TempDir()
-	cp, err := openCheckpoint(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := newCDIWriter(cdiDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := driverRootFixture(t, map[string]bool{"usr/bin/nvidia-imex": true})
-	d := &Driver{opts: Options{StateDir: state, CDIRoot: cdiDir, DriverNamespace: "ns", NvidiaDriverRoot: "/host/driver", ContainerDriverRoot: root}, cp: cp, cdi: w}
-	daemonCfg := `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomainDaemonConfig","domainID":"` + testUID + `"}`
-	claim := device(allocated(), "daemon", DaemonDeviceName).
-		AllocatedConfig(resourcev1.AllocationConfigSourceClaim, cdv1beta1.DriverName, daemonCfg, "daemon").Obj()
-	_, err = d.prepareClaim(t.Context(), claim, time.Now())
-	if err == nil || !strings.Contains(err.Error(), "NVIDIA driver root /host/driver") || !strings.Contains(err.Error(), "nvidia-imex-ctl") {
-		t.Fatalf("prepare: %v, want the driver root's missing nvidia-imex-ctl", err)
-	}
-	if _, ok := cp.get(claim.UID); ok {
-		t.Error("checkpoint entry written")
-	}
-	for _, dir := range []string{cdiDir, state} {
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if !strings.HasPrefix(e.Name(), "checkpoint") {
-				t.Errorf("%s left in %s", e.Name(), dir)
-			}
-		}
-	}
 }
 
 func TestKernelDriverVersion(t *testing.T) {
@@ -242,26 +205,26 @@ func TestDriverRootVersionCheck(t *testing.T) {
 	if err := os.Symlink("libnvidia-ml.so.570.133.20", filepath.Join(root, "usr/lib64/libnvidia-ml.so.1")); err != nil {
 		t.Fatal(err)
 	}
-	r := driverRoot{Root: driverroot.Root{Host: "/host/driver", Container: root}}
-	f, err := r.locate()
+	r := DriverRoot{Root: driverroot.Root{Host: "/host/driver", Container: root}}
+	f, err := r.Locate()
 	if err != nil {
 		t.Fatal(err)
 	}
 	kernel := func(v string) []byte {
 		return []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  " + v + "  Fri Mar 14 03:09:53 UTC 2025\n")
 	}
-	if err := r.checkVersion(f, kernel("570.133.20")); err != nil {
+	if err := r.CheckVersion(f, kernel("570.133.20")); err != nil {
 		t.Errorf("matching versions: %v", err)
 	}
-	err = r.checkVersion(f, kernel("575.51.03"))
+	err = r.CheckVersion(f, kernel("575.51.03"))
 	want := "NVIDIA driver root /host/driver holds driver 570.133.20 (/host/driver/usr/lib64/libnvidia-ml.so.570.133.20), but the loaded kernel driver is 575.51.03 (/proc/driver/nvidia/version)"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("mismatch: %v, want an error containing %q", err, want)
 	}
-	if err := r.checkVersion(f, nil); err != nil {
+	if err := r.CheckVersion(f, nil); err != nil {
 		t.Errorf("no kernel version file: %v, want nothing to compare", err)
 	}
-	if err := r.checkVersion(driverFiles{IMEX: f.IMEX, IMEXCtl: f.IMEXCtl}, kernel("575.51.03")); err != nil {
+	if err := r.CheckVersion(DriverFiles{IMEX: f.IMEX, IMEXCtl: f.IMEXCtl}, kernel("575.51.03")); err != nil {
 		t.Errorf("no NVML library: %v, want nothing to compare", err)
 	}
 }
@@ -269,8 +232,8 @@ func TestDriverRootVersionCheck(t *testing.T) {
 // A daemon whose IMEX cannot get the node's session names an enabled host service when the
 // driver root has one.
 func TestHostIMEXService(t *testing.T) {
-	r := driverRoot{Root: driverroot.Root{Host: "/", Container: driverRootFixture(t, completeRoot)}}
-	if got := r.hostIMEXService(); got != "" {
+	r := DriverRoot{Root: driverroot.Root{Host: "/", Container: driverRootFixture(t, completeRoot)}}
+	if got := r.HostIMEXService(); got != "" {
 		t.Errorf("no unit: %q", got)
 	}
 	unit := filepath.Join(r.Container, "etc/systemd/system/multi-user.target.wants/nvidia-imex.service")
@@ -281,7 +244,7 @@ func TestHostIMEXService(t *testing.T) {
 	if err := os.Symlink("/usr/lib/systemd/system/nvidia-imex.service", unit); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := r.hostIMEXService(), "/etc/systemd/system/multi-user.target.wants/nvidia-imex.service"; got != want {
+	if got, want := r.HostIMEXService(), "/etc/systemd/system/multi-user.target.wants/nvidia-imex.service"; got != want {
 		t.Errorf("hostIMEXService = %q, want %q", got, want)
 	}
 }

@@ -1,4 +1,8 @@
-package kubeletplugin
+// Package devices is what the kubelet plugin discovers of its node and publishes: the devices
+// and their ResourceSlices (Publisher), the IMEX device nodes, the NVIDIA driver root (the files
+// a daemon container gets, the loaded driver's version, the host IMEX service), NVML under the
+// driver root, and the node's NVLink clique (CliqueTracker).
+package devices
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package kubeletplugin
+package devices
 
 import (
 	"os"
@@ -60,8 +60,8 @@ func TestDeviceNodes(t *testing.T) {
 	if err := os.WriteFile(capFile, []byte("DeviceFileMinor: 3\nDeviceFileMode: 256\nDeviceFileModify: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	fromFiles := deviceNodes{procDevices: proc, mgmtCapFile: capFile, readFile: os.ReadFile}
-	nodes, err := fromFiles.channels([]int{0, 5})
+	fromFiles := Nodes{ProcDevices: proc, MgmtCapFile: capFile, ReadFile: os.ReadFile}
+	nodes, err := fromFiles.Channels([]int{0, 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestDeviceNodes(t *testing.T) {
 	if diff := cmp.Diff(want, nodes); diff != "" {
 		t.Errorf("channels (-want +got):\n%s", diff)
 	}
-	mgmt, err := fromFiles.imexMgmt()
+	mgmt, err := fromFiles.IMEXMgmt()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +86,8 @@ func TestDeviceNodes(t *testing.T) {
 	}
 
 	noDriver := fromFiles
-	noDriver.procDevices = capFile
-	if _, err := noDriver.channels([]int{0}); err == nil || !strings.Contains(err.Error(), "is the NVIDIA driver loaded") {
+	noDriver.ProcDevices = capFile
+	if _, err := noDriver.Channels([]int{0}); err == nil || !strings.Contains(err.Error(), "is the NVIDIA driver loaded") {
 		t.Errorf("without the driver: %v", err)
 	}
 }

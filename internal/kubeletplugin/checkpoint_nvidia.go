@@ -49,6 +49,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/devices"
 )
 
@@ -75,7 +76,7 @@ type nvidiaCheckpoint struct {
 
 // nvidiaCDISpecName is the file name of the CDI spec NVIDIA's plugin writes for a claim.
 func nvidiaCDISpecName(claimUID types.UID) string {
-	return cdiapi.GenerateTransientSpecName(CDIVendor, CDIClass, string(claimUID)) + ".yaml"
+	return cdiapi.GenerateTransientSpecName(cdi.Vendor, cdi.Class, string(claimUID)) + ".yaml"
 }
 
 // The layout of NVIDIA's checkpoint, as far as it is read.
@@ -281,7 +282,7 @@ func nvidiaClaimEntry(uid types.UID, c *nvidiaClaim) (ClaimEntry, string) {
 				}
 				p := of.Device.prepared()
 				for _, id := range p.CDIDeviceIDs {
-					withClaimSpec = withClaimSpec || strings.HasPrefix(id, CDIKind+"=")
+					withClaimSpec = withClaimSpec || strings.HasPrefix(id, cdi.Kind+"=")
 				}
 				e.Devices = append(e.Devices, p)
 			}

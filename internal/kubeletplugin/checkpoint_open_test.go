@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"cdplane/internal/kubeletplugin/cdi"
 )
 
 // logLines collects what a logger writes at the verbosity it is made with.
@@ -220,7 +222,7 @@ func TestUnprepareClaimTakenOverFromNVIDIA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := newCDIWriter(cdiDir)
+	w, err := cdi.NewWriter(cdiDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/features"
+	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/metrics"
 	"cdplane/internal/nvml"
@@ -191,7 +192,7 @@ type Driver struct {
 	api    client.Client // uncached: writes and fresh reads
 	view   *domainView
 	cp     *checkpointStore
-	cdi    *cdiWriter
+	cdi    *cdi.Writer
 	nodes  devices.Nodes
 	clique *devices.CliqueTracker
 	label  nodeLabeler
@@ -277,7 +278,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if d.cp, err = newCheckpointOpener().open(ctx, opts.StateDir); err != nil {
 		return nil, err
 	}
-	if d.cdi, err = newCDIWriter(opts.CDIRoot); err != nil {
+	if d.cdi, err = cdi.NewWriter(opts.CDIRoot); err != nil {
 		return nil, err
 	}
 	d.nodes = devices.Nodes{ProcDevices: opts.ProcDevices, MgmtCapFile: opts.IMEXMgmtCapability, ReadFile: opts.ReadHostFile}

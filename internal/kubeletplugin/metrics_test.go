@@ -15,6 +15,7 @@ import (
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/metrics"
@@ -35,7 +36,7 @@ func metricsDriver(t *testing.T, m *metrics.KubeletPluginMetrics, plane string, 
 			t.Fatal(err)
 		}
 	}
-	cdi, err := newCDIWriter(filepath.Join(dir, "cdi"))
+	cdi, err := cdi.NewWriter(filepath.Join(dir, "cdi"))
 	if err != nil {
 		t.Fatal(err)
 	}

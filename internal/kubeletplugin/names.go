@@ -2,8 +2,10 @@ package kubeletplugin
 
 import (
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
@@ -46,6 +48,12 @@ const (
 	ReasonConflictingComputeDomainConfig = failure.ReasonConflictingComputeDomainConfig
 	ReasonNodeServesOtherComputeDomain   = failure.ReasonNodeServesOtherComputeDomain
 )
+
+// CDIKind is the CDI kind of the claims' specs (package cdi).
+const CDIKind = cdi.Kind
+
+// CDISpecName is cdi.SpecName.
+func CDISpecName(claimUID types.UID) string { return cdi.SpecName(claimUID) }
 
 // ChannelDeviceName is devices.ChannelDeviceName.
 func ChannelDeviceName(n int) string { return devices.ChannelDeviceName(n) }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cdplane/internal/features"
+	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 
@@ -72,7 +73,7 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourcev1.ResourceCl
 // checkpointed with the devices.
 func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceClaim, deadline time.Time) ([]PreparedDevice, error) {
 	if e, ok := d.cp.get(claim.UID); ok && e.State == PrepareCompleted {
-		if e.CDISpec == "" || d.cdi.exists(e.CDISpec) {
+		if e.CDISpec == "" || d.cdi.Exists(e.CDISpec) {
 			return e.Devices, nil
 		}
 		klog.FromContext(ctx).Info("Prepared claim's CDI spec is gone (the node rebooted, or it was removed): preparing the claim again",
@@ -106,9 +107,9 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	if err := preparedElsewhere(d.cp.snapshot(), claim, plan); err != nil {
 		return nil, failure.Tag(failure.DeviceInUse, err)
 	}
-	if old, ok := d.cp.get(claim.UID); ok && old.CDISpec != "" && old.CDISpec != CDISpecName(claim.UID) {
+	if old, ok := d.cp.get(claim.UID); ok && old.CDISpec != "" && old.CDISpec != cdi.SpecName(claim.UID) {
 		// NVIDIA's plugin began this prepare: its spec would define the same CDI devices.
-		if err := d.cdi.remove(old.CDISpec); err != nil {
+		if err := d.cdi.Remove(old.CDISpec); err != nil {
 			return nil, err
 		}
 	}
@@ -171,7 +172,7 @@ func preparedDevices(claimUID types.UID, plan claimPlan, withCDI map[string]bool
 	for _, dev := range plan.Devices {
 		p := PreparedDevice{Requests: []string{dev.Request}, Pool: dev.Pool, Device: dev.Device}
 		if withCDI[dev.Device] {
-			p.CDIDeviceIDs = []string{CDIDeviceID(claimUID, dev.Device)}
+			p.CDIDeviceIDs = []string{cdi.DeviceID(claimUID, dev.Device)}
 		}
 		out = append(out, p)
 	}

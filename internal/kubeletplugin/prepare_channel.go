@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"cdplane/internal/features"
+	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
@@ -83,8 +84,8 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceC
 		return nil, "", failure.Tag(failure.Driver, failure.Retryablef("channel devices: %w", err))
 	}
 	spec := channelSpec(claim.UID, plan, nodes)
-	name := CDISpecName(claim.UID)
-	if err := d.cdi.write(spec, name); err != nil {
+	name := cdi.SpecName(claim.UID)
+	if err := d.cdi.Write(spec, name); err != nil {
 		return nil, "", fmt.Errorf("claim %s: %w", claim.UID, err)
 	}
 	logger.V(1).Info("Injecting IMEX channels", "computeDomain", klog.KObj(cd), "mode", plan.AllocationMode, "channels", len(nodes))

@@ -16,6 +16,7 @@ import (
 	"cdplane/internal/daemonenv"
 	"cdplane/internal/driverroot"
 	"cdplane/internal/imex"
+	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
@@ -113,8 +114,8 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	}
 	// A node publishes one daemon device, so a daemon claim holds exactly one.
 	device := plan.Devices[0].Device
-	name := CDISpecName(claim.UID)
-	if err := d.cdi.write(daemonSpec(claim.UID, device, env, dir, driverMounts, driverDevices, mgmtDev), name); err != nil {
+	name := cdi.SpecName(claim.UID)
+	if err := d.cdi.Write(daemonSpec(claim.UID, device, env, dir, driverMounts, driverDevices, mgmtDev), name); err != nil {
 		return nil, "", err
 	}
 	withCDI := map[string]bool{device: true}

@@ -9,6 +9,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/devices"
 )
 
@@ -20,7 +21,7 @@ func TestPrepareDaemonWithoutDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := newCDIWriter(cdiDir)
+	w, err := cdi.NewWriter(cdiDir)
 	if err != nil {
 		t.Fatal(err)
 	}

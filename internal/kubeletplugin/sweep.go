@@ -13,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"cdplane/internal/kubeletplugin/cdi"
 )
 
 // DefaultStaleSweepInterval is how often the plugin looks for claims it still holds whose
@@ -71,7 +73,7 @@ func (d *Driver) sweepStale(ctx context.Context) (entries, specs int, _ error) {
 	return entries, specs, errors.Join(errs...)
 }
 
-// sweepCDISpecs removes the CDI specs named as this plugin names a claim's spec (CDISpecName)
+// sweepCDISpecs removes the CDI specs named as this plugin names a claim's spec (cdi.SpecName)
 // whose claim UID is not in the checkpoint. Called with opMu held: a prepare writes its entry
 // before its spec, under opMu.
 func (d *Driver) sweepCDISpecs(ctx context.Context) (int, error) {
@@ -83,7 +85,7 @@ func (d *Driver) sweepCDISpecs(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("reading the CDI directory %s: %w", d.opts.CDIRoot, err)
 	}
 	const marker = "@"
-	probe := CDISpecName(marker)
+	probe := cdi.SpecName(marker)
 	prefix, suffix, _ := strings.Cut(probe, marker)
 	known := d.cp.snapshot()
 	removed := 0
@@ -97,7 +99,7 @@ func (d *Driver) sweepCDISpecs(ctx context.Context) (int, error) {
 		if _, ok := known[uid]; ok {
 			continue
 		}
-		if err := d.cdi.remove(name); err != nil {
+		if err := d.cdi.Remove(name); err != nil {
 			errs = append(errs, err)
 			continue
 		}

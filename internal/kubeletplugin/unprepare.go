@@ -15,6 +15,7 @@ import (
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
@@ -67,8 +68,8 @@ func (d *Driver) unprepareClaim(ctx context.Context, uid types.UID) error {
 // pod's prepare); it goes with its domain (sweepDomainDirs).
 func (d *Driver) undo(ctx context.Context, uid types.UID, e ClaimEntry) error {
 	// The entry's spec is another file when NVIDIA's plugin prepared the claim.
-	for _, spec := range []string{CDISpecName(uid), e.CDISpec} {
-		if err := d.cdi.remove(spec); err != nil {
+	for _, spec := range []string{cdi.SpecName(uid), e.CDISpec} {
+		if err := d.cdi.Remove(spec); err != nil {
 			return err
 		}
 	}

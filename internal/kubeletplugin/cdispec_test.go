@@ -9,6 +9,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"cdplane/internal/daemonenv"
+	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/devices"
 )
 
@@ -62,7 +63,7 @@ func TestChannelSpec(t *testing.T) {
 			}
 		})
 	}
-	if id := CDIDeviceID(uid, "channel-0"); id != "k8s.compute-domain.nvidia.com/claim=u1-channel-0" {
+	if id := cdi.DeviceID(uid, "channel-0"); id != "k8s.compute-domain.nvidia.com/claim=u1-channel-0" {
 		t.Errorf("CDI device id %s", id)
 	}
 }

@@ -365,6 +365,16 @@ func (w *ResourceClaimWrapper) AllocatedConfig(source resourcev1.AllocationConfi
 	return w
 }
 
+// NodeName sets the allocation's node selector to the node named (a metadata.name field
+// selector), as the scheduler writes it for a device of a node-local pool.
+func (w *ResourceClaimWrapper) NodeName(node string) *ResourceClaimWrapper {
+	w.Allocated()
+	w.Status.Allocation.NodeSelector = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+		Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+	}}}}}
+	return w
+}
+
 // ReservedFor adds a consumer, a pod, to status.reservedFor.
 func (w *ResourceClaimWrapper) ReservedFor(podName string, podUID types.UID) *ResourceClaimWrapper {
 	w.Status.ReservedFor = append(w.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: podName, UID: podUID})

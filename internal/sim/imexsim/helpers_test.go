@@ -1,7 +1,6 @@
 package imexsim
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -268,24 +267,6 @@ func (n *testNode) connectedTo(want ...string) func() (bool, string) {
 
 func testLogger(t *testing.T) logr.Logger {
 	return funcr.New(func(prefix, args string) { t.Log(prefix, args) }, funcr.Options{Verbosity: 1})
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer goroutine and a polling reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // testBinary is the path of the running test binary, for re-executing it as a helper.

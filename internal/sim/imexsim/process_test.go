@@ -12,6 +12,7 @@ import (
 
 	"cdplane/internal/atomicfile"
 	"cdplane/internal/imex"
+	"cdplane/internal/testutil"
 )
 
 // startProcess starts p and stops it when the test ends.
@@ -177,7 +178,7 @@ func TestRealProcess(t *testing.T) {
 // grace period ends.
 func TestProcessStopKillsAfterGrace(t *testing.T) {
 	t.Parallel()
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	p := imex.NewReal(imex.Options{
 		ConfigPath: "/unused",
 		Binary:     testBinary(t),
@@ -208,7 +209,7 @@ func TestProcessStopKillsAfterGrace(t *testing.T) {
 // Stop's context ends, not after DefaultStopGrace.
 func TestProcessStopWithoutGraceWaitsForTheContext(t *testing.T) {
 	t.Parallel()
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	p := imex.NewReal(imex.Options{
 		ConfigPath: "/unused",
 		Binary:     testBinary(t),
@@ -270,7 +271,7 @@ func TestSimProcessStartupPhase(t *testing.T) {
 	// process says it is starting up (it then has the signal dispositions of that phase).
 	startLong := func(t *testing.T) (*imex.Process, <-chan error) {
 		t.Helper()
-		stderr := &syncBuffer{}
+		stderr := &testutil.SyncBuffer{}
 		p := simProcess(t, n, func(o *imex.Options) {
 			o.Args = []string{"-startup-phase=1h"}
 			o.Stderr = stderr

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"cdplane/internal/imex"
+	"cdplane/internal/testutil"
 )
 
 // markerPeers reads the unsafe-termination marker below nodeDir: whether it exists, and the
@@ -215,7 +216,7 @@ func TestSimUnsafeStart(t *testing.T) {
 			n.write(t, peersOf(n, &testNode{ip: "127.0.0.96"}))
 			dir := n.withNodeDir(t)
 			leaveMarker(t, dir, "127.0.0.96")
-			logs := &syncBuffer{}
+			logs := &testutil.SyncBuffer{}
 			o := n.options(t)
 			o.Log = funcr.New(func(prefix, args string) { fmt.Fprintln(logs, prefix, args) }, funcr.Options{})
 			sim := New(o)
@@ -278,7 +279,7 @@ func TestSimProcessKilledLeavesMarker(t *testing.T) {
 		t.Fatalf("the killed process's marker is gone")
 	}
 
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	o := n.options(t)
 	o.Log = funcr.New(func(prefix, args string) { fmt.Fprintln(logs, prefix, args) }, funcr.Options{})
 	sim := New(o)

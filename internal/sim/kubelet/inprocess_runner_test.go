@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -14,24 +13,6 @@ import (
 
 	"cdplane/internal/testutil"
 )
-
-// syncBuffer is a log written by an instance's goroutine and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestInProcessRunner: programs are picked by command[0]'s base name and get the command's
 // arguments, the container's environment and its log; SIGTERM cancels, Kill reports 137, a
@@ -58,9 +39,9 @@ func TestInProcessRunner(t *testing.T) {
 		},
 		Fallback: NoopRunner{},
 	}
-	run := func(args ...string) (Handle, *syncBuffer) {
+	run := func(args ...string) (Handle, *testutil.SyncBuffer) {
 		t.Helper()
-		log := &syncBuffer{}
+		log := &testutil.SyncBuffer{}
 		spec := &ContainerSpec{Image: "cdplane:v1", Command: []string{"/bin/tool"}, Args: args,
 			Env: []EnvVar{{Name: "GREETING", Value: "ignored"}, {Name: "GREETING", Value: "hi"}}, Log: log}
 		h, err := r.Start(context.Background(), spec)
@@ -125,7 +106,7 @@ func TestInProcessRunner(t *testing.T) {
 	}
 
 	// A command without a program goes to Fallback: the no-op container records its args.
-	var noop syncBuffer
+	var noop testutil.SyncBuffer
 	spec = &ContainerSpec{Image: "busybox", Command: []string{"sh"}, Args: []string{"-c", "true"}, Log: &noop,
 		Annotations: map[string]string{AnnotationExitCode: "0"}}
 	h, err = r.Start(context.Background(), spec)
@@ -168,7 +149,7 @@ func TestInProcessRunnerWaitsForALeftBehindInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	log := &syncBuffer{}
+	log := &testutil.SyncBuffer{}
 	if err := first.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +240,7 @@ func TestInProcessRunnerWaitsForALeftBehindInstance(t *testing.T) {
 	}
 	_ = h.Kill()
 	waitDone(t, h)
-	log = &syncBuffer{}
+	log = &testutil.SyncBuffer{}
 	if _, err := stuck.Start(t.Context(), spec(log)); err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,11 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,31 +53,13 @@ func TestMain(m *testing.M) {
 	}, &testCluster))
 }
 
-// syncBuffer collects a manager's progress output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newManager(t *testing.T) (*lifecycle.Manager, *syncBuffer) {
+func newManager(t *testing.T) (*lifecycle.Manager, *testutil.SyncBuffer) {
 	t.Helper()
 	kubeconfig, err := testCluster.AdminKubeconfig("lifecycle")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: kubeconfig, Out: out, Timeout: 2 * time.Minute, Poll: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -144,7 +144,7 @@ func (e *env) startWriter(ctx context.Context, ns, name string) *writer {
 }
 
 func (w *writer) run(ctx context.Context) string {
-	c := w.e.c
+	c := w.e.C
 	cur := &corev1.Secret{}
 	for i := 0; ; i++ {
 		select {
@@ -174,14 +174,14 @@ func (w *writer) run(ctx context.Context) string {
 func (w *writer) takeOver(ctx context.Context) string {
 	for ctx.Err() == nil {
 		cur := &corev1.Secret{}
-		if err := w.e.c.Get(ctx, w.key, cur); err != nil {
+		if err := w.e.C.Get(ctx, w.key, cur); err != nil {
 			continue
 		}
 		delete(cur.Labels, secretmirror.MirroredFromLabel)
 		delete(cur.Labels, cdv1beta1.ControlPlaneLabel)
 		cur.Labels["app"] = "taken-over"
 		cur.Data = map[string][]byte{"token": []byte("foreign")}
-		if err := w.e.c.Update(ctx, cur); err == nil {
+		if err := w.e.C.Update(ctx, cur); err == nil {
 			return cur.ResourceVersion
 		}
 	}
@@ -213,7 +213,7 @@ func TestConcurrentWriterConflictsConverge(t *testing.T) {
 	started := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := e.startWriter(ctx, t1, "creds")
-	e.eventually(60*time.Second, "the mirror meets 3 conflicts", func() (bool, error) {
+	e.Eventually(60*time.Second, "the mirror meets 3 conflicts", func() (bool, error) {
 		return wire.conflicts()-wireStart >= 3, nil
 	})
 	cancel()
@@ -239,7 +239,7 @@ func TestConcurrentWriterConflictsConverge(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
 	w = e.startWriter(ctx, t1, "creds")
-	e.eventually(60*time.Second, "the mirror meets a conflict again", func() (bool, error) {
+	e.Eventually(60*time.Second, "the mirror meets a conflict again", func() (bool, error) {
 		return wire.conflicts() > before, nil
 	})
 	close(w.takeover)
@@ -247,7 +247,7 @@ func TestConcurrentWriterConflictsConverge(t *testing.T) {
 	if rv == "" {
 		t.Fatal("the writer could not take the Secret over")
 	}
-	e.eventually(30*time.Second, "the taken-over Secret reported as foreign", func() (bool, error) {
+	e.Eventually(30*time.Second, "the taken-over Secret reported as foreign", func() (bool, error) {
 		return e.metric(metrics.SecretMirrorForeignTargetsName) > foreignBefore, nil
 	})
 	foreign := map[string]string{"token": "foreign"}
@@ -255,7 +255,7 @@ func TestConcurrentWriterConflictsConverge(t *testing.T) {
 
 	foreignBefore = e.metric(metrics.SecretMirrorForeignTargetsName)
 	e.updateSecret(e.srcNS, "creds", func(s *corev1.Secret) { s.Data["token"] = []byte("source-2") })
-	e.eventually(30*time.Second, "the source change refused on the foreign Secret", func() (bool, error) {
+	e.Eventually(30*time.Second, "the source change refused on the foreign Secret", func() (bool, error) {
 		return e.metric(metrics.SecretMirrorForeignTargetsName) > foreignBefore, nil
 	})
 	e.assertUntouched(t1, "creds", rv, foreign)

@@ -28,6 +28,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/secretmirror"
 	"cdplane/internal/testutil"
+	"cdplane/internal/testutil/cluster"
 )
 
 func init() {
@@ -40,8 +41,7 @@ const mirrorLabel = "cdplane.test/mirror"
 // env is one test's plane: a source namespace, the mirror's options and, once started, a
 // controller manager running only the mirror.
 type env struct {
-	t     *testing.T
-	c     client.Client
+	*cluster.Env
 	srcNS string
 	opts  secretmirror.Options
 	stop  func()
@@ -57,8 +57,8 @@ func newPlane(t *testing.T) *env {
 // newEnv returns an env for plane id ("" for the legacy plane) with its source namespace.
 func newEnv(t *testing.T, id string) *env {
 	t.Helper()
-	e := &env{t: t, c: testCluster.Client}
-	e.srcNS = testCluster.Namespace(t, nil)
+	e := &env{Env: cluster.NewEnv(t, testCluster)}
+	e.srcNS = e.Namespace(nil)
 	e.opts = secretmirror.Options{
 		ControlPlaneID:  id,
 		SourceNamespace: e.srcNS,
@@ -75,15 +75,9 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func (e *env) ctx() context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	e.t.Cleanup(cancel)
-	return ctx
-}
-
 // start runs the mirror as a cluster administrator: see startAs.
 func (e *env) start() {
-	e.t.Helper()
+	e.T.Helper()
 	e.startAs(testCluster.Config)
 }
 
@@ -92,16 +86,16 @@ func (e *env) start() {
 // SkipNameValidation so several managers share the process. The mirror's own ResyncInterval is
 // e.opts's (default 10 minutes, longer than any test).
 func (e *env) startAs(cfg *rest.Config) {
-	e.t.Helper()
+	e.T.Helper()
 	r, err := secretmirror.New(e.opts)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	syncPeriod := 10 * time.Hour
 	e.logs = &logRecorder{}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 testCluster.Scheme,
-		Logger:                 e.logs.logger(testr.New(e.t)),
+		Logger:                 e.logs.logger(testr.New(e.T)),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
@@ -112,53 +106,35 @@ func (e *env) startAs(cfg *rest.Config) {
 		},
 	})
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	e.stop = testutil.RunManager(e.t, mgr)
+	e.stop = testutil.RunManager(e.T, mgr)
 }
 
 // namespace creates a namespace named prefix plus a random suffix, deleted when the test ends.
 func (e *env) namespace(prefix string, l map[string]string) string {
-	e.t.Helper()
+	e.T.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix, Labels: l}}
-	if err := e.c.Create(e.ctx(), ns); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), ns) })
+	e.Create(ns)
 	return ns.Name
 }
 
 // target creates a namespace assigned to the plane (labelled with its id).
 func (e *env) target(prefix string) string {
-	e.t.Helper()
+	e.T.Helper()
 	if e.opts.ControlPlaneID == "" {
-		e.t.Fatal("target() is for planes with an id; legacy targets match the namespace selector")
+		e.T.Fatal("target() is for planes with an id; legacy targets match the namespace selector")
 	}
 	return e.namespace(prefix, map[string]string{cdv1beta1.ControlPlaneLabel: e.opts.ControlPlaneID})
 }
 
 // setNamespaceLabel sets (value != nil) or removes a namespace label.
 func (e *env) setNamespaceLabel(name, key string, value *string) {
-	e.t.Helper()
-	ns := &corev1.Namespace{}
-	if err := e.c.Get(e.ctx(), client.ObjectKey{Name: name}, ns); err != nil {
-		e.t.Fatal(err)
-	}
-	orig := ns.DeepCopy()
-	if value == nil {
-		delete(ns.Labels, key)
-	} else {
-		if ns.Labels == nil {
-			ns.Labels = map[string]string{}
-		}
-		ns.Labels[key] = *value
-	}
-	if err := e.c.Patch(e.ctx(), ns, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		e.t.Fatal(err)
-	}
+	e.T.Helper()
+	e.SetLabel(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, key, value)
 }
 
 func toBytes(data map[string]string) map[string][]byte {
@@ -171,15 +147,15 @@ func toBytes(data map[string]string) map[string][]byte {
 
 // createSource creates a Secret of the source namespace that the mirror selects.
 func (e *env) createSource(name string, data map[string]string) *corev1.Secret {
-	e.t.Helper()
+	e.T.Helper()
 	return e.createSecret(e.srcNS, name, map[string]string{mirrorLabel: e.srcNS}, data)
 }
 
 func (e *env) createSecret(ns, name string, l, data map[string]string) *corev1.Secret {
-	e.t.Helper()
+	e.T.Helper()
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: l}, Data: toBytes(data)}
-	if err := e.c.Create(e.ctx(), s); err != nil {
-		e.t.Fatal(err)
+	if err := e.C.Create(e.Ctx(), s); err != nil {
+		e.T.Fatal(err)
 	}
 	return s
 }
@@ -187,41 +163,35 @@ func (e *env) createSecret(ns, name string, l, data map[string]string) *corev1.S
 // createCopy creates a Secret carrying the plane's mirror marker, as if the mirror had made it
 // before the test's manager started.
 func (e *env) createCopy(ns, name string, data map[string]string) *corev1.Secret {
-	e.t.Helper()
+	e.T.Helper()
 	return e.createSecret(ns, name, secretmirror.Marker(e.opts.ControlPlaneID, e.srcNS), data)
 }
 
 // updateSecret changes a Secret's data and labels with a fresh read and optimistic locking.
 func (e *env) updateSecret(ns, name string, mutate func(*corev1.Secret)) *corev1.Secret {
-	e.t.Helper()
+	e.T.Helper()
 	s := &corev1.Secret{}
-	if err := e.c.Get(e.ctx(), client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
-		e.t.Fatal(err)
+	if err := e.C.Get(e.Ctx(), client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
+		e.T.Fatal(err)
 	}
 	mutate(s)
-	if err := e.c.Update(e.ctx(), s); err != nil {
-		e.t.Fatal(err)
+	if err := e.C.Update(e.Ctx(), s); err != nil {
+		e.T.Fatal(err)
 	}
 	return s
 }
 
 func (e *env) get(ns, name string) (*corev1.Secret, error) {
 	s := &corev1.Secret{}
-	err := e.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, s)
+	err := e.C.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, s)
 	return s, err
-}
-
-// eventually polls cond until it holds, failing the test after timeout.
-func (e *env) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
-	e.t.Helper()
-	testutil.Eventually(e.t, timeout, what, cond)
 }
 
 // waitCopy waits until ns holds the plane's copy of the source with exactly data, and returns it.
 func (e *env) waitCopy(ns, name string, data map[string]string) *corev1.Secret {
-	e.t.Helper()
+	e.T.Helper()
 	var got *corev1.Secret
-	e.eventually(30*time.Second, fmt.Sprintf("copy %s/%s with data %v", ns, name, data), func() (bool, error) {
+	e.Eventually(30*time.Second, fmt.Sprintf("copy %s/%s with data %v", ns, name, data), func() (bool, error) {
 		s, err := e.get(ns, name)
 		if err != nil {
 			return false, err
@@ -243,9 +213,9 @@ func (e *env) waitCopy(ns, name string, data map[string]string) *corev1.Secret {
 
 // waitLog waits until the manager logged a line that matches, and returns the matching lines.
 func (e *env) waitLog(what string, match func(logRecord) bool) []logRecord {
-	e.t.Helper()
+	e.T.Helper()
 	var got []logRecord
-	e.eventually(30*time.Second, what, func() (bool, error) {
+	e.Eventually(30*time.Second, what, func() (bool, error) {
 		got = e.logs.find(match)
 		return len(got) > 0, nil
 	})
@@ -261,8 +231,8 @@ func (e *env) mirrored(name string) func(logRecord) bool {
 
 // waitGone waits until ns has no Secret named name.
 func (e *env) waitGone(ns, name string) {
-	e.t.Helper()
-	e.eventually(30*time.Second, fmt.Sprintf("Secret %s/%s deleted", ns, name), func() (bool, error) {
+	e.T.Helper()
+	e.Eventually(30*time.Second, fmt.Sprintf("Secret %s/%s deleted", ns, name), func() (bool, error) {
 		_, err := e.get(ns, name)
 		if apierrors.IsNotFound(err) {
 			return true, nil
@@ -273,21 +243,21 @@ func (e *env) waitGone(ns, name string) {
 
 // assertAbsent fails unless ns has no Secret named name now.
 func (e *env) assertAbsent(ns, name string) {
-	e.t.Helper()
+	e.T.Helper()
 	if s, err := e.get(ns, name); !apierrors.IsNotFound(err) {
-		e.t.Fatalf("Secret %s/%s: want none, got %v (labels %v)", ns, name, err, s.Labels)
+		e.T.Fatalf("Secret %s/%s: want none, got %v (labels %v)", ns, name, err, s.Labels)
 	}
 }
 
 // assertUntouched fails unless the Secret still has resourceVersion rv and data.
 func (e *env) assertUntouched(ns, name, rv string, data map[string]string) {
-	e.t.Helper()
+	e.T.Helper()
 	s, err := e.get(ns, name)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	if s.ResourceVersion != rv || !maps.EqualFunc(s.Data, toBytes(data), bytes.Equal) {
-		e.t.Fatalf("Secret %s/%s was written: resourceVersion %s (want %s), data %v (want %v)", ns, name, s.ResourceVersion, rv, stringData(s), data)
+		e.T.Fatalf("Secret %s/%s was written: resourceVersion %s (want %s), data %v (want %v)", ns, name, s.ResourceVersion, rv, stringData(s), data)
 	}
 }
 
@@ -302,10 +272,10 @@ func stringData(s *corev1.Secret) map[string]string {
 // metric returns this plane's sample of one of the mirror's counters, read from
 // controller-runtime's registry as the metrics endpoint would serve it.
 func (e *env) metric(name string) float64 {
-	e.t.Helper()
+	e.T.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	var sum float64
 	for _, f := range families {
@@ -327,10 +297,10 @@ func (e *env) metric(name string) float64 {
 
 // apiMetric sums samples of an apiserver metric.
 func (e *env) apiMetric(name string, match map[string]string) float64 {
-	e.t.Helper()
-	v, err := testCluster.MetricSum(e.ctx(), name, match)
+	e.T.Helper()
+	v, err := testCluster.MetricSum(e.Ctx(), name, match)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return v
 }

@@ -17,7 +17,7 @@ import (
 // a ValidatingAdmissionPolicy and its binding, and waits until a dry-run create is refused. It
 // returns the policy's name and a function that removes both and waits until writes pass.
 func (e *env) refuseSecretWrites(ns string) (string, func()) {
-	e.t.Helper()
+	e.T.Helper()
 	name := "sm-refuse-" + ns
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -49,8 +49,8 @@ func (e *env) refuseSecretWrites(ns string) (string, func()) {
 		},
 	}
 	for _, o := range []client.Object{policy, binding} {
-		if err := e.c.Create(e.ctx(), o); err != nil {
-			e.t.Fatal(err)
+		if err := e.C.Create(e.Ctx(), o); err != nil {
+			e.T.Fatal(err)
 		}
 	}
 	removed := false
@@ -60,19 +60,19 @@ func (e *env) refuseSecretWrites(ns string) (string, func()) {
 		}
 		removed = true
 		for _, o := range []client.Object{binding, policy} {
-			if err := e.c.Delete(context.Background(), o); client.IgnoreNotFound(err) != nil {
-				e.t.Errorf("deleting %s: %v", o.GetName(), err)
+			if err := e.C.Delete(context.Background(), o); client.IgnoreNotFound(err) != nil {
+				e.T.Errorf("deleting %s: %v", o.GetName(), err)
 			}
 		}
 	}
-	e.t.Cleanup(remove)
-	e.eventually(30*time.Second, "Secret writes refused in "+ns, func() (bool, error) {
+	e.T.Cleanup(remove)
+	e.Eventually(30*time.Second, "Secret writes refused in "+ns, func() (bool, error) {
 		return e.probeWrite(ns) != nil, nil
 	})
 	return name, func() {
-		e.t.Helper()
+		e.T.Helper()
 		remove()
-		e.eventually(30*time.Second, "Secret writes allowed in "+ns, func() (bool, error) {
+		e.Eventually(30*time.Second, "Secret writes allowed in "+ns, func() (bool, error) {
 			err := e.probeWrite(ns)
 			return err == nil, err
 		})
@@ -82,7 +82,7 @@ func (e *env) refuseSecretWrites(ns string) (string, func()) {
 // probeWrite creates a Secret in ns as a dry run: admission runs, nothing is stored.
 func (e *env) probeWrite(ns string) error {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}
-	return e.c.Create(context.Background(), s, client.DryRunAll)
+	return e.C.Create(context.Background(), s, client.DryRunAll)
 }
 
 // TestFailingTargetIsRetried: one assigned namespace refuses Secret writes (a real admission
@@ -105,7 +105,7 @@ func TestFailingTargetIsRetried(t *testing.T) {
 	started := time.Now()
 	e.start()
 	e.waitCopy(open, "creds", data)
-	e.eventually(60*time.Second, "the refused target tried 3 times", func() (bool, error) {
+	e.Eventually(60*time.Second, "the refused target tried 3 times", func() (bool, error) {
 		n := e.apiMetric(metric, denials) - before
 		return n >= 3, fmt.Errorf("%.0f denials", n)
 	})

@@ -56,7 +56,7 @@ func TestColdStartReplaysPreexistingSecrets(t *testing.T) {
 	}
 	for _, ns := range []string{otherPlane, unassigned} {
 		list := &corev1.SecretList{}
-		if err := e.c.List(e.ctx(), list, client.InNamespace(ns)); err != nil {
+		if err := e.C.List(e.Ctx(), list, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
 		}
 		if len(list.Items) != 0 {
@@ -88,14 +88,14 @@ func TestForeignSecretLeftIntactAndReported(t *testing.T) {
 	e.start()
 	e.createSource("creds", map[string]string{"token": "ours"})
 	e.waitCopy(t2, "creds", map[string]string{"token": "ours"})
-	e.eventually(30*time.Second, "foreign target counted", func() (bool, error) {
+	e.Eventually(30*time.Second, "foreign target counted", func() (bool, error) {
 		return e.metric(metrics.SecretMirrorForeignTargetsName) >= 1, nil
 	})
 	e.assertUntouched(t1, "creds", foreign.ResourceVersion, theirs)
 
-	e.eventually(30*time.Second, "ForeignTarget event on the source", func() (bool, error) {
+	e.Eventually(30*time.Second, "ForeignTarget event on the source", func() (bool, error) {
 		events := &eventsv1.EventList{}
-		if err := e.c.List(context.Background(), events, client.InNamespace(e.srcNS)); err != nil {
+		if err := e.C.List(context.Background(), events, client.InNamespace(e.srcNS)); err != nil {
 			return false, err
 		}
 		for _, ev := range events.Items {
@@ -110,13 +110,13 @@ func TestForeignSecretLeftIntactAndReported(t *testing.T) {
 	before := e.metric(metrics.SecretMirrorForeignTargetsName)
 	e.updateSecret(e.srcNS, "creds", func(s *corev1.Secret) { s.Data["token"] = []byte("ours-2") })
 	e.waitCopy(t2, "creds", map[string]string{"token": "ours-2"})
-	e.eventually(30*time.Second, "foreign target counted again", func() (bool, error) {
+	e.Eventually(30*time.Second, "foreign target counted again", func() (bool, error) {
 		return e.metric(metrics.SecretMirrorForeignTargetsName) > before, nil
 	})
 	e.assertUntouched(t1, "creds", foreign.ResourceVersion, theirs)
 
 	// The owner removes it: the plane's copy follows at the next recheck.
-	if err := e.c.Delete(e.ctx(), foreign); err != nil {
+	if err := e.C.Delete(e.Ctx(), foreign); err != nil {
 		t.Fatal(err)
 	}
 	e.waitCopy(t1, "creds", map[string]string{"token": "ours-2"})
@@ -140,7 +140,7 @@ func TestSourceDeletedRemovesCopies(t *testing.T) {
 	}
 	kept := e.waitCopy(t1, "kept", map[string]string{"token": "k"})
 
-	if err := e.c.Delete(e.ctx(), doomed); err != nil {
+	if err := e.C.Delete(e.Ctx(), doomed); err != nil {
 		t.Fatal(err)
 	}
 	e.updateSecret(e.srcNS, "unselected-later", func(s *corev1.Secret) { delete(s.Labels, mirrorLabel) })
@@ -220,7 +220,7 @@ func TestLegacyPlaneWithoutSelectorMirrorsNowhere(t *testing.T) {
 	e.start()
 	e.waitLog("the source reconciled", e.mirrored("creds"))
 	list := &corev1.SecretList{}
-	if err := e.c.List(e.ctx(), list, client.MatchingLabels{secretmirror.MirroredFromLabel: e.srcNS}); err != nil {
+	if err := e.C.List(e.Ctx(), list, client.MatchingLabels{secretmirror.MirroredFromLabel: e.srcNS}); err != nil {
 		t.Fatal(err)
 	}
 	if len(list.Items) != 1 || list.Items[0].Namespace != ns {

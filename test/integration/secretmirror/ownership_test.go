@@ -45,7 +45,7 @@ const probeName = "hijacker-probe"
 // startHijacker serves the webhook on loopback, registers it for Secrets in ns, and waits until
 // the apiserver calls it.
 func (e *env) startHijacker(ns string) *hijacker {
-	e.t.Helper()
+	e.T.Helper()
 	h := &hijacker{e: e, ns: ns, taken: make(chan string, 4)}
 	path := "hijack"
 	hook := &admissionregistrationv1.ValidatingWebhookConfiguration{
@@ -69,29 +69,29 @@ func (e *env) startHijacker(ns string) *hijacker {
 	}
 	opts := &envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1", ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{hook}}
 	if err := opts.PrepWithoutInstalling(); err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	cert, err := tls.LoadX509KeyPair(filepath.Join(opts.LocalServingCertDir, "tls.crt"), filepath.Join(opts.LocalServingCertDir, "tls.key"))
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	ln, err := tls.Listen("tcp", net.JoinHostPort(opts.LocalServingHost, strconv.Itoa(opts.LocalServingPort)), &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	e.t.Cleanup(func() {
-		_ = e.c.Delete(context.Background(), hook)
+	e.T.Cleanup(func() {
+		_ = e.C.Delete(context.Background(), hook)
 		_ = srv.Close()
 		_ = opts.Cleanup()
 	})
 	if err := opts.Install(testCluster.Config); err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	e.eventually(30*time.Second, "the apiserver calls the webhook", func() (bool, error) {
+	e.Eventually(30*time.Second, "the apiserver calls the webhook", func() (bool, error) {
 		probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: probeName, Namespace: ns}}
-		if err := e.c.Create(context.Background(), probe, client.DryRunAll); err != nil {
+		if err := e.C.Create(context.Background(), probe, client.DryRunAll); err != nil {
 			return false, err
 		}
 		return h.probes.Load() > 0, nil
@@ -140,13 +140,13 @@ func (h *hijacker) fromMirror(req *admissionv1.AdmissionRequest) bool {
 func (h *hijacker) takeOver(ctx context.Context, name string) string {
 	for ctx.Err() == nil {
 		cur := &corev1.Secret{}
-		if err := h.e.c.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: name}, cur); err != nil {
+		if err := h.e.C.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: name}, cur); err != nil {
 			return ""
 		}
 		delete(cur.Labels, secretmirror.MirroredFromLabel)
 		delete(cur.Labels, cdv1beta1.ControlPlaneLabel)
 		cur.Data = map[string][]byte{"token": []byte("taken over")}
-		if err := h.e.c.Update(ctx, cur, client.FieldOwner("hijacker")); err == nil {
+		if err := h.e.C.Update(ctx, cur, client.FieldOwner("hijacker")); err == nil {
 			return cur.ResourceVersion
 		}
 	}
@@ -189,7 +189,7 @@ func TestOwnershipRecheckedOnEveryAttempt(t *testing.T) {
 	h.arm("updated")
 	e.updateSecret(e.srcNS, "updated", func(s *corev1.Secret) { s.Data["token"] = []byte("v2") })
 	rv := h.waitTaken(t)
-	e.eventually(30*time.Second, "the taken-over copy reported", func() (bool, error) {
+	e.Eventually(30*time.Second, "the taken-over copy reported", func() (bool, error) {
 		return e.metric(metrics.SecretMirrorForeignTargetsName) > foreign, nil
 	})
 	if got := e.metric(metrics.SecretMirrorWriteConflictsName) - conflicts; got < 1 {
@@ -200,11 +200,11 @@ func TestOwnershipRecheckedOnEveryAttempt(t *testing.T) {
 	// Delete path: the source goes, the mirror deletes its copy, the copy is taken over.
 	conflicts, foreign = e.metric(metrics.SecretMirrorWriteConflictsName), e.metric(metrics.SecretMirrorForeignTargetsName)
 	h.arm("deleted")
-	if err := e.c.Delete(e.ctx(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.srcNS, Name: "deleted"}}); err != nil {
+	if err := e.C.Delete(e.Ctx(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.srcNS, Name: "deleted"}}); err != nil {
 		t.Fatal(err)
 	}
 	rv = h.waitTaken(t)
-	e.eventually(30*time.Second, "the taken-over copy reported", func() (bool, error) {
+	e.Eventually(30*time.Second, "the taken-over copy reported", func() (bool, error) {
 		return e.metric(metrics.SecretMirrorForeignTargetsName) > foreign, nil
 	})
 	if got := e.metric(metrics.SecretMirrorWriteConflictsName) - conflicts; got < 1 {

@@ -29,7 +29,7 @@ var secretVerbs = []string{"get", "list", "watch", "create", "update", "patch", 
 // apiserver enforces exactly these rights: Secrets readable in the source namespace and the
 // targets, and not cluster-wide.
 func (e *env) namespacedRights(targets ...string) (*rest.Config, map[string]*rbacv1.RoleBinding, client.Client) {
-	e.t.Helper()
+	e.T.Helper()
 	id := e.opts.ControlPlaneID
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "controller", Namespace: e.srcNS}}
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
@@ -69,11 +69,11 @@ func (e *env) namespacedRights(targets ...string) (*rest.Config, map[string]*rba
 		objs = append(objs, bindings[ns])
 	}
 	for _, o := range objs {
-		if err := e.c.Create(e.ctx(), o); err != nil {
-			e.t.Fatal(err)
+		if err := e.C.Create(e.Ctx(), o); err != nil {
+			e.T.Fatal(err)
 		}
 		if o.GetNamespace() == "" {
-			e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), o) })
+			e.T.Cleanup(func() { _ = e.C.Delete(context.Background(), o) })
 		}
 	}
 
@@ -81,9 +81,9 @@ func (e *env) namespacedRights(targets ...string) (*rest.Config, map[string]*rba
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", sa.Namespace, sa.Name)}
 	c, err := client.New(cfg, client.Options{Scheme: testCluster.Scheme})
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	e.eventually(30*time.Second, "the service account's Secret rights in force", func() (bool, error) {
+	e.Eventually(30*time.Second, "the service account's Secret rights in force", func() (bool, error) {
 		for _, ns := range append([]string{e.srcNS}, targets...) {
 			if err := c.List(context.Background(), &corev1.SecretList{}, client.InNamespace(ns)); err != nil {
 				return false, err
@@ -91,8 +91,8 @@ func (e *env) namespacedRights(targets ...string) (*rest.Config, map[string]*rba
 		}
 		return true, nil
 	})
-	if err := c.List(e.ctx(), &corev1.SecretList{}); !apierrors.IsForbidden(err) {
-		e.t.Fatalf("listing Secrets cluster-wide as the service account: %v, want Forbidden", err)
+	if err := c.List(e.Ctx(), &corev1.SecretList{}); !apierrors.IsForbidden(err) {
+		e.T.Fatalf("listing Secrets cluster-wide as the service account: %v, want Forbidden", err)
 	}
 	return cfg, bindings, c
 }
@@ -124,7 +124,7 @@ func TestNamespacedRBACOnly(t *testing.T) {
 	}
 
 	// Healed by the resync: copies are not watched.
-	if err := e.c.Delete(e.ctx(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: t1, Name: "early"}}); err != nil {
+	if err := e.C.Delete(e.Ctx(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: t1, Name: "early"}}); err != nil {
 		t.Fatal(err)
 	}
 	e.updateSecret(t2, "early", func(s *corev1.Secret) { s.Data["token"] = []byte("tampered") })
@@ -147,10 +147,10 @@ func TestNamespacedRBACOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.Delete(e.ctx(), bindings[t3]); err != nil {
+	if err := e.C.Delete(e.Ctx(), bindings[t3]); err != nil {
 		t.Fatal(err)
 	}
-	e.eventually(30*time.Second, "Secrets in "+t3+" forbidden to the service account", func() (bool, error) {
+	e.Eventually(30*time.Second, "Secrets in "+t3+" forbidden to the service account", func() (bool, error) {
 		err := sa.List(context.Background(), &corev1.SecretList{}, client.InNamespace(t3))
 		return apierrors.IsForbidden(err), err
 	})
@@ -161,7 +161,7 @@ func TestNamespacedRBACOnly(t *testing.T) {
 	e.waitLog("the forbidden sweep of "+t3+" logged at V(1)", forbiddenSweep)
 	// Two resync passes later, the sweep has not been retried.
 	passes := len(e.logs.find(e.mirrored("early")))
-	e.eventually(30*time.Second, "two more resync passes", func() (bool, error) {
+	e.Eventually(30*time.Second, "two more resync passes", func() (bool, error) {
 		return len(e.logs.find(e.mirrored("early"))) >= passes+2, nil
 	})
 	if n := len(e.logs.find(forbiddenSweep)); n != 1 {

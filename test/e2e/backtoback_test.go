@@ -14,6 +14,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/sim/imexsim"
+	"cdplane/internal/testutil"
 )
 
 // slowIMEXRelease is how long the node's IMEX session stays held after the previous domain's
@@ -54,7 +55,7 @@ func TestBackToBackDomainsOnTheSameNodes(t *testing.T) {
 	// pods go, the nodes lose the first domain's label, its daemons stop, and each node's
 	// session stays held for slowIMEXRelease while the second domain's daemons start.
 	second := computeDomain(t, ns, "second", 2, "")
-	eventually(t, time.Minute, "the second domain's claim template", func() (bool, error) {
+	testutil.Eventually(t, time.Minute, "the second domain's claim template", func() (bool, error) {
 		err := c.Get(ctx(), client.ObjectKey{Namespace: ns, Name: "second"}, &resourcev1.ResourceClaimTemplate{})
 		return err == nil, client.IgnoreNotFound(err)
 	})

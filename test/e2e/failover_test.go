@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/testutil"
 )
 
 // Failover while a 2-rack IMEX job runs: force-deleting a worker (the Job replaces it),
@@ -45,7 +46,7 @@ func TestFailoverDuringTwoRackJob(t *testing.T) {
 			},
 			settled: func(t *testing.T, f *failover) []string {
 				var nodes []string
-				eventually(t, 3*time.Minute, "the Job's replacement worker Running", func() (bool, error) {
+				testutil.Eventually(t, 3*time.Minute, "the Job's replacement worker Running", func() (bool, error) {
 					nodes = nil
 					for _, p := range runningWorkers(t, f.ns) {
 						if p.UID == f.victim.UID {
@@ -66,7 +67,7 @@ func TestFailoverDuringTwoRackJob(t *testing.T) {
 				return otherNodes(f.workers, corev1.Pod{})
 			},
 			settled: func(t *testing.T, f *failover) []string {
-				eventually(t, 3*time.Minute, "every daemon pod replaced", func() (bool, error) {
+				testutil.Eventually(t, 3*time.Minute, "every daemon pod replaced", func() (bool, error) {
 					pods, err := liveDaemons(t, planeA, f.cd)
 					if err != nil || len(pods) != len(f.daemons) {
 						return false, err
@@ -91,7 +92,7 @@ func TestFailoverDuringTwoRackJob(t *testing.T) {
 				return otherNodes(f.workers, f.victim)
 			},
 			settled: func(t *testing.T, f *failover) []string {
-				eventually(t, 3*time.Minute, "the deleted worker counted as succeeded", func() (bool, error) {
+				testutil.Eventually(t, 3*time.Minute, "the deleted worker counted as succeeded", func() (bool, error) {
 					j := &batchv1.Job{}
 					if err := c.Get(ctx(), client.ObjectKey{Namespace: f.ns, Name: "worker"}, j); err != nil {
 						return false, err

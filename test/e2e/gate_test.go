@@ -8,6 +8,7 @@ import (
 	"cdplane/internal/lifecycle"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/testutil"
 )
 
 // Flipping the ComputeDomainCliques gate with a live domain (`cdplane apply plane` with the
@@ -53,7 +54,7 @@ func TestGateFlipWithLiveDomains(t *testing.T) {
 		vals["featureGates"] = map[string]any{"ComputeDomainCliques": on}
 		must(t, m.ApplyPlane(ctx(), planeB, vals))
 		waitPlaneGate(t, planeB, fmt.Sprint(on))
-		eventually(t, 2*time.Minute, fmt.Sprintf("gate %v: the live domain's clique objects present: %v", on, on), func() (bool, error) {
+		testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("gate %v: the live domain's clique objects present: %v", on, on), func() (bool, error) {
 			return (cliques(t, planeB, cd) > 0) == on, nil
 		})
 		after, _ := waitMembership(t, planeB, cd, nodes, 2*time.Minute)

@@ -34,11 +34,6 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	testutil.Eventually(t, timeout, what, cond)
-}
-
 // namespace creates a namespace for the test, assigned to plane id, removed at the end.
 func namespace(t *testing.T, id string) string {
 	t.Helper()
@@ -97,7 +92,7 @@ func waitPlanesIdle(t *testing.T, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
 		driverNS := plane.Name(id, plane.DriverNamespaceLegacyName)
-		eventually(t, 4*time.Minute, "plane "+id+" idle and healthy", func() (bool, error) {
+		testutil.Eventually(t, 4*time.Minute, "plane "+id+" idle and healthy", func() (bool, error) {
 			nodes := &corev1.NodeList{}
 			if err := c.List(ctx(), nodes, client.HasLabels{cdv1beta1.ComputeDomainLabel}); err != nil {
 				return false, err
@@ -272,7 +267,7 @@ func workerPod(t *testing.T, ns, name, template, node string) *corev1.Pod {
 func waitPodRunning(t *testing.T, p *corev1.Pod, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	cur := &corev1.Pod{}
-	eventually(t, timeout, fmt.Sprintf("pod %s/%s Running and Ready", p.Namespace, p.Name), func() (bool, error) {
+	testutil.Eventually(t, timeout, fmt.Sprintf("pod %s/%s Running and Ready", p.Namespace, p.Name), func() (bool, error) {
 		if err := c.Get(ctx(), client.ObjectKeyFromObject(p), cur); err != nil {
 			return false, err
 		}
@@ -291,7 +286,7 @@ func getCD(t *testing.T, cd *cdv1beta1.ComputeDomain) *cdv1beta1.ComputeDomain {
 // waitStatus waits for the domain's status.status (what `kubectl get computedomains` shows).
 func waitStatus(t *testing.T, cd *cdv1beta1.ComputeDomain, want string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("ComputeDomain %s/%s %s", cd.Namespace, cd.Name, want), func() (bool, error) {
+	testutil.Eventually(t, timeout, fmt.Sprintf("ComputeDomain %s/%s %s", cd.Namespace, cd.Name, want), func() (bool, error) {
 		cur := &cdv1beta1.ComputeDomain{}
 		if err := c.Get(ctx(), client.ObjectKeyFromObject(cd), cur); err != nil {
 			return false, err
@@ -312,7 +307,7 @@ func jobPods(t *testing.T, ns, name string) []corev1.Pod {
 func waitRunning(t *testing.T, ns, name string, n int, timeout time.Duration) []corev1.Pod {
 	t.Helper()
 	var running []corev1.Pod
-	eventually(t, timeout, fmt.Sprintf("%d pods of job %s Running", n, name), func() (bool, error) {
+	testutil.Eventually(t, timeout, fmt.Sprintf("%d pods of job %s Running", n, name), func() (bool, error) {
 		running = nil
 		for _, p := range jobPods(t, ns, name) {
 			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
@@ -327,7 +322,7 @@ func waitRunning(t *testing.T, ns, name string, n int, timeout time.Duration) []
 // waitComplete waits for the job to complete.
 func waitComplete(t *testing.T, ns, name string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "job "+name+" complete", func() (bool, error) {
+	testutil.Eventually(t, timeout, "job "+name+" complete", func() (bool, error) {
 		j := &batchv1.Job{}
 		if err := c.Get(ctx(), client.ObjectKey{Namespace: ns, Name: name}, j); err != nil {
 			return false, err
@@ -376,7 +371,7 @@ func daemonPods(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) []corev1.P
 func deleteAndWait(t *testing.T, obj client.Object, opts ...client.DeleteOption) {
 	t.Helper()
 	must(t, client.IgnoreNotFound(c.Delete(ctx(), obj, opts...)))
-	eventually(t, 2*time.Minute, fmt.Sprintf("%s gone", obj.GetName()), func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%s gone", obj.GetName()), func() (bool, error) {
 		err := c.Get(ctx(), client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object))
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})

@@ -19,6 +19,7 @@ import (
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
 	"cdplane/internal/sim/nodehost"
+	"cdplane/internal/testutil"
 )
 
 // TestHostManagedIMEX runs one domain with IMEX as a host service. The administrator's
@@ -115,7 +116,7 @@ func TestHostManagedIMEX(t *testing.T) {
 // Ready unless notReady says otherwise.
 func checkHostEntries(t *testing.T, cd *cdv1beta1.ComputeDomain, nodes []string, notReady map[string]string) {
 	t.Helper()
-	eventually(t, time.Minute, "the domain's entries", func() (bool, error) {
+	testutil.Eventually(t, time.Minute, "the domain's entries", func() (bool, error) {
 		got := getCD(t, cd)
 		if len(got.Status.Nodes) != len(nodes) {
 			return false, fmt.Errorf("status lists %d nodes, want %v", len(got.Status.Nodes), nodes)

@@ -27,6 +27,7 @@ import (
 	"cdplane/internal/metrics"
 	"cdplane/internal/plane"
 	"cdplane/internal/sim/imexsim"
+	"cdplane/internal/testutil"
 )
 
 // Where the kubelet plugin keeps things on a simulated node: read from its pod (a flag's
@@ -48,7 +49,7 @@ func pluginHostPath(t *testing.T, node, flag string) string {
 		return p
 	}
 	var pod *corev1.Pod
-	eventually(t, 2*time.Minute, "a kubelet plugin pod on "+node, func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "a kubelet plugin pod on "+node, func() (bool, error) {
 		pod = pluginPod(t, plane.Name(planeOf(t, node), plane.DriverNamespaceLegacyName), node)
 		return pod != nil, nil
 	})
@@ -201,7 +202,7 @@ func waitMembership(t *testing.T, id string, cd *cdv1beta1.ComputeDomain, nodes 
 	sort.Strings(want)
 	var members map[string]member
 	var rvs map[string]string
-	eventually(t, timeout, fmt.Sprintf("domain %s: daemons Ready on %v and the controller listing them at their pods' IPs", cd.Name, want), func() (bool, error) {
+	testutil.Eventually(t, timeout, fmt.Sprintf("domain %s: daemons Ready on %v and the controller listing them at their pods' IPs", cd.Name, want), func() (bool, error) {
 		pods, err := liveDaemons(t, id, cd)
 		if err != nil {
 			return false, err
@@ -254,7 +255,7 @@ func checkIndexesKept(t *testing.T, before, after map[string]member, nodes []str
 // clique) share a clique, at their pods' IPs.
 func checkIMEXConnected(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) {
 	t.Helper()
-	eventually(t, 2*time.Minute, "every IMEX of domain "+cd.Name+" connected both ways to exactly its clique's other members", func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "every IMEX of domain "+cd.Name+" connected both ways to exactly its clique's other members", func() (bool, error) {
 		pods, err := liveDaemons(t, id, cd)
 		if err != nil {
 			return false, err
@@ -314,7 +315,7 @@ func checkIMEXConnected(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) {
 // and its node, registered and Ready at its index in the membership, IMEX started.
 func checkDaemonMetrics(t *testing.T, id string, cd *cdv1beta1.ComputeDomain) {
 	t.Helper()
-	eventually(t, time.Minute, "every daemon of domain "+cd.Name+" serving its metrics, registered and Ready at its index", func() (bool, error) {
+	testutil.Eventually(t, time.Minute, "every daemon of domain "+cd.Name+" serving its metrics, registered and Ready at its index", func() (bool, error) {
 		pods, err := liveDaemons(t, id, cd)
 		if err != nil {
 			return false, fmt.Errorf("daemon pods: %w", err)

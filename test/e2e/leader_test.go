@@ -13,6 +13,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/plane"
+	"cdplane/internal/testutil"
 )
 
 // TestLeaderFailoverWhileDomainsJoin: a plane runs two controller replicas (the chart's
@@ -30,7 +31,7 @@ func TestLeaderFailoverWhileDomainsJoin(t *testing.T) {
 
 	var leader corev1.Pod
 	var others []string
-	eventually(t, 2*time.Minute, "two controller replicas Ready and the lease naming one of them", func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "two controller replicas Ready and the lease naming one of them", func() (bool, error) {
 		pods, err := controllerPods(driverNS)
 		if err != nil || len(pods) != 2 {
 			return false, err
@@ -64,7 +65,7 @@ func TestLeaderFailoverWhileDomainsJoin(t *testing.T) {
 	imexJob(t, ns, "worker", cd, 4, planeRacks(t, id)...)
 	// Kill the leader while daemons join: as soon as the controller lists a first node.
 	var joined map[string]member
-	eventually(t, 3*time.Minute, "a first node of the domain listed by the controller", func() (bool, error) {
+	testutil.Eventually(t, 3*time.Minute, "a first node of the domain listed by the controller", func() (bool, error) {
 		m, _, err := domainMembers(id, cd)
 		joined = m
 		return err == nil && len(m) > 0, err
@@ -75,7 +76,7 @@ func TestLeaderFailoverWhileDomainsJoin(t *testing.T) {
 	t.Logf("killed leader %s with %d of 4 nodes listed: %v", leader.Name, len(joined), sortedMembers(joined))
 
 	var lease coordinationv1.Lease
-	eventually(t, 3*time.Minute, "another replica holding the lease", func() (bool, error) {
+	testutil.Eventually(t, 3*time.Minute, "another replica holding the lease", func() (bool, error) {
 		if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: leaseName}, &lease); err != nil {
 			return false, err
 		}
@@ -114,7 +115,7 @@ func TestLeaderFailoverWhileDomainsJoin(t *testing.T) {
 		t.Errorf("the apiserver's metrics show no successful write to ComputeDomains or cliques since the kill, yet the domain became Ready: its request counts are not being read")
 	}
 	// The plane is whole again for the scenarios that follow.
-	eventually(t, 2*time.Minute, "two controller replicas Ready again", func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "two controller replicas Ready again", func() (bool, error) {
 		pods, err := controllerPods(driverNS)
 		if err != nil || len(pods) != 2 {
 			return false, err

@@ -17,6 +17,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
+	"cdplane/internal/testutil"
 	"cdplane/internal/version"
 )
 
@@ -85,7 +86,7 @@ func TestLogLevelsHold(t *testing.T) {
 	const write, lease, request = `"Wrote status"`, `"Failed to acquire lease"`, `"Response" verb=`
 	check := func(level string, want map[string]bool) {
 		t.Helper()
-		eventually(t, time.Minute, "controller logs at verbosity "+level, func() (bool, error) {
+		testutil.Eventually(t, time.Minute, "controller logs at verbosity "+level, func() (bool, error) {
 			leader, standby, err := leaderAndStandby(driverNS, plane.Name(id, "cdplane-controller"))
 			if err != nil {
 				return false, err
@@ -108,7 +109,7 @@ func TestLogLevelsHold(t *testing.T) {
 		waitPlaneVerbosity(t, id, level)
 		// A write for the new leader to log: the domain's status follows its second node.
 		must(t, c.Delete(ctx(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w0"}}))
-		eventually(t, 2*time.Minute, "w0 gone", func() (bool, error) {
+		testutil.Eventually(t, 2*time.Minute, "w0 gone", func() (bool, error) {
 			err := c.Get(ctx(), client.ObjectKey{Namespace: ns, Name: "w0"}, &corev1.Pod{})
 			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 		})

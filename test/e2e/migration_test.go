@@ -31,6 +31,7 @@ import (
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
 	"cdplane/internal/sim/imexsim"
+	"cdplane/internal/testutil"
 )
 
 // legacyPlane is the legacy plane's id: none.
@@ -153,7 +154,7 @@ func TestMigrateLegacyPlaneToNamedPlane(t *testing.T) {
 
 	// A new domain in the namespace runs on plane B, on the moved nodes.
 	fresh := computeDomain(t, ns, "after", 2, "")
-	eventually(t, time.Minute, "the new domain labelled for plane "+planeB, func() (bool, error) {
+	testutil.Eventually(t, time.Minute, "the new domain labelled for plane "+planeB, func() (bool, error) {
 		return getCD(t, fresh).Labels[cdv1beta1.ControlPlaneLabel] == planeB, nil
 	})
 	a0 := workerPod(t, ns, "a0", "after", n0)
@@ -371,7 +372,7 @@ func waitPluginNodes(t *testing.T, id string, nodes []string) {
 	driverNS := plane.Name(id, plane.DriverNamespaceLegacyName)
 	want := slices.Clone(nodes)
 	sort.Strings(want)
-	eventually(t, 3*time.Minute, fmt.Sprintf("the kubelet plugin of plane %q on exactly %v", id, want), func() (bool, error) {
+	testutil.Eventually(t, 3*time.Minute, fmt.Sprintf("the kubelet plugin of plane %q on exactly %v", id, want), func() (bool, error) {
 		ds := &appsv1.DaemonSet{}
 		if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: plane.Name(id, "cdplane-kubelet-plugin")}, ds); err != nil {
 			return false, err
@@ -428,7 +429,7 @@ func slicePlanes(node string) (map[string]int, error) {
 // another plane's plugin published there before is gone or taken over.
 func waitSlicesOf(t *testing.T, node, id string) {
 	t.Helper()
-	eventually(t, 2*time.Minute, fmt.Sprintf("node %s's ResourceSlices all of plane %q", node, id), func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("node %s's ResourceSlices all of plane %q", node, id), func() (bool, error) {
 		got, err := slicePlanes(node)
 		if err != nil {
 			return false, err
@@ -482,7 +483,7 @@ func waitLegacyDomainGone(t *testing.T, ns string, cd *cdv1beta1.ComputeDomain, 
 	t.Helper()
 	driverNS := plane.Name(legacyPlane, plane.DriverNamespaceLegacyName)
 	byUID := client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}
-	eventually(t, 2*time.Minute, "nothing left of the legacy domain", func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "nothing left of the legacy domain", func() (bool, error) {
 		for what, l := range map[string]struct {
 			list client.ObjectList
 			opts []client.ListOption

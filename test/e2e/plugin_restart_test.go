@@ -18,6 +18,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin"
 	"cdplane/internal/plane"
+	"cdplane/internal/testutil"
 )
 
 // Restarting the kubelet plugin (its pod deleted; the DaemonSet brings it back) on a node where
@@ -72,7 +73,7 @@ func TestKubeletPluginRestartWithRunningWorkloads(t *testing.T) {
 		}
 	}
 	var plugin *corev1.Pod
-	eventually(t, 3*time.Minute, "the kubelet plugin back on "+node, func() (bool, error) {
+	testutil.Eventually(t, 3*time.Minute, "the kubelet plugin back on "+node, func() (bool, error) {
 		ready()
 		plugin = pluginPod(t, driverNS, node)
 		return plugin != nil && plugin.UID != old.UID && podutils.IsPodReady(plugin), nil
@@ -155,7 +156,7 @@ func injected(log string, claim types.UID) bool {
 func checkNodeClaims(t *testing.T, node string, want []types.UID) {
 	t.Helper()
 	cdiDir := pluginHostPath(t, node, "--cdi-root")
-	eventually(t, time.Minute, "the CDI specs and checkpoint on "+node+" holding exactly the live claims", func() (bool, error) {
+	testutil.Eventually(t, time.Minute, "the CDI specs and checkpoint on "+node+" holding exactly the live claims", func() (bool, error) {
 		cp, err := checkpoint(t, node)
 		if err != nil {
 			return false, err

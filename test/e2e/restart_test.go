@@ -13,6 +13,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/plane"
 	"cdplane/internal/sim"
+	"cdplane/internal/testutil"
 )
 
 // Restarting a plane's leading controller with a live domain (of its two replicas, the one the
@@ -30,7 +31,7 @@ func TestControllerRestartWithLiveDomain(t *testing.T) {
 		must(t, c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: ptrValue(lease.Spec.HolderIdentity)}, old))
 		// The leader, asked to stop, releases its lease: the standby takes over at once.
 		deleteAndWait(t, old)
-		eventually(t, 2*time.Minute, "the leader's replacement Ready and the lease held by a live replica", func() (bool, error) {
+		testutil.Eventually(t, 2*time.Minute, "the leader's replacement Ready and the lease held by a live replica", func() (bool, error) {
 			pods, err := controllerPods(driverNS)
 			if err != nil || len(pods) != 2 {
 				return false, err
@@ -92,7 +93,7 @@ func liveDomainAcrossRestart(t *testing.T, id string, restart func(t *testing.T)
 	live := sampleReady(t, cd)
 	restart(t)
 	restarted, after := live.successful(), int(10*time.Second/sampleInterval)
-	eventually(t, 2*time.Minute, fmt.Sprintf("%d reads of the live domain's status after the restart", after), func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%d reads of the live domain's status after the restart", after), func() (bool, error) {
 		return live.successful()-restarted >= after, nil
 	})
 	live.check(t, "across the restart", after)

@@ -23,6 +23,7 @@ import (
 	"cdplane/internal/kubeletplugin"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
+	"cdplane/internal/testutil"
 )
 
 // Channel injection: a Single-mode domain gives each pod channel 0; an All-mode domain gives
@@ -76,7 +77,7 @@ func podClaimUID(t *testing.T, p *corev1.Pod) types.UID {
 // waitCDISpecGone waits until the spec file is gone: unprepare removes it.
 func waitCDISpecGone(t *testing.T, spec string) {
 	t.Helper()
-	eventually(t, 2*time.Minute, "CDI spec "+spec+" removed", func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "CDI spec "+spec+" removed", func() (bool, error) {
 		_, err := os.Stat(spec)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
@@ -128,7 +129,7 @@ func TestStatusFollowsWorkloadAndDaemonsShutDown(t *testing.T) {
 
 			deleteAndWait(t, j, client.PropagationPolicy(metav1.DeletePropagationForeground))
 			waitStatus(t, cd, cdv1beta1.StatusNotReady, time.Minute)
-			eventually(t, 2*time.Minute, "daemon pods gone and node labels removed", func() (bool, error) {
+			testutil.Eventually(t, 2*time.Minute, "daemon pods gone and node labels removed", func() (bool, error) {
 				nodes := &corev1.NodeList{}
 				if err := c.List(ctx(), nodes, client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}); err != nil {
 					return false, err
@@ -137,7 +138,7 @@ func TestStatusFollowsWorkloadAndDaemonsShutDown(t *testing.T) {
 			})
 			// Read as NVIDIA's test suite reads it: a domain whose daemons have all left has no
 			// nodes key in its status at all.
-			eventually(t, time.Minute, "no nodes key in the status", func() (bool, error) {
+			testutil.Eventually(t, time.Minute, "no nodes key in the status", func() (bool, error) {
 				u := &unstructured.Unstructured{}
 				u.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
 				if err := c.Get(ctx(), client.ObjectKeyFromObject(cd), u); err != nil {
@@ -192,7 +193,7 @@ func waitPlaneGate(t *testing.T, id, want string) {
 func waitPlaneSpec(t *testing.T, id, what string, check func(component string, spec corev1.PodSpec) error) {
 	t.Helper()
 	driverNS := plane.Name(id, plane.DriverNamespaceLegacyName)
-	eventually(t, 3*time.Minute, fmt.Sprintf("plane %s running with %s", id, what), func() (bool, error) {
+	testutil.Eventually(t, 3*time.Minute, fmt.Sprintf("plane %s running with %s", id, what), func() (bool, error) {
 		dep := &appsv1.Deployment{}
 		if err := c.Get(ctx(), client.ObjectKey{Namespace: driverNS, Name: plane.Name(id, "cdplane-controller")}, dep); err != nil {
 			return false, err

@@ -12,6 +12,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/sim"
+	"cdplane/internal/testutil"
 )
 
 // TestSimJob: `cdplane sim job`'s run on the simulated cluster — a 3-node ComputeDomain job on
@@ -59,7 +60,7 @@ func TestSimJob(t *testing.T) {
 			t.Errorf("breakdown step %q counted %d, want %d (steps: %v)", step, counted[step], want, counted)
 		}
 	}
-	eventually(t, 2*time.Minute, "the job and its domain deleted", func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "the job and its domain deleted", func() (bool, error) {
 		for _, obj := range []client.Object{&batchv1.Job{}, &cdv1beta1.ComputeDomain{}} {
 			if err := c.Get(ctx(), client.ObjectKey{Namespace: ns, Name: "e2e-sim-job"}, obj); !apierrors.IsNotFound(err) {
 				return false, err

@@ -22,6 +22,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin"
 	"cdplane/internal/plane"
+	"cdplane/internal/testutil"
 )
 
 // A claim left PrepareStarted by a plugin that stopped mid-prepare, and deleted while the plugin
@@ -50,7 +51,7 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 	// The quota: no new pod in the driver namespace once the plugin pod on node is gone. Pods
 	// of earlier scenarios still terminating would free room when they go: wait for them.
 	pods := &corev1.PodList{}
-	eventually(t, 2*time.Minute, "no terminating pod in "+driverNS, func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "no terminating pod in "+driverNS, func() (bool, error) {
 		if err := c.List(ctx(), pods, client.InNamespace(driverNS)); err != nil {
 			return false, err
 		}
@@ -74,7 +75,7 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 	must(t, c.Create(ctx(), quota))
 	removeQuota := func() { _ = client.IgnoreNotFound(c.Delete(ctx(), quota)) }
 	t.Cleanup(removeQuota)
-	eventually(t, time.Minute, "the quota's usage to be counted", func() (bool, error) {
+	testutil.Eventually(t, time.Minute, "the quota's usage to be counted", func() (bool, error) {
 		cur := &corev1.ResourceQuota{}
 		if err := c.Get(ctx(), client.ObjectKeyFromObject(quota), cur); err != nil {
 			return false, err
@@ -98,7 +99,7 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 	must(t, c.Create(ctx(), worker))
 	var claimUID types.UID
 	var claimKey client.ObjectKey
-	eventually(t, 2*time.Minute, "the channel claim PrepareStarted in the plugin's checkpoint and the node labelled: "+node, func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "the channel claim PrepareStarted in the plugin's checkpoint and the node labelled: "+node, func() (bool, error) {
 		cur := &corev1.Pod{}
 		if err := c.Get(ctx(), client.ObjectKeyFromObject(worker), cur); err != nil {
 			return false, err
@@ -125,7 +126,7 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 	spec := cdiSpecPath(t, node, claimUID)
 	deleteAndWait(t, plugin)
 	must(t, c.Delete(ctx(), worker, client.GracePeriodSeconds(0)))
-	eventually(t, 2*time.Minute, "the workload's claim gone", func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "the workload's claim gone", func() (bool, error) {
 		err := c.Get(ctx(), claimKey, &resourcev1.ResourceClaim{})
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
@@ -141,7 +142,7 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 
 	// The plugin comes back and cleans up.
 	removeQuota()
-	eventually(t, 3*time.Minute, "the stale claim cleaned on "+node, func() (bool, error) {
+	testutil.Eventually(t, 3*time.Minute, "the stale claim cleaned on "+node, func() (bool, error) {
 		e, ok, err := checkpointEntry(t, node, claimUID)
 		if err != nil || (ok && e.State != kubeletplugin.PrepareAborted) {
 			return false, err
@@ -158,7 +159,7 @@ func TestStalePrepareStartedCleanedAfterPluginRestart(t *testing.T) {
 		return true, nil
 	})
 	var restarted *corev1.Pod
-	eventually(t, 2*time.Minute, "the kubelet plugin back on "+node, func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "the kubelet plugin back on "+node, func() (bool, error) {
 		restarted = pluginPod(t, driverNS, node)
 		return restarted != nil && restarted.UID != plugin.UID && podutils.IsPodReady(restarted), nil
 	})

@@ -17,6 +17,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/sim/nodehost"
 	"cdplane/internal/status"
+	"cdplane/internal/testutil"
 )
 
 // TestStatusShowsWhyANodeHoldsTheDomainBack: on one node of a driver-managed plane the
@@ -47,7 +48,7 @@ func TestStatusShowsWhyANodeHoldsTheDomainBack(t *testing.T) {
 		workerPod(t, ns, []string{"w0", "w1"}[i], "cd", n)
 	}
 	var d status.Domain
-	eventually(t, 3*time.Minute, "cdplane status naming "+blocked+" as held back by the host's IMEX", func() (bool, error) {
+	testutil.Eventually(t, 3*time.Minute, "cdplane status naming "+blocked+" as held back by the host's IMEX", func() (bool, error) {
 		out, err := cdplaneStdout("status", "-n", ns, cd.Name, "-o", "json")
 		if err != nil {
 			return false, err
@@ -72,7 +73,7 @@ func TestStatusShowsWhyANodeHoldsTheDomainBack(t *testing.T) {
 	if !strings.Contains(string(text), blocked) || !strings.Contains(string(text), status.ReasonHostIMEXInUse) {
 		t.Errorf("the text view does not name %s and %s", blocked, status.ReasonHostIMEXInUse)
 	}
-	eventually(t, time.Minute, "the NodesBlocked condition naming "+blocked, func() (bool, error) {
+	testutil.Eventually(t, time.Minute, "the NodesBlocked condition naming "+blocked, func() (bool, error) {
 		for _, c := range getCD(t, cd).Status.Conditions {
 			if c.Type == cdv1beta1.ConditionNodesBlocked && c.Status == "True" && strings.Contains(c.Message, blocked) {
 				return true, nil
@@ -80,7 +81,7 @@ func TestStatusShowsWhyANodeHoldsTheDomainBack(t *testing.T) {
 		}
 		return false, nil
 	})
-	eventually(t, time.Minute, "events NodesJoined and NodesBlocked on the domain", func() (bool, error) {
+	testutil.Eventually(t, time.Minute, "events NodesJoined and NodesBlocked on the domain", func() (bool, error) {
 		evs := &eventsv1.EventList{}
 		if err := c.List(ctx(), evs, client.InNamespace(ns)); err != nil {
 			return false, err

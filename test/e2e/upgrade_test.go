@@ -15,6 +15,7 @@ import (
 	"cdplane/internal/daemonenv"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
+	"cdplane/internal/testutil"
 )
 
 // TestStagedUpgradeWithLiveDomains: `cdplane apply plane` with a changed daemon setting (the
@@ -82,7 +83,7 @@ func TestStagedUpgradeWithLiveDomains(t *testing.T) {
 		if want == "" {
 			want = before[id]
 		}
-		eventually(t, 3*time.Minute, fmt.Sprintf("plane %s: the live domain's DaemonSet at daemon verbosity %s", id, want), func() (bool, error) {
+		testutil.Eventually(t, 3*time.Minute, fmt.Sprintf("plane %s: the live domain's DaemonSet at daemon verbosity %s", id, want), func() (bool, error) {
 			return daemonVerbosity(t, id, cd) == want, nil
 		})
 		checkDaemonsKept(t, id, cd, daemons)
@@ -99,7 +100,7 @@ func TestStagedUpgradeWithLiveDomains(t *testing.T) {
 	live.set(cdB)
 	waitComplete(t, nsA, "worker", 3*time.Minute)
 	checkIMEXJobLogs(t, nsA, "worker")
-	eventually(t, 2*time.Minute, "the finished job's daemons gone", func() (bool, error) {
+	testutil.Eventually(t, 2*time.Minute, "the finished job's daemons gone", func() (bool, error) {
 		pods, err := liveDaemons(t, planeA, cdA)
 		return err == nil && len(pods) == 0, err
 	})

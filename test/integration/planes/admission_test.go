@@ -332,7 +332,7 @@ func TestAdministratorGroupIsConfigurable(t *testing.T) {
 	}
 	target := lifecycle.Target{Kind: lifecycle.KindNode, Name: node}
 	// A previous run's restore of the ConfigMap may still be on its way to the policy's cache.
-	eventually(t, 30*time.Second, "the default configuration refuses platform-admin", func() (bool, error) {
+	testutil.Eventually(t, 30*time.Second, "the default configuration refuses platform-admin", func() (bool, error) {
 		err := setLabel(ctx, admin.c, &corev1.Node{}, client.ObjectKey{Name: node}, ptr(planeA), client.DryRunAll)
 		return isPolicyRefusal(err), err
 	})
@@ -348,7 +348,7 @@ func TestAdministratorGroupIsConfigurable(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = setGroups("system:masters") })
 
-	eventually(t, 30*time.Second, "platform-admin can assign a node", func() (bool, error) {
+	testutil.Eventually(t, 30*time.Second, "platform-admin can assign a node", func() (bool, error) {
 		_, err := lifecycle.Assign(ctx, admin.c, planeA, target)
 		return err == nil, err
 	})

@@ -179,16 +179,6 @@ func poll(ctx context.Context, cond func() (bool, error)) error {
 	}
 }
 
-// eventually is poll bounded by timeout that fails the test.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := poll(ctx, cond); err != nil {
-		t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-	}
-}
-
 func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)

@@ -18,9 +18,9 @@
 //   - Unprepare (unprepare.go) undoes either, idempotently; the node label goes only when it is
 //     ours and no other claim of the domain needs it.
 //
-// Every claim's state (PrepareStarted, PrepareCompleted, PrepareAborted) is checkpointed in a
-// file written atomically (checkpoint.go). On start, claims left PrepareStarted whose
-// ResourceClaim is gone are undone and marked PrepareAborted before the plugin serves.
+// Every claim's state (checkpoint.PrepareStarted, checkpoint.PrepareCompleted, checkpoint.PrepareAborted) is checkpointed in a
+// file written atomically (checkpoint.go). On start, claims left checkpoint.PrepareStarted whose
+// ResourceClaim is gone are undone and marked checkpoint.PrepareAborted before the plugin serves.
 //
 // Options.HealthAddress serves the gRPC health service the kubelet's probes ask (health.go:
 // SERVING while the plugin's own registration and DRA sockets answer), Options.MetricsAddress the

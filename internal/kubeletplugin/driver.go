@@ -27,6 +27,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin/cdi"
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/metrics"
 	"cdplane/internal/nvml"
@@ -191,7 +192,7 @@ type Driver struct {
 	opts   Options
 	api    client.Client // uncached: writes and fresh reads
 	view   *domainView
-	cp     *checkpointStore
+	cp     *checkpoint.Store
 	cdi    *cdi.Writer
 	nodes  devices.Nodes
 	clique *devices.CliqueTracker
@@ -227,7 +228,7 @@ var _ draplugin.DRAPlugin = (*Driver)(nil)
 // errStopped is the cause of a plugin stopped by Stop.
 var errStopped = errors.New("kubelet plugin stopped")
 
-// Start discovers the clique, syncs the watch cache, recovers claims left PrepareStarted by a
+// Start discovers the clique, syncs the watch cache, recovers claims left checkpoint.PrepareStarted by a
 // previous run, then serves the kubelet (registration and DRA sockets) and publishes the node's
 // devices. It returns once the plugin serves; Stop ends it, as does ctx.
 func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
@@ -275,7 +276,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	d.stopEvents = stopEvents
 	d.events = newNodeEvents(rec, opts.DriverNamespace, opts.PodName, opts.PodUID, opts.NodeName)
 	d.podEvents = newPodEvents(rec, clock.RealClock{}, opts.NodeName)
-	if d.cp, err = newCheckpointOpener().open(ctx, opts.StateDir); err != nil {
+	if d.cp, err = checkpoint.NewOpener().Open(ctx, opts.StateDir); err != nil {
 		return nil, err
 	}
 	if d.cdi, err = cdi.NewWriter(opts.CDIRoot); err != nil {
@@ -301,7 +302,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if err := d.recover(ctx); err != nil {
 		return nil, err
 	}
-	d.metrics.setPrepared(d.cp.snapshot())
+	d.metrics.setPrepared(d.cp.Snapshot())
 	d.opMu.Lock()
 	err = d.sweepDomainDirs(ctx)
 	d.opMu.Unlock()
@@ -534,7 +535,7 @@ func (d *Driver) setErr(cause error) {
 }
 
 // Checkpoint returns a copy of the claims the plugin knows.
-func (d *Driver) Checkpoint() map[types.UID]ClaimEntry { return d.cp.snapshot() }
+func (d *Driver) Checkpoint() map[types.UID]checkpoint.ClaimEntry { return d.cp.Snapshot() }
 
 // HandleError is called for background errors of the DRA helper (ResourceSlice publishing,
 // gRPC servers). Recoverable ones are logged; others stop the plugin.

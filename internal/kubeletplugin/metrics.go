@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/metrics"
@@ -63,11 +64,11 @@ func (c *claimMetrics) unprepareDone(start time.Time, err error) {
 }
 
 // setPrepared sets this plugin's share of the prepared-claims gauge from its checkpoint: the
-// claims PrepareCompleted, by kind.
-func (c *claimMetrics) setPrepared(claims map[types.UID]ClaimEntry) {
+// claims checkpoint.PrepareCompleted, by kind.
+func (c *claimMetrics) setPrepared(claims map[types.UID]checkpoint.ClaimEntry) {
 	count := map[devices.DeviceKind]int{}
 	for _, e := range claims {
-		if e.State == PrepareCompleted {
+		if e.State == checkpoint.PrepareCompleted {
 			count[devices.DeviceKind(e.Kind)]++
 		}
 	}

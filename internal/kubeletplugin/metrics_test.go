@@ -16,6 +16,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin/cdi"
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/metrics"
@@ -24,15 +25,15 @@ import (
 
 // metricsDriver is a Driver with only what prepares answered from the checkpoint, prepares
 // failing at planning and daemon unprepares need: a checkpoint and a CDI directory.
-func metricsDriver(t *testing.T, m *metrics.KubeletPluginMetrics, plane string, claims map[types.UID]ClaimEntry) *Driver {
+func metricsDriver(t *testing.T, m *metrics.KubeletPluginMetrics, plane string, claims map[types.UID]checkpoint.ClaimEntry) *Driver {
 	t.Helper()
 	dir := t.TempDir()
-	cp, err := openCheckpoint(filepath.Join(dir, "state"))
+	cp, err := checkpoint.Open(filepath.Join(dir, "state"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for uid, e := range claims {
-		if err := cp.put(uid, e); err != nil {
+		if err := cp.Put(uid, e); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -42,7 +43,7 @@ func metricsDriver(t *testing.T, m *metrics.KubeletPluginMetrics, plane string, 
 	}
 	d := &Driver{opts: Options{ReadyWaitTimeout: time.Second, StateDir: filepath.Join(dir, "state")}, cp: cp, cdi: cdi,
 		metrics: newClaimMetrics(m, plane)}
-	d.metrics.setPrepared(cp.snapshot())
+	d.metrics.setPrepared(cp.Snapshot())
 	return d
 }
 
@@ -50,11 +51,11 @@ func metricsDriver(t *testing.T, m *metrics.KubeletPluginMetrics, plane string, 
 func TestClaimMetrics(t *testing.T) {
 	const plane = "plane-a"
 	m := metrics.NewKubeletPluginMetrics()
-	completed := func(kind devices.DeviceKind) ClaimEntry {
-		return ClaimEntry{State: PrepareCompleted, Namespace: "ns", Name: string(kind), Kind: string(kind), DomainID: testUID,
-			Devices: []PreparedDevice{{Requests: []string{"r"}, Pool: "n1", Device: "channel-0"}}}
+	completed := func(kind devices.DeviceKind) checkpoint.ClaimEntry {
+		return checkpoint.ClaimEntry{State: checkpoint.PrepareCompleted, Namespace: "ns", Name: string(kind), Kind: string(kind), DomainID: testUID,
+			Devices: []checkpoint.PreparedDevice{{Requests: []string{"r"}, Pool: "n1", Device: "channel-0"}}}
 	}
-	d := metricsDriver(t, m, plane, map[types.UID]ClaimEntry{
+	d := metricsDriver(t, m, plane, map[types.UID]checkpoint.ClaimEntry{
 		"ch": completed(devices.KindChannel), "d1": completed(devices.KindDaemon), "d2": completed(devices.KindDaemon),
 	})
 	prepared := func(kind devices.DeviceKind) float64 {
@@ -83,7 +84,7 @@ func TestClaimMetrics(t *testing.T) {
 	if errs, _ := d.UnprepareResourceClaims(context.Background(), []draplugin.NamespacedObject{{UID: "d1"}}); errs["d1"] != nil {
 		t.Fatalf("unprepare d1: %v", errs["d1"])
 	}
-	cpFile := filepath.Join(d.opts.StateDir, CheckpointFile)
+	cpFile := filepath.Join(d.opts.StateDir, checkpoint.File)
 	if err := os.Remove(cpFile); err != nil {
 		t.Fatal(err)
 	}
@@ -136,9 +137,9 @@ func TestClaimMetrics(t *testing.T) {
 func TestClaimMetricsAddUp(t *testing.T) {
 	m := metrics.NewKubeletPluginMetrics()
 	a, b := newClaimMetrics(m, ""), newClaimMetrics(m, "")
-	entry := ClaimEntry{State: PrepareCompleted, Kind: string(devices.KindChannel)}
-	a.setPrepared(map[types.UID]ClaimEntry{"1": entry, "2": entry, "3": {State: PrepareStarted, Kind: string(devices.KindChannel)}})
-	b.setPrepared(map[types.UID]ClaimEntry{"4": entry})
+	entry := checkpoint.ClaimEntry{State: checkpoint.PrepareCompleted, Kind: string(devices.KindChannel)}
+	a.setPrepared(map[types.UID]checkpoint.ClaimEntry{"1": entry, "2": entry, "3": {State: checkpoint.PrepareStarted, Kind: string(devices.KindChannel)}})
+	b.setPrepared(map[types.UID]checkpoint.ClaimEntry{"4": entry})
 	gauge := m.PreparedClaims.WithLabelValues("", string(devices.KindChannel))
 	if got := promtest.ToFloat64(gauge); got != 3 {
 		t.Fatalf("prepared channel claims = %v, want 3", got)

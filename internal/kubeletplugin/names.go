@@ -6,6 +6,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"cdplane/internal/kubeletplugin/cdi"
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
@@ -48,6 +49,24 @@ const (
 	ReasonConflictingComputeDomainConfig = failure.ReasonConflictingComputeDomainConfig
 	ReasonNodeServesOtherComputeDomain   = failure.ReasonNodeServesOtherComputeDomain
 )
+
+// The checkpoint of the node's claims (package checkpoint).
+type (
+	Checkpoint = checkpoint.Checkpoint
+	ClaimEntry = checkpoint.ClaimEntry
+	ClaimState = checkpoint.ClaimState
+)
+
+// The checkpoint's file name and the states of its claims (package checkpoint).
+const (
+	CheckpointFile   = checkpoint.File
+	PrepareStarted   = checkpoint.PrepareStarted
+	PrepareCompleted = checkpoint.PrepareCompleted
+	PrepareAborted   = checkpoint.PrepareAborted
+)
+
+// ReadCheckpoint is checkpoint.Read.
+func ReadCheckpoint(path string) (Checkpoint, error) { return checkpoint.Read(path) }
 
 // CDIKind is the CDI kind of the claims' specs (package cdi).
 const CDIKind = cdi.Kind

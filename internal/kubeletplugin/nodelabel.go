@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
@@ -52,12 +53,12 @@ func (e *nodeServesOtherError) Error() string {
 // removeLabelDecision says whether unpreparing claim self of domain may remove the node's
 // label: only when the label names that domain (it is ours) and no other channel claim of the
 // same domain is still prepared or being prepared on this node.
-func removeLabelDecision(current, domain string, self types.UID, claims map[types.UID]ClaimEntry) bool {
+func removeLabelDecision(current, domain string, self types.UID, claims map[types.UID]checkpoint.ClaimEntry) bool {
 	if current == "" || current != domain {
 		return false
 	}
 	for uid, e := range claims {
-		if uid == self || e.Kind != string(devices.KindChannel) || e.DomainID != domain || e.State == PrepareAborted {
+		if uid == self || e.Kind != string(devices.KindChannel) || e.DomainID != domain || e.State == checkpoint.PrepareAborted {
 			continue
 		}
 		return false
@@ -120,7 +121,7 @@ func (l nodeLabeler) addDomain(ctx context.Context, domain string) error {
 
 // removeDomain removes the node's label when removeLabelDecision allows it. It reads from
 // etcd: a cache behind the label's write would let the label stay after the node's last claim.
-func (l nodeLabeler) removeDomain(ctx context.Context, domain string, self types.UID, claims map[types.UID]ClaimEntry) error {
+func (l nodeLabeler) removeDomain(ctx context.Context, domain string, self types.UID, claims map[types.UID]checkpoint.ClaimEntry) error {
 	return l.change(ctx, cdv1beta1.ComputeDomainLabel, false, func(current string) (string, bool, error) {
 		return "", removeLabelDecision(current, domain, self, claims), nil
 	})

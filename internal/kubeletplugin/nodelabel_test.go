@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
@@ -29,26 +30,26 @@ func TestAddLabelDecision(t *testing.T) {
 }
 
 func TestRemoveLabelDecision(t *testing.T) {
-	entry := func(kind devices.DeviceKind, domain string, state ClaimState) ClaimEntry {
-		return ClaimEntry{Kind: string(kind), DomainID: domain, State: state}
+	entry := func(kind devices.DeviceKind, domain string, state checkpoint.ClaimState) checkpoint.ClaimEntry {
+		return checkpoint.ClaimEntry{Kind: string(kind), DomainID: domain, State: state}
 	}
 	self := types.UID("self")
 	cases := map[string]struct {
 		current string
-		others  map[types.UID]ClaimEntry
+		others  map[types.UID]checkpoint.ClaimEntry
 		want    bool
 	}{
 		"ours, last claim":        {current: "cd-a", want: true},
 		"not ours":                {current: "cd-b"},
 		"unlabelled":              {current: ""},
-		"another claim completed": {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(devices.KindChannel, "cd-a", PrepareCompleted)}},
-		"another claim started":   {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(devices.KindChannel, "cd-a", PrepareStarted)}},
-		"another claim aborted":   {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(devices.KindChannel, "cd-a", PrepareAborted)}, want: true},
-		"other domain's claim":    {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(devices.KindChannel, "cd-b", PrepareCompleted)}, want: true},
-		"daemon claim of domain":  {current: "cd-a", others: map[types.UID]ClaimEntry{"o": entry(devices.KindDaemon, "cd-a", PrepareCompleted)}, want: true},
+		"another claim completed": {current: "cd-a", others: map[types.UID]checkpoint.ClaimEntry{"o": entry(devices.KindChannel, "cd-a", checkpoint.PrepareCompleted)}},
+		"another claim started":   {current: "cd-a", others: map[types.UID]checkpoint.ClaimEntry{"o": entry(devices.KindChannel, "cd-a", checkpoint.PrepareStarted)}},
+		"another claim aborted":   {current: "cd-a", others: map[types.UID]checkpoint.ClaimEntry{"o": entry(devices.KindChannel, "cd-a", checkpoint.PrepareAborted)}, want: true},
+		"other domain's claim":    {current: "cd-a", others: map[types.UID]checkpoint.ClaimEntry{"o": entry(devices.KindChannel, "cd-b", checkpoint.PrepareCompleted)}, want: true},
+		"daemon claim of domain":  {current: "cd-a", others: map[types.UID]checkpoint.ClaimEntry{"o": entry(devices.KindDaemon, "cd-a", checkpoint.PrepareCompleted)}, want: true},
 	}
 	for name, tc := range cases {
-		claims := map[types.UID]ClaimEntry{self: entry(devices.KindChannel, "cd-a", PrepareCompleted)}
+		claims := map[types.UID]checkpoint.ClaimEntry{self: entry(devices.KindChannel, "cd-a", checkpoint.PrepareCompleted)}
 		for k, v := range tc.others {
 			claims[k] = v
 		}

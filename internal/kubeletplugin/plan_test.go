@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/testutil"
@@ -132,24 +133,24 @@ func TestPlanClaim(t *testing.T) {
 func TestPreparedElsewhere(t *testing.T) {
 	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "driver", Name: "new", UID: "uid-new"}}
 	plan := claimPlan{Kind: devices.KindDaemon, Devices: []allocatedDevice{{Request: "daemon", Pool: "node-1", Device: "daemon-0", Kind: devices.KindDaemon}}}
-	entry := func(state ClaimState, name string, devices ...string) ClaimEntry {
-		e := ClaimEntry{State: state, Namespace: "driver", Name: name, Kind: "daemon"}
+	entry := func(state checkpoint.ClaimState, name string, devices ...string) checkpoint.ClaimEntry {
+		e := checkpoint.ClaimEntry{State: state, Namespace: "driver", Name: name, Kind: "daemon"}
 		for _, d := range devices {
-			e.Devices = append(e.Devices, PreparedDevice{Requests: []string{"r"}, Pool: "node-1", Device: d})
+			e.Devices = append(e.Devices, checkpoint.PreparedDevice{Requests: []string{"r"}, Pool: "node-1", Device: d})
 		}
 		return e
 	}
 	for name, tc := range map[string]struct {
-		cp   map[types.UID]ClaimEntry
+		cp   map[types.UID]checkpoint.ClaimEntry
 		want string // "" none
 	}{
 		"empty":                        {},
-		"its own entry":                {cp: map[types.UID]ClaimEntry{"uid-new": entry(PrepareCompleted, "new", "daemon-0")}},
-		"another claim, other devices": {cp: map[types.UID]ClaimEntry{"uid-old": entry(PrepareCompleted, "old", "channel-0")}},
-		"another claim only started":   {cp: map[types.UID]ClaimEntry{"uid-old": entry(PrepareStarted, "old")}},
-		"same device name, other pool": {cp: map[types.UID]ClaimEntry{"uid-old": {State: PrepareCompleted, Namespace: "driver", Name: "old",
-			Devices: []PreparedDevice{{Pool: "node-2", Device: "daemon-0"}}}}},
-		"another claim holds it": {cp: map[types.UID]ClaimEntry{"uid-old": entry(PrepareCompleted, "old", "daemon-0")},
+		"its own entry":                {cp: map[types.UID]checkpoint.ClaimEntry{"uid-new": entry(checkpoint.PrepareCompleted, "new", "daemon-0")}},
+		"another claim, other devices": {cp: map[types.UID]checkpoint.ClaimEntry{"uid-old": entry(checkpoint.PrepareCompleted, "old", "channel-0")}},
+		"another claim only started":   {cp: map[types.UID]checkpoint.ClaimEntry{"uid-old": entry(checkpoint.PrepareStarted, "old")}},
+		"same device name, other pool": {cp: map[types.UID]checkpoint.ClaimEntry{"uid-old": {State: checkpoint.PrepareCompleted, Namespace: "driver", Name: "old",
+			Devices: []checkpoint.PreparedDevice{{Pool: "node-2", Device: "daemon-0"}}}}},
+		"another claim holds it": {cp: map[types.UID]checkpoint.ClaimEntry{"uid-old": entry(checkpoint.PrepareCompleted, "old", "daemon-0")},
 			want: "not preparing claim driver/new (uid-new): device node-1/daemon-0 is prepared for claim driver/old (uid-old)"},
 	} {
 		t.Run(name, func(t *testing.T) {

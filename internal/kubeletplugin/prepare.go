@@ -10,6 +10,7 @@ import (
 
 	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin/cdi"
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 
@@ -27,7 +28,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1
 	deadline := time.Now().Add(d.opts.ReadyWaitTimeout)
 	out := make(map[types.UID]draplugin.PrepareResult, len(claims))
 	if len(claims) > 0 {
-		defer func() { d.metrics.setPrepared(d.cp.snapshot()) }()
+		defer func() { d.metrics.setPrepared(d.cp.Snapshot()) }()
 	}
 	for _, claim := range claims {
 		logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
@@ -49,7 +50,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1
 
 // prepareLocked runs prepareClaim under the claim's lock and opMu. A prepare stopped or refused
 // because an unprepare of the claim came meanwhile fails with a retryable error saying so.
-func (d *Driver) prepareLocked(ctx context.Context, claim *resourcev1.ResourceClaim, deadline time.Time) ([]PreparedDevice, error) {
+func (d *Driver) prepareLocked(ctx context.Context, claim *resourcev1.ResourceClaim, deadline time.Time) ([]checkpoint.PreparedDevice, error) {
 	ctx, release, err := d.claims.prepare(ctx, claim.UID)
 	if err != nil {
 		return nil, &failure.RetryableError{Err: err}
@@ -65,14 +66,14 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourcev1.ResourceCl
 	return devices, err
 }
 
-// prepareClaim prepares one claim, idempotently: a claim already PrepareCompleted gets the
+// prepareClaim prepares one claim, idempotently: a claim already checkpoint.PrepareCompleted gets the
 // devices recorded for it, as long as its CDI spec is still there (after a reboot the CDI
 // directory, a tmpfs, is empty: the claim is prepared again). Otherwise the claim's allocation
 // is read and checked (bad configs are permanent errors, before anything changes),
-// PrepareStarted is checkpointed, the channel or daemon steps run, and PrepareCompleted is
+// checkpoint.PrepareStarted is checkpointed, the channel or daemon steps run, and checkpoint.PrepareCompleted is
 // checkpointed with the devices.
-func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceClaim, deadline time.Time) ([]PreparedDevice, error) {
-	if e, ok := d.cp.get(claim.UID); ok && e.State == PrepareCompleted {
+func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceClaim, deadline time.Time) ([]checkpoint.PreparedDevice, error) {
+	if e, ok := d.cp.Get(claim.UID); ok && e.State == checkpoint.PrepareCompleted {
 		if e.CDISpec == "" || d.cdi.Exists(e.CDISpec) {
 			return e.Devices, nil
 		}
@@ -104,20 +105,20 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 			return nil, failure.Tag(failure.Driver, err)
 		}
 	}
-	if err := preparedElsewhere(d.cp.snapshot(), claim, plan); err != nil {
+	if err := preparedElsewhere(d.cp.Snapshot(), claim, plan); err != nil {
 		return nil, failure.Tag(failure.DeviceInUse, err)
 	}
-	if old, ok := d.cp.get(claim.UID); ok && old.CDISpec != "" && old.CDISpec != cdi.SpecName(claim.UID) {
+	if old, ok := d.cp.Get(claim.UID); ok && old.CDISpec != "" && old.CDISpec != cdi.SpecName(claim.UID) {
 		// NVIDIA's plugin began this prepare: its spec would define the same CDI devices.
 		if err := d.cdi.Remove(old.CDISpec); err != nil {
 			return nil, err
 		}
 	}
-	entry := ClaimEntry{State: PrepareStarted, Namespace: claim.Namespace, Name: claim.Name, Kind: string(plan.Kind), DomainID: plan.DomainID}
-	if err := d.cp.put(claim.UID, entry); err != nil {
+	entry := checkpoint.ClaimEntry{State: checkpoint.PrepareStarted, Namespace: claim.Namespace, Name: claim.Name, Kind: string(plan.Kind), DomainID: plan.DomainID}
+	if err := d.cp.Put(claim.UID, entry); err != nil {
 		return nil, err
 	}
-	var prepared []PreparedDevice
+	var prepared []checkpoint.PreparedDevice
 	var spec string
 	switch plan.Kind {
 	case devices.KindChannel:
@@ -128,8 +129,8 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 	if err != nil {
 		return nil, err
 	}
-	entry.State, entry.CDISpec, entry.Devices = PrepareCompleted, spec, prepared
-	if err := d.cp.put(claim.UID, entry); err != nil {
+	entry.State, entry.CDISpec, entry.Devices = checkpoint.PrepareCompleted, spec, prepared
+	if err := d.cp.Put(claim.UID, entry); err != nil {
 		return nil, err
 	}
 	return prepared, nil
@@ -141,14 +142,14 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourcev1.ResourceCla
 // unprepare racing the scheduler's next allocation would otherwise hand one channel, or the
 // node's one daemon device, to two pods at once. The error is retryable: once the other claim
 // is unprepared, the kubelet's next try succeeds.
-func preparedElsewhere(cp map[types.UID]ClaimEntry, claim *resourcev1.ResourceClaim, plan claimPlan) error {
+func preparedElsewhere(cp map[types.UID]checkpoint.ClaimEntry, claim *resourcev1.ResourceClaim, plan claimPlan) error {
 	want := map[[2]string]bool{}
 	for _, dev := range plan.Devices {
 		want[[2]string{dev.Pool, dev.Device}] = true
 	}
 	var clashes []string
 	for uid, e := range cp {
-		if uid == claim.UID || e.State != PrepareCompleted {
+		if uid == claim.UID || e.State != checkpoint.PrepareCompleted {
 			continue
 		}
 		for _, dev := range e.Devices {
@@ -167,10 +168,10 @@ func preparedElsewhere(cp map[types.UID]ClaimEntry, claim *resourcev1.ResourceCl
 
 // preparedDevices lists the claim's devices with the CDI ids of those that have a CDI device
 // in spec (none when spec is nil).
-func preparedDevices(claimUID types.UID, plan claimPlan, withCDI map[string]bool) []PreparedDevice {
-	out := make([]PreparedDevice, 0, len(plan.Devices))
+func preparedDevices(claimUID types.UID, plan claimPlan, withCDI map[string]bool) []checkpoint.PreparedDevice {
+	out := make([]checkpoint.PreparedDevice, 0, len(plan.Devices))
 	for _, dev := range plan.Devices {
-		p := PreparedDevice{Requests: []string{dev.Request}, Pool: dev.Pool, Device: dev.Device}
+		p := checkpoint.PreparedDevice{Requests: []string{dev.Request}, Pool: dev.Pool, Device: dev.Device}
 		if withCDI[dev.Device] {
 			p.CDIDeviceIDs = []string{cdi.DeviceID(claimUID, dev.Device)}
 		}
@@ -179,7 +180,7 @@ func preparedDevices(claimUID types.UID, plan claimPlan, withCDI map[string]bool
 	return out
 }
 
-func toDRADevices(devices []PreparedDevice) []draplugin.Device {
+func toDRADevices(devices []checkpoint.PreparedDevice) []draplugin.Device {
 	out := make([]draplugin.Device, 0, len(devices))
 	for _, p := range devices {
 		out = append(out, draplugin.Device{Requests: p.Requests, PoolName: p.Pool, DeviceName: p.Device, CDIDeviceIDs: p.CDIDeviceIDs})

@@ -12,6 +12,7 @@ import (
 
 	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin/cdi"
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
@@ -55,7 +56,7 @@ func checkDomain(claimNS, claimName, uid string, cd *metav1.PartialObjectMetadat
 // the watch cache until deadline, or the host service), else a retryable error; then the CDI
 // spec injects the allocated channel (Single) or every channel (All). A node without fabric
 // gets no CDI device at all.
-func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, deadline time.Time) ([]PreparedDevice, string, error) {
+func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, deadline time.Time) ([]checkpoint.PreparedDevice, string, error) {
 	logger := klog.FromContext(ctx)
 	cd, lookupErr := d.view.domain(ctx, plan.DomainID)
 	if err := checkDomain(claim.Namespace, claim.Name, plan.DomainID, cd, lookupErr); err != nil {

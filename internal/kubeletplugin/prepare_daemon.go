@@ -17,6 +17,7 @@ import (
 	"cdplane/internal/driverroot"
 	"cdplane/internal/imex"
 	"cdplane/internal/kubeletplugin/cdi"
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
@@ -62,7 +63,7 @@ func (d *Driver) driverRoot() devices.DriverRoot {
 // nvidia-imex needs from the host driver drv (/dev/nvidiactl, the IMEX binaries and the driver
 // libraries, read-only; IMEX_BINARY, IMEX_CTL_BINARY, NVML_LIBRARY and LD_LIBRARY_PATH name
 // them), and adds the IMEX management device when the node has a clique.
-func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, drv devices.DriverFiles) ([]PreparedDevice, string, error) {
+func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, drv devices.DriverFiles) ([]checkpoint.PreparedDevice, string, error) {
 	if err := checkDaemonNamespace(claim.Namespace, claim.Name, d.opts.DriverNamespace); err != nil {
 		return nil, "", failure.Tag(failure.WrongNamespace, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin/cdi"
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 )
 
@@ -17,7 +18,7 @@ import (
 // checkpoint entry, no CDI spec, no config directory.
 func TestPrepareDaemonWithoutDriver(t *testing.T) {
 	state, cdiDir := t.TempDir(), t.TempDir()
-	cp, err := openCheckpoint(state)
+	cp, err := checkpoint.Open(state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func TestPrepareDaemonWithoutDriver(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "NVIDIA driver root /host/driver") || !strings.Contains(err.Error(), "nvidia-imex-ctl") {
 		t.Fatalf("prepare: %v, want the driver root's missing nvidia-imex-ctl", err)
 	}
-	if _, ok := cp.get(claim.UID); ok {
+	if _, ok := cp.Get(claim.UID); ok {
 		t.Error("checkpoint entry written")
 	}
 	for _, dir := range []string{cdiDir, state} {

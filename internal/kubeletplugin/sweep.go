@@ -36,7 +36,7 @@ const DefaultStaleSweepInterval = 10 * time.Minute
 func (d *Driver) sweepStale(ctx context.Context) (entries, specs int, _ error) {
 	logger := klog.FromContext(ctx)
 	var errs []error
-	for uid, e := range d.cp.snapshot() {
+	for uid, e := range d.cp.Snapshot() {
 		if e.Name == "" {
 			continue
 		}
@@ -62,7 +62,7 @@ func (d *Driver) sweepStale(ctx context.Context) (entries, specs int, _ error) {
 		logger.Info("Removed a claim the node still held whose ResourceClaim is gone", "claim", klog.KRef(e.Namespace, e.Name),
 			"claimUID", uid, "state", e.State, "kind", e.Kind)
 	}
-	d.metrics.setPrepared(d.cp.snapshot())
+	d.metrics.setPrepared(d.cp.Snapshot())
 
 	d.opMu.Lock()
 	specs, err := d.sweepCDISpecs(ctx)
@@ -87,7 +87,7 @@ func (d *Driver) sweepCDISpecs(ctx context.Context) (int, error) {
 	const marker = "@"
 	probe := cdi.SpecName(marker)
 	prefix, suffix, _ := strings.Cut(probe, marker)
-	known := d.cp.snapshot()
+	known := d.cp.Snapshot()
 	removed := 0
 	var errs []error
 	for _, f := range files {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"cdplane/internal/kubeletplugin/cdi"
+	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 )
@@ -25,7 +26,7 @@ import (
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []draplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	if len(claims) > 0 {
-		defer func() { d.metrics.setPrepared(d.cp.snapshot()) }()
+		defer func() { d.metrics.setPrepared(d.cp.Snapshot()) }()
 	}
 	for _, c := range claims {
 		logger := klog.FromContext(ctx).WithValues("claim", c.NamespacedName, "claimUID", c.UID)
@@ -46,19 +47,19 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []draplugin
 }
 
 // unprepareClaim undoes a claim's prepare and forgets it. It is idempotent: a claim the plugin
-// does not know is done already, and one marked PrepareAborted was undone when the plugin
+// does not know is done already, and one marked checkpoint.PrepareAborted was undone when the plugin
 // started, so only its entry goes.
 func (d *Driver) unprepareClaim(ctx context.Context, uid types.UID) error {
-	e, ok := d.cp.get(uid)
+	e, ok := d.cp.Get(uid)
 	if !ok {
 		return nil
 	}
-	if e.State != PrepareAborted {
+	if e.State != checkpoint.PrepareAborted {
 		if err := d.undo(ctx, uid, e); err != nil {
 			return err
 		}
 	}
-	return d.cp.remove(uid)
+	return d.cp.Remove(uid)
 }
 
 // undo reverses what a prepare of the claim may have done, whether it completed or not: the
@@ -66,7 +67,7 @@ func (d *Driver) unprepareClaim(ctx context.Context, uid types.UID) error {
 // domain needs it. A daemon claim's domain config directory stays: a replacement daemon pod's
 // prepare may already have written into it (the old pod's unprepare can come after the new
 // pod's prepare); it goes with its domain (sweepDomainDirs).
-func (d *Driver) undo(ctx context.Context, uid types.UID, e ClaimEntry) error {
+func (d *Driver) undo(ctx context.Context, uid types.UID, e checkpoint.ClaimEntry) error {
 	// The entry's spec is another file when NVIDIA's plugin prepared the claim.
 	for _, spec := range []string{cdi.SpecName(uid), e.CDISpec} {
 		if err := d.cdi.Remove(spec); err != nil {
@@ -74,7 +75,7 @@ func (d *Driver) undo(ctx context.Context, uid types.UID, e ClaimEntry) error {
 		}
 	}
 	if devices.DeviceKind(e.Kind) == devices.KindChannel {
-		if err := d.label.removeDomain(ctx, e.DomainID, uid, d.cp.snapshot()); err != nil {
+		if err := d.label.removeDomain(ctx, e.DomainID, uid, d.cp.Snapshot()); err != nil {
 			return failure.Tag(failure.NodeLabel, fmt.Errorf("removing the node's ComputeDomain label: %w", err))
 		}
 	}
@@ -94,8 +95,8 @@ func (d *Driver) sweepDomainDirs(ctx context.Context) error {
 		return fmt.Errorf("reading %s: %w", root, err)
 	}
 	inUse := map[string]bool{}
-	for _, e := range d.cp.snapshot() {
-		if e.State != PrepareAborted {
+	for _, e := range d.cp.Snapshot() {
+		if e.State != checkpoint.PrepareAborted {
 			inUse[e.DomainID] = true
 		}
 	}
@@ -119,14 +120,14 @@ func (d *Driver) sweepDomainDirs(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// recover runs before the plugin serves: every claim left PrepareStarted by a previous run
+// recover runs before the plugin serves: every claim left checkpoint.PrepareStarted by a previous run
 // whose ResourceClaim no longer exists (or was replaced by one with another UID) is undone and
-// marked PrepareAborted; one that still exists is left for the kubelet to prepare again or
+// marked checkpoint.PrepareAborted; one that still exists is left for the kubelet to prepare again or
 // unprepare.
 func (d *Driver) recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	for uid, e := range d.cp.snapshot() {
-		if e.State != PrepareStarted {
+	for uid, e := range d.cp.Snapshot() {
+		if e.State != checkpoint.PrepareStarted {
 			continue
 		}
 		if e.Name == "" { // taken over from a checkpoint that did not record it: the kubelet decides
@@ -135,7 +136,7 @@ func (d *Driver) recover(ctx context.Context) error {
 		}
 		claim := &resourcev1.ResourceClaim{}
 		key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
-		err := untilDefinite(ctx, "Reading a claim left PrepareStarted", time.Second, func() error {
+		err := untilDefinite(ctx, "Reading a claim left checkpoint.PrepareStarted", time.Second, func() error {
 			return d.api.Get(ctx, key, claim)
 		})
 		switch {
@@ -144,16 +145,16 @@ func (d *Driver) recover(ctx context.Context) error {
 				"claim", klog.KRef(e.Namespace, e.Name), "claimUID", uid)
 			continue
 		case err != nil && !apierrors.IsNotFound(err):
-			return fmt.Errorf("checking claim %s/%s left PrepareStarted: %w", e.Namespace, e.Name, err)
+			return fmt.Errorf("checking claim %s/%s left checkpoint.PrepareStarted: %w", e.Namespace, e.Name, err)
 		}
 		if err := d.undo(ctx, uid, e); err != nil {
 			return fmt.Errorf("aborting claim %s/%s: %w", e.Namespace, e.Name, err)
 		}
-		e.State = PrepareAborted
-		if err := d.cp.put(uid, e); err != nil {
+		e.State = checkpoint.PrepareAborted
+		if err := d.cp.Put(uid, e); err != nil {
 			return err
 		}
-		logger.Info("Claim left PrepareStarted is gone: unprepared it and marked it aborted",
+		logger.Info("Claim left checkpoint.PrepareStarted is gone: unprepared it and marked it aborted",
 			"claim", klog.KRef(e.Namespace, e.Name), "claimUID", uid)
 	}
 	return nil

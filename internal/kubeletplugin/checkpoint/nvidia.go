@@ -1,4 +1,4 @@
-package kubeletplugin
+package checkpoint
 
 // NVIDIA's compute-domain kubelet plugin, which this plugin replaces, keeps its checkpoint where
 // this plugin keeps its own: checkpoint.json in the plugin data directory

@@ -1,4 +1,4 @@
-package kubeletplugin
+package checkpoint
 
 import (
 	"encoding/json"
@@ -63,15 +63,15 @@ func fxStartedEntry(uid types.UID, kind string) ClaimEntry {
 }
 
 // fixtureOpener opens checkpoints at fxNow on a node whose boot id is bootID.
-func fixtureOpener(bootID string) checkpointOpener {
-	return checkpointOpener{now: func() time.Time { return fxNow }, bootID: func() (string, error) { return bootID, nil }}
+func fixtureOpener(bootID string) Opener {
+	return Opener{now: func() time.Time { return fxNow }, bootID: func() (string, error) { return bootID, nil }}
 }
 
 // stateDirWith is a state directory whose checkpoint file holds data.
 func stateDirWith(t *testing.T, data []byte) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, CheckpointFile), data, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, File), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -153,33 +153,33 @@ func TestOpenCheckpointTakesOverNVIDIAs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			original := readFixture(t, tc.fixture)
 			dir := stateDirWith(t, original)
-			s, err := fixtureOpener(tc.bootID).open(t.Context(), dir)
+			s, err := fixtureOpener(tc.bootID).Open(t.Context(), dir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, s.snapshot()); diff != "" {
+			if diff := cmp.Diff(tc.want, s.Snapshot()); diff != "" {
 				t.Errorf("claims taken over (-want +got):\n%s", diff)
 			}
 			files := dirFiles(t, dir)
-			kept := CheckpointFile + ".nvidia-" + string(tc.format) + ".bak"
+			kept := File + ".nvidia-" + string(tc.format) + ".bak"
 			if files[kept] != string(original) {
 				t.Errorf("the original is not kept as %s; the state directory holds %v", kept, keys(files))
 			}
 			if len(files) != 2 {
-				t.Errorf("the state directory holds %v, want %s and %s", keys(files), CheckpointFile, kept)
+				t.Errorf("the state directory holds %v, want %s and %s", keys(files), File, kept)
 			}
-			again, err := ReadCheckpoint(filepath.Join(dir, CheckpointFile))
+			again, err := Read(filepath.Join(dir, File))
 			if err != nil {
 				t.Fatalf("the converted checkpoint is not in this plugin's format: %v", err)
 			}
 			if diff := cmp.Diff(tc.want, again.Claims); diff != "" {
 				t.Errorf("claims read back (-want +got):\n%s", diff)
 			}
-			reopened, err := fixtureOpener(tc.bootID).open(t.Context(), dir)
+			reopened, err := fixtureOpener(tc.bootID).Open(t.Context(), dir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, reopened.snapshot()); diff != "" {
+			if diff := cmp.Diff(tc.want, reopened.Snapshot()); diff != "" {
 				t.Errorf("claims after a second open (-want +got):\n%s", diff)
 			}
 			if got := dirFiles(t, dir); len(got) != 2 {
@@ -215,9 +215,9 @@ func TestDecodeNVIDIACheckpointRefuses(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, nv, err := decodeCheckpoint("f", []byte(tc.data))
+			d, err := Decode("f", []byte(tc.data))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("decoding: %v (%+v), want an error containing %q", err, nv, tc.want)
+				t.Fatalf("decoding: %v (%+v), want an error containing %q", err, d.nvidia, tc.want)
 			}
 			var unreadable *UnreadableCheckpointError
 			if !errors.As(err, &unreadable) {

@@ -1,4 +1,4 @@
-package kubeletplugin
+package checkpoint
 
 import (
 	"os"
@@ -14,46 +14,46 @@ import (
 
 func TestCheckpointRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openCheckpoint(dir)
+	s, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.snapshot()) != 0 {
+	if len(s.Snapshot()) != 0 {
 		t.Fatal("a new checkpoint is not empty")
 	}
 	started := ClaimEntry{State: PrepareStarted, Namespace: "ns", Name: "a", Kind: "channel", DomainID: "d"}
 	done := ClaimEntry{State: PrepareCompleted, Namespace: "ns", Name: "b", Kind: "daemon", DomainID: "d", CDISpec: "x.json",
 		Devices: []PreparedDevice{{Requests: []string{"daemon"}, Pool: "n1", Device: "daemon-0", CDIDeviceIDs: []string{"v/c=x"}}}}
-	if err := s.put("a", started); err != nil {
+	if err := s.Put("a", started); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.put("b", done); err != nil {
+	if err := s.Put("b", done); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.remove("a"); err != nil {
+	if err := s.Remove("a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.put("c", ClaimEntry{State: PrepareAborted}); err != nil {
+	if err := s.Put("c", ClaimEntry{State: PrepareAborted}); err != nil {
 		t.Fatal(err)
 	}
 
 	// What a restarted plugin reads is what was last written.
-	again, err := openCheckpoint(dir)
+	again, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[types.UID]ClaimEntry{"b": done, "c": {State: PrepareAborted}}
-	if diff := cmp.Diff(want, again.snapshot()); diff != "" {
+	if diff := cmp.Diff(want, again.Snapshot()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 || entries[0].Name() != CheckpointFile {
-		t.Errorf("state directory holds %v, want only %s (no temporary files left)", entries, CheckpointFile)
+	if len(entries) != 1 || entries[0].Name() != File {
+		t.Errorf("state directory holds %v, want only %s (no temporary files left)", entries, File)
 	}
-	info, err := os.Stat(filepath.Join(dir, CheckpointFile))
+	info, err := os.Stat(filepath.Join(dir, File))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +64,11 @@ func TestCheckpointRoundTrip(t *testing.T) {
 
 func TestCheckpointFailedWriteKeepsState(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openCheckpoint(dir)
+	s, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.put("a", ClaimEntry{State: PrepareStarted}); err != nil {
+	if err := s.Put("a", ClaimEntry{State: PrepareStarted}); err != nil {
 		t.Fatal(err)
 	}
 	// A file where the checkpoint's directory would be makes the write fail.
@@ -76,11 +76,11 @@ func TestCheckpointFailedWriteKeepsState(t *testing.T) {
 	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.path = filepath.Join(notDir, CheckpointFile)
-	if err := s.put("b", ClaimEntry{State: PrepareStarted}); err == nil {
+	s.path = filepath.Join(notDir, File)
+	if err := s.Put("b", ClaimEntry{State: PrepareStarted}); err == nil {
 		t.Fatal("write below a regular file succeeded")
 	}
-	if _, ok := s.get("b"); ok {
+	if _, ok := s.Get("b"); ok {
 		t.Error("a failed write changed the in-memory state")
 	}
 }
@@ -93,11 +93,11 @@ func TestReadCheckpointRefusesWhatItCannotTrust(t *testing.T) {
 		"corrupt":       {data: `{"version":1,"claims":`, want: "corrupt"},
 		"other version": {data: `{"version":2,"claims":{}}`, want: "version 2"},
 	} {
-		path := filepath.Join(t.TempDir(), CheckpointFile)
+		path := filepath.Join(t.TempDir(), File)
 		if err := os.WriteFile(path, []byte(tc.data), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ReadCheckpoint(path); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Read(path); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", name, err, tc.want)
 		}
 	}

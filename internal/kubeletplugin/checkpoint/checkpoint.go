@@ -1,4 +1,8 @@
-package kubeletplugin
+// Package checkpoint is the kubelet plugin's record of its claims (Store), written atomically
+// before each change is acted on, and the one decoder of checkpoint files (Decode): this
+// plugin's format by version, and the checkpoint of NVIDIA's compute-domain kubelet plugin, which
+// the plugin takes over where it replaces it (Opener).
+package checkpoint
 
 import (
 	"context"
@@ -28,11 +32,11 @@ const (
 	PrepareAborted ClaimState = "PrepareAborted"
 )
 
-// CheckpointVersion is the version of the checkpoint file format.
-const CheckpointVersion = 1
+// Version is the version of the checkpoint file format.
+const Version = 1
 
-// CheckpointFile is the checkpoint's file name in the state directory.
-const CheckpointFile = "checkpoint.json"
+// File is the checkpoint's file name in the state directory.
+const File = "checkpoint.json"
 
 // Checkpoint is the state of every claim the plugin knows, as stored on disk.
 type Checkpoint struct {
@@ -63,18 +67,18 @@ type PreparedDevice struct {
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
 }
 
-// checkpointStore keeps the checkpoint in memory and on disk; every change is written through,
+// Store keeps the checkpoint in memory and on disk; every change is written through,
 // atomically, before it is acted on.
-type checkpointStore struct {
+type Store struct {
 	path string
 	mu   sync.Mutex
 	cp   Checkpoint
 }
 
-// openCheckpoint opens the checkpoint in dir as the plugin does (see checkpointOpener.open),
+// Open opens the checkpoint in dir as the plugin does (see Opener.Open),
 // logging to the process's logger.
-func openCheckpoint(dir string) (*checkpointStore, error) {
-	return newCheckpointOpener().open(context.Background(), dir)
+func Open(dir string) (*Store, error) {
+	return NewOpener().Open(context.Background(), dir)
 }
 
 // UnreadableCheckpointError says why a checkpoint file cannot be used at all: it is not JSON, it
@@ -96,14 +100,15 @@ func (e *UnreadableCheckpointError) Unwrap() error { return e.Err }
 
 // emptyCheckpoint is the checkpoint of a plugin that has prepared nothing.
 func emptyCheckpoint() Checkpoint {
-	return Checkpoint{Version: CheckpointVersion, Claims: map[types.UID]ClaimEntry{}}
+	return Checkpoint{Version: Version, Claims: map[types.UID]ClaimEntry{}}
 }
 
-// ReadCheckpoint reads a checkpoint file in this plugin's format; a missing file is an empty
-// checkpoint. A file that is not that format, or has another version, is an
-// *UnreadableCheckpointError. The plugin opens its checkpoint with openCheckpoint, which also
-// takes over NVIDIA's checkpoint and sets unreadable files aside.
-func ReadCheckpoint(path string) (Checkpoint, error) {
+// Read reads a checkpoint file in this plugin's format (any version Decode reads, converted to
+// the current one); a missing file is an empty checkpoint. A file that is not that format (NVIDIA's
+// too: only the plugin's start takes it over) is an *UnreadableCheckpointError. The plugin opens
+// its checkpoint with Open, which also takes over NVIDIA's checkpoint and sets unreadable files
+// aside.
+func Read(path string) (Checkpoint, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return emptyCheckpoint(), nil
@@ -111,35 +116,27 @@ func ReadCheckpoint(path string) (Checkpoint, error) {
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("reading checkpoint: %w", err)
 	}
-	return decodeOwnCheckpoint(path, data)
-}
-
-// decodeOwnCheckpoint decodes this plugin's format.
-func decodeOwnCheckpoint(path string, data []byte) (Checkpoint, error) {
-	var cp Checkpoint
-	if err := json.Unmarshal(data, &cp); err != nil {
-		return Checkpoint{}, &UnreadableCheckpointError{Path: path, Err: fmt.Errorf("is corrupt: %w", err)}
+	d, err := Decode(path, data)
+	if err != nil {
+		return Checkpoint{}, err
 	}
-	if cp.Version != CheckpointVersion {
+	if d.nvidia != nil {
 		return Checkpoint{}, &UnreadableCheckpointError{Path: path,
-			Err: fmt.Errorf("has version %d, this plugin reads version %d", cp.Version, CheckpointVersion)}
+			Err: fmt.Errorf("is NVIDIA's checkpoint (%s), which the plugin takes over when it starts, not this plugin's", d.Format)}
 	}
-	if cp.Claims == nil {
-		cp.Claims = map[types.UID]ClaimEntry{}
-	}
-	return cp, nil
+	return d.Checkpoint, nil
 }
 
-// get returns a claim's entry.
-func (s *checkpointStore) get(uid types.UID) (ClaimEntry, bool) {
+// Get returns a claim's entry.
+func (s *Store) Get(uid types.UID) (ClaimEntry, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.cp.Claims[uid]
 	return e, ok
 }
 
-// snapshot returns a copy of all entries.
-func (s *checkpointStore) snapshot() map[types.UID]ClaimEntry {
+// Snapshot returns a copy of all entries.
+func (s *Store) Snapshot() map[types.UID]ClaimEntry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[types.UID]ClaimEntry, len(s.cp.Claims))
@@ -149,34 +146,34 @@ func (s *checkpointStore) snapshot() map[types.UID]ClaimEntry {
 	return out
 }
 
-// put stores a claim's entry and writes the checkpoint; on a write error the memory copy is left
+// Put stores a claim's entry and writes the checkpoint; on a write error the memory copy is left
 // as it was.
-func (s *checkpointStore) put(uid types.UID, e ClaimEntry) error {
+func (s *Store) Put(uid types.UID, e ClaimEntry) error {
 	return s.update(func(claims map[types.UID]ClaimEntry) { claims[uid] = e })
 }
 
-// remove drops a claim's entry and writes the checkpoint.
-func (s *checkpointStore) remove(uid types.UID) error {
+// Remove drops a claim's entry and writes the checkpoint.
+func (s *Store) Remove(uid types.UID) error {
 	return s.update(func(claims map[types.UID]ClaimEntry) { delete(claims, uid) })
 }
 
-func (s *checkpointStore) update(change func(map[types.UID]ClaimEntry)) error {
+func (s *Store) update(change func(map[types.UID]ClaimEntry)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := Checkpoint{Version: CheckpointVersion, Claims: make(map[types.UID]ClaimEntry, len(s.cp.Claims)+1)}
+	next := Checkpoint{Version: Version, Claims: make(map[types.UID]ClaimEntry, len(s.cp.Claims)+1)}
 	for k, v := range s.cp.Claims {
 		next.Claims[k] = v
 	}
 	change(next.Claims)
-	if err := writeCheckpoint(s.path, next); err != nil {
+	if err := write(s.path, next); err != nil {
 		return failure.Tag(failure.Checkpoint, err)
 	}
 	s.cp = next
 	return nil
 }
 
-// writeCheckpoint replaces the file at path with cp, atomically.
-func writeCheckpoint(path string, cp Checkpoint) error {
+// write replaces the file at path with cp, atomically.
+func write(path string, cp Checkpoint) error {
 	data, err := json.MarshalIndent(cp, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)

@@ -1,4 +1,4 @@
-package kubeletplugin
+package checkpoint
 
 import (
 	"context"
@@ -14,8 +14,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-
-	"cdplane/internal/kubeletplugin/cdi"
 )
 
 // logLines collects what a logger writes at the verbosity it is made with.
@@ -71,10 +69,10 @@ func TestOpenCheckpointSetsUnreadableAside(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := stateDirWith(t, []byte(tc.data))
-			path := filepath.Join(dir, CheckpointFile)
+			path := filepath.Join(dir, File)
 			want := map[string]string{}
 			for i := 1; i <= tc.earlier; i++ {
-				earlier := CheckpointFile + fxAside
+				earlier := File + fxAside
 				if i > 1 {
 					earlier += "-" + strconvU(uint64(i))
 				}
@@ -83,17 +81,17 @@ func TestOpenCheckpointSetsUnreadableAside(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			aside := CheckpointFile + fxAside
+			aside := File + fxAside
 			if tc.earlier > 0 {
 				aside += "-" + strconvU(uint64(tc.earlier+1))
 			}
 			want[aside] = tc.data
 			var logs logLines
-			s, err := fixtureOpener(fxBoot).open(loggingContext(t, &logs), dir)
+			s, err := fixtureOpener(fxBoot).Open(loggingContext(t, &logs), dir)
 			if err != nil {
 				t.Fatalf("open: %v", err)
 			}
-			if got := s.snapshot(); len(got) != 0 {
+			if got := s.Snapshot(); len(got) != 0 {
 				t.Errorf("started with %v, want no claims", got)
 			}
 			if diff := cmp.Diff(want, dirFiles(t, dir)); diff != "" {
@@ -110,10 +108,10 @@ func TestOpenCheckpointSetsUnreadableAside(t *testing.T) {
 				}
 			}
 			// The plugin works on: its first change writes a checkpoint in its format.
-			if err := s.put("a", ClaimEntry{State: PrepareStarted}); err != nil {
+			if err := s.Put("a", ClaimEntry{State: PrepareStarted}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := ReadCheckpoint(path); err != nil {
+			if _, err := Read(path); err != nil {
 				t.Errorf("after the first change: %v", err)
 			}
 		})
@@ -123,10 +121,10 @@ func TestOpenCheckpointSetsUnreadableAside(t *testing.T) {
 // Failures to read or move the file are errors: they are not the file's content.
 func TestOpenCheckpointIOErrors(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.Mkdir(filepath.Join(dir, CheckpointFile), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(dir, File), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, err := fixtureOpener(fxBoot).open(t.Context(), dir)
+	_, err := fixtureOpener(fxBoot).Open(t.Context(), dir)
 	var unreadable *UnreadableCheckpointError
 	if err == nil || errors.As(err, &unreadable) {
 		t.Errorf("a checkpoint that is a directory: %v, want an I/O error", err)
@@ -137,14 +135,14 @@ func TestOpenCheckpointIOErrors(t *testing.T) {
 // same bytes (a take-over stopped before it wrote the converted checkpoint) is used again.
 func TestOpenCheckpointKeepsNVIDIAsCopy(t *testing.T) {
 	original := readFixture(t, "nvidia-v1.json")
-	kept := CheckpointFile + ".nvidia-v1.bak"
+	kept := File + ".nvidia-v1.bak"
 	cases := map[string]struct {
 		before   map[string]string
 		wantKept string
 	}{
 		"first take-over":       {wantKept: kept},
 		"stopped take-over":     {before: map[string]string{kept: string(original)}, wantKept: kept},
-		"another file so named": {before: map[string]string{kept: "older"}, wantKept: CheckpointFile + ".nvidia-v1-2.bak"},
+		"another file so named": {before: map[string]string{kept: "older"}, wantKept: File + ".nvidia-v1-2.bak"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -155,7 +153,7 @@ func TestOpenCheckpointKeepsNVIDIAsCopy(t *testing.T) {
 				}
 			}
 			var logs logLines
-			if _, err := fixtureOpener(fxBoot).open(loggingContext(t, &logs), dir); err != nil {
+			if _, err := fixtureOpener(fxBoot).Open(loggingContext(t, &logs), dir); err != nil {
 				t.Fatal(err)
 			}
 			files := dirFiles(t, dir)
@@ -167,7 +165,7 @@ func TestOpenCheckpointKeepsNVIDIAsCopy(t *testing.T) {
 					t.Errorf("%s changed", f)
 				}
 			}
-			names := map[string]bool{CheckpointFile: true, tc.wantKept: true}
+			names := map[string]bool{File: true, tc.wantKept: true}
 			for f := range tc.before {
 				names[f] = true
 			}
@@ -186,7 +184,7 @@ func TestOpenCheckpointKeepsNVIDIAsCopy(t *testing.T) {
 // The claims that had to be guessed at, and a reboot since NVIDIA's checkpoint, are said at V(0).
 func TestOpenCheckpointSaysWhatItGuessed(t *testing.T) {
 	var logs logLines
-	if _, err := fixtureOpener("another-boot").open(loggingContext(t, &logs), stateDirWith(t, readFixture(t, "nvidia-v2-bootid.json"))); err != nil {
+	if _, err := fixtureOpener("another-boot").Open(loggingContext(t, &logs), stateDirWith(t, readFixture(t, "nvidia-v2-bootid.json"))); err != nil {
 		t.Fatal(err)
 	}
 	if got := logs.matching("written before the node rebooted"); len(got) != 1 || !strings.Contains(got[0], `"claims"=2`) {
@@ -196,12 +194,12 @@ func TestOpenCheckpointSaysWhatItGuessed(t *testing.T) {
 	// A state and a section of a later layout: the section a later NVIDIA plugin would add is
 	// ignored as NVIDIA's own older readers ignore it, v2 is read.
 	odd := withV2Checksum(`{"checksum":0,"v1":{},"v2":{"checksum":0,"preparedClaims":{"a":{"checkpointState":"PrepareSomething","status":{}}}},"v3":{}}`)
-	s, err := fixtureOpener(fxBoot).open(loggingContext(t, &logs), stateDirWith(t, []byte(odd)))
+	s, err := fixtureOpener(fxBoot).Open(loggingContext(t, &logs), stateDirWith(t, []byte(odd)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[types.UID]ClaimEntry{"a": {State: PrepareStarted, CDISpec: "k8s.compute-domain.nvidia.com-claim_a.yaml"}}
-	if diff := cmp.Diff(want, s.snapshot()); diff != "" {
+	if diff := cmp.Diff(want, s.Snapshot()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	got := logs.matching(`"claimUID"="a"`)
@@ -212,53 +210,6 @@ func TestOpenCheckpointSaysWhatItGuessed(t *testing.T) {
 		!strings.Contains(got[0], "names no channel or daemon device") {
 		t.Errorf("log lines %q, want one about claim a", logs.lines)
 	}
-}
-
-// A claim taken over from NVIDIA's checkpoint is unprepared: the CDI spec NVIDIA's plugin wrote
-// for it is removed and its entry goes; the other claims stay.
-func TestUnprepareClaimTakenOverFromNVIDIA(t *testing.T) {
-	state, cdiDir := stateDirWith(t, readFixture(t, "nvidia-v2.json")), t.TempDir()
-	cp, err := fixtureOpener(fxBoot).open(t.Context(), state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := cdi.NewWriter(cdiDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The spec as NVIDIA's plugin writes it: YAML, named by vendor, class and claim UID.
-	nvidiaSpec := filepath.Join(cdiDir, "k8s.compute-domain.nvidia.com-claim_"+string(fxDaemon)+".yaml")
-	other := filepath.Join(cdiDir, "k8s.compute-domain.nvidia.com-claim_"+string(fxChannel)+".yaml")
-	for _, f := range []string{nvidiaSpec, other} {
-		if err := os.WriteFile(f, []byte("cdiVersion: 0.5.0\nkind: k8s.compute-domain.nvidia.com/claim\ndevices: []\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d := &Driver{opts: Options{StateDir: state, CDIRoot: cdiDir}, cp: cp, cdi: w}
-	if err := d.unprepareClaim(t.Context(), fxDaemon); err != nil {
-		t.Fatalf("unprepare: %v", err)
-	}
-	if _, err := os.Stat(nvidiaSpec); !os.IsNotExist(err) {
-		t.Errorf("NVIDIA's spec of the claim is still there: %v", err)
-	}
-	if _, err := os.Stat(other); err != nil {
-		t.Errorf("another claim's spec: %v", err)
-	}
-	got, err := ReadCheckpoint(filepath.Join(state, CheckpointFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := got.Claims[fxDaemon]; ok || len(got.Claims) != 2 {
-		t.Errorf("checkpoint after the unprepare lists %v, want the two other claims", claimList(got.Claims))
-	}
-}
-
-func claimList(claims map[types.UID]ClaimEntry) []types.UID {
-	out := make([]types.UID, 0, len(claims))
-	for uid := range claims {
-		out = append(out, uid)
-	}
-	return out
 }
 
 // FuzzDecodeCheckpoint: whatever a checkpoint file holds, decoding it gives this plugin's
@@ -288,12 +239,13 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		f.Add([]byte(bad))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cp, nv, err := decodeCheckpoint("f", data)
+		d, err := Decode("f", data)
+		cp, nv := d.Checkpoint, d.nvidia
 		var unreadable *UnreadableCheckpointError
 		switch {
 		case err != nil && !errors.As(err, &unreadable):
 			t.Errorf("error %v is not an *UnreadableCheckpointError", err)
-		case err == nil && nv == nil && cp.Version != CheckpointVersion:
+		case err == nil && nv == nil && cp.Version != Version:
 			t.Errorf("decoded version %d", cp.Version)
 		case err == nil && nv != nil && nv.Claims == nil:
 			t.Error("NVIDIA's checkpoint without a claim map")

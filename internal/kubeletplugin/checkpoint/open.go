@@ -1,9 +1,8 @@
-package kubeletplugin
+package checkpoint
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -25,15 +24,15 @@ const bootIDFile = "/proc/sys/kernel/random/boot_id"
 // asideTimeFormat is the time in the names of files set aside: UTC, to the second.
 const asideTimeFormat = "20060102T150405Z"
 
-// checkpointOpener opens the plugin's checkpoint file. now names the files it sets aside;
+// Opener opens the plugin's checkpoint file. now names the files it sets aside;
 // bootID tells the running kernel's boot id.
-type checkpointOpener struct {
+type Opener struct {
 	now    func() time.Time
 	bootID func() (string, error)
 }
 
-func newCheckpointOpener() checkpointOpener {
-	return checkpointOpener{now: time.Now, bootID: readBootID}
+func NewOpener() Opener {
+	return Opener{now: time.Now, bootID: readBootID}
 }
 
 func readBootID() (string, error) {
@@ -44,11 +43,11 @@ func readBootID() (string, error) {
 	return strings.TrimSpace(string(data)), nil
 }
 
-// open reads the checkpoint file in dir and starts from it; no file is an empty checkpoint.
+// Open reads the checkpoint file in dir and starts from it; no file is an empty checkpoint.
 //
-//   - This plugin's format (version 1) is used as it is.
+//   - This plugin's format (see Decode) is used as it is.
 //   - The checkpoint NVIDIA's compute-domain kubelet plugin keeps at the same path (every format
-//     it has written, see checkpoint_nvidia.go) is converted, claim by claim. The original is
+//     it has written, see nvidia.go) is converted, claim by claim. The original is
 //     first copied to <file>.nvidia-<format>.bak, then the converted checkpoint replaces it.
 //   - A file that is neither, that fails its checksum, or that has a version no reader here
 //     knows is renamed to <file>.unreadable-<UTC time>, and the plugin starts with an empty
@@ -56,9 +55,9 @@ func readBootID() (string, error) {
 //
 // Each outcome but the first is logged at V(0). Only failures to read, rename or write files
 // are returned.
-func (o checkpointOpener) open(ctx context.Context, dir string) (*checkpointStore, error) {
+func (o Opener) Open(ctx context.Context, dir string) (*Store, error) {
 	logger := klog.FromContext(ctx)
-	s := &checkpointStore{path: filepath.Join(dir, CheckpointFile), cp: emptyCheckpoint()}
+	s := &Store{path: filepath.Join(dir, File), cp: emptyCheckpoint()}
 	data, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
@@ -66,7 +65,8 @@ func (o checkpointOpener) open(ctx context.Context, dir string) (*checkpointStor
 	if err != nil {
 		return nil, fmt.Errorf("reading checkpoint: %w", err)
 	}
-	cp, nv, err := decodeCheckpoint(s.path, data)
+	decoded, err := Decode(s.path, data)
+	cp, nv := decoded.Checkpoint, decoded.nvidia
 	var unreadable *UnreadableCheckpointError
 	switch {
 	case errors.As(err, &unreadable):
@@ -91,8 +91,8 @@ func (o checkpointOpener) open(ctx context.Context, dir string) (*checkpointStor
 	if err != nil {
 		return nil, err
 	}
-	cp = Checkpoint{Version: CheckpointVersion, Claims: nv.Claims}
-	if err := writeCheckpoint(s.path, cp); err != nil {
+	cp = Checkpoint{Version: Version, Claims: nv.Claims}
+	if err := write(s.path, cp); err != nil {
 		return nil, fmt.Errorf("writing the checkpoint converted from NVIDIA's (the original is kept as %s): %w", keptAs, err)
 	}
 	s.cp = cp
@@ -105,7 +105,7 @@ func (o checkpointOpener) open(ctx context.Context, dir string) (*checkpointStor
 // must do it again and an unprepare must undo whatever is left, as for a prepare that was
 // interrupted. A checkpoint that records no boot id (NVIDIA's before v0.4.0) is taken as
 // written since the last boot, as NVIDIA's plugin takes it.
-func (o checkpointOpener) checkBoot(ctx context.Context, nv *nvidiaCheckpoint) {
+func (o Opener) checkBoot(ctx context.Context, nv *nvidiaCheckpoint) {
 	if nv.BootID == "" {
 		return
 	}
@@ -153,32 +153,9 @@ func logTakeOver(logger klog.Logger, path, keptAs string, nv *nvidiaCheckpoint) 
 	logger.Info("Took over NVIDIA's checkpoint: its claims are in this plugin's format now, the original is kept aside", kv...)
 }
 
-// decodeCheckpoint tells the formats apart: a top-level version is this plugin's format, a
-// top-level checksum without one is NVIDIA's (converted into nv). A file neither can read is
-// an *UnreadableCheckpointError.
-func decodeCheckpoint(path string, data []byte) (cp Checkpoint, nv *nvidiaCheckpoint, err error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(data, &top); err != nil {
-		return Checkpoint{}, nil, &UnreadableCheckpointError{Path: path, Err: fmt.Errorf("is corrupt: %w", err)}
-	}
-	if _, ok := top["version"]; ok {
-		cp, err := decodeOwnCheckpoint(path, data)
-		return cp, nil, err
-	}
-	if _, ok := top["checksum"]; ok {
-		nv, err := decodeNVIDIACheckpoint(data, top)
-		if err != nil {
-			return Checkpoint{}, nil, &UnreadableCheckpointError{Path: path, Err: fmt.Errorf("is NVIDIA's checkpoint, but %w", err)}
-		}
-		return Checkpoint{}, nv, nil
-	}
-	return Checkpoint{}, nil, &UnreadableCheckpointError{Path: path,
-		Err: errors.New("is neither this plugin's checkpoint (it has no version) nor NVIDIA's (it has no checksum)")}
-}
-
 // setAside renames an unreadable checkpoint to <path>.unreadable-<UTC time>, never over another
 // file, and returns the new name.
-func (o checkpointOpener) setAside(path string) (string, error) {
+func (o Opener) setAside(path string) (string, error) {
 	aside, _, err := freeName(path+".unreadable-"+o.now().UTC().Format(asideTimeFormat), "", nil)
 	if err != nil {
 		return "", err

@@ -9,7 +9,7 @@
 //     [*failure.RetryableError]), in the claim's namespace and not being deleted (else a
 //     [*failure.PermanentError]); the node is labelled for the domain (refused while it serves
 //     another); the node's daemon must be Ready in its clique or in the domain's status.nodes
-//     ([DaemonReady]), waited for on a watch cache for at most Options.ReadyWaitTimeout (else a
+//     ([readiness.DaemonReady]), waited for on a watch cache for at most Options.ReadyWaitTimeout (else a
 //     [*failure.RetryableError]); then a CDI spec injects channel0 (Single) or all 2048 channels (All),
 //     nothing on a node without NVLink fabric.
 //   - A daemon claim (prepare_daemon.go): the domain's IMEX config directory with its template,

@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -21,7 +20,6 @@ import (
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -29,6 +27,7 @@ import (
 	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
+	"cdplane/internal/kubeletplugin/readiness"
 	"cdplane/internal/metrics"
 	"cdplane/internal/nvml"
 	"cdplane/internal/plane"
@@ -191,7 +190,7 @@ func (o *Options) defaults() error {
 type Driver struct {
 	opts   Options
 	api    client.Client // uncached: writes and fresh reads
-	view   *domainView
+	view   *readiness.View
 	cp     *checkpoint.Store
 	cdi    *cdi.Writer
 	nodes  devices.Nodes
@@ -353,37 +352,21 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	return d, nil
 }
 
-// startCache starts the watch cache the readiness check reads: every ComputeDomain's metadata
-// (indexed by UID) and the driver namespace's cliques of this node's clique.
+// startCache starts the watch cache the readiness check reads (readiness.NewCache) and the
+// view of domains on it, and waits for it to sync.
 func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
-	// Scoped at the cache to this plane: its domains (by the plane label; the legacy plane's
-	// carry none) and cliques in its own driver namespace. A claim for another plane's domain
-	// finds no domain here and fails.
-	// Cliques: only those of this node's clique (label), so that a clique's change reaches
-	// the plugins of its own rack, not every plugin of the cluster. A node whose clique is not
-	// known yet, or changes later, reads its clique from the API (domainView.clique).
 	cliqueID, _ := d.clique.Current()
-	cliqueSel := labels.SelectorFromSet(labels.Set{cdv1beta1.CliqueIDLabel: cliqueID})
-	c, err := cache.New(d.opts.Config, cache.Options{
-		Scheme:           scheme,
-		Mapper:           d.opts.Mapper,
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&cdv1beta1.ComputeDomainClique{}: {Namespaces: map[string]cache.Config{d.opts.DriverNamespace: {}}, Label: cliqueSel},
-			domainMeta():                     {Label: plane.Selector(d.opts.ControlPlaneID)},
-		},
-	})
+	c, err := readiness.NewCache(d.opts.Config, scheme, d.opts.Mapper, d.opts.DriverNamespace, d.opts.ControlPlaneID, cliqueID)
 	if err != nil {
-		return fmt.Errorf("creating the watch cache: %w", err)
+		return err
 	}
-	d.view = &domainView{cache: c, api: d.api, driverNS: d.opts.DriverNamespace, cachedClique: cliqueID, recheck: 5 * time.Second,
-		cliquesHoldEntries:  d.opts.Gates.Enabled(features.ComputeDomainCliques) && d.opts.IMEXMode == features.IMEXDriverManaged,
-		statusFallbackAfter: d.opts.StatusFallbackAfter, waitingSince: map[string]waiting{}}
-	if err := d.view.setup(ctx); err != nil {
+	d.view = readiness.NewView(c, d.api, d.opts.DriverNamespace, cliqueID,
+		d.opts.Gates.Enabled(features.ComputeDomainCliques) && d.opts.IMEXMode == features.IMEXDriverManaged, d.opts.StatusFallbackAfter)
+	if err := d.view.Setup(ctx); err != nil {
 		return err
 	}
 	// A deleted domain's config directory goes once nothing here uses it any more.
-	inf, err := c.GetInformer(ctx, domainMeta())
+	inf, err := c.GetInformer(ctx, readiness.DomainMeta())
 	if err != nil {
 		return fmt.Errorf("informer for ComputeDomains: %w", err)
 	}
@@ -407,36 +390,7 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 			d.cancel(fmt.Errorf("watch cache: %w", err))
 		}
 	}()
-	return waitForSync(ctx, c.WaitForCacheSync, cacheSyncReport)
-}
-
-// cacheSyncReport is how often a plugin still waiting for its watch cache says so.
-const cacheSyncReport = 30 * time.Second
-
-// waitForSync waits for the watch cache to sync, for as long as the plugin runs, logging every
-// report that it still waits. It has no deadline of its own: when many plugins start at once
-// (a new plane, an upgrade of every node) the apiserver may throttle their first lists and
-// watches for minutes, and a plugin that gave up and restarted would come back with a new
-// connection and list again, adding to the load that held it up. The chart's startup probe
-// bounds how long a plugin may take to start.
-func waitForSync(ctx context.Context, synced func(context.Context) bool, report time.Duration) error {
-	logger := klog.FromContext(ctx)
-	start := time.Now()
-	for {
-		waitCtx, cancel := context.WithTimeout(ctx, report)
-		ok := synced(waitCtx)
-		cancel()
-		if ok {
-			if waited := time.Since(start); waited >= report {
-				logger.Info("The watch cache of ComputeDomains and cliques synced", "after", waited.Round(time.Second))
-			}
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("the watch cache of ComputeDomains and cliques did not sync: %w", context.Cause(ctx))
-		}
-		logger.Info("Waiting for the watch cache of ComputeDomains and cliques to sync (the apiserver is slow to answer)", "waited", time.Since(start).Round(time.Second))
-	}
+	return readiness.WaitForSync(ctx, c.WaitForCacheSync, readiness.CacheSyncReport)
 }
 
 func (d *Driver) cliqueChanged(ctx context.Context) func(string) {

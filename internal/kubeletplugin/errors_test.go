@@ -11,12 +11,13 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin/failure"
+	"cdplane/internal/kubeletplugin/readiness"
 	"cdplane/internal/testutil"
 )
 
 // domainMetaIn is a cached ComputeDomain's metadata.
 func domainMetaIn(ns, name string, deleting bool) *metav1.PartialObjectMetadata {
-	m := domainMeta()
+	m := readiness.DomainMeta()
 	m.Namespace, m.Name, m.UID = ns, name, testUID
 	if deleting {
 		m.DeletionTimestamp = &metav1.Time{Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
@@ -49,7 +50,7 @@ func TestUserFixableFailures(t *testing.T) {
 			wantMsg: "permanent error: claim ns/c is in namespace ns, but its ComputeDomain cd is in namespace other",
 		},
 		"domain not found": {
-			err:        checkDomain("ns", "c", testUID, nil, &failure.RetryableError{Err: &domainNotFoundError{uid: testUID}}),
+			err:        checkDomain("ns", "c", testUID, nil, &failure.RetryableError{Err: &readiness.DomainNotFoundError{UID: testUID}}),
 			wantReason: failure.ReasonComputeDomainNotFound, wantDomain: "with UID " + testUID, retryable: true,
 			wantMsg: "retryable error: ComputeDomain with UID " + testUID + " not found",
 		},

@@ -16,6 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"cdplane/internal/kubeletplugin/failure"
+	"cdplane/internal/kubeletplugin/readiness"
 	"cdplane/internal/testutil"
 )
 
@@ -67,7 +68,7 @@ func podClaim(name string, pods ...string) *resourcev1.ResourceClaim {
 
 var (
 	wrongNamespace = checkDomain("team", "c", testUID, domainMetaIn("other", "cd", false), nil)
-	notFound       = checkDomain("team", "c", testUID, nil, &failure.RetryableError{Err: &domainNotFoundError{uid: testUID}})
+	notFound       = checkDomain("team", "c", testUID, nil, &failure.RetryableError{Err: &readiness.DomainNotFoundError{UID: testUID}})
 )
 
 // TestPodEventsRateLimited: a permanent user-fixable failure posts at once on every pod of the

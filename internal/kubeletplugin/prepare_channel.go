@@ -15,6 +15,7 @@ import (
 	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
+	"cdplane/internal/kubeletplugin/readiness"
 )
 
 // checkDomainNamespace is the first step of a channel prepare: a workload may only use a
@@ -32,7 +33,7 @@ func checkDomainNamespace(claimNS, claimName, cdNS, cdName string) error {
 // daemons are going, and the node label this prepare would add is one the controller is
 // removing). Each refusal is tagged as a failure.UserError; a failed lookup is not.
 func checkDomain(claimNS, claimName, uid string, cd *metav1.PartialObjectMetadata, err error) error {
-	var notFound *domainNotFoundError
+	var notFound *readiness.DomainNotFoundError
 	switch {
 	case errors.As(err, &notFound):
 		return failure.UserFixable(err, failure.ReasonComputeDomainNotFound, "with UID "+uid)
@@ -58,7 +59,7 @@ func checkDomain(claimNS, claimName, uid string, cd *metav1.PartialObjectMetadat
 // gets no CDI device at all.
 func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, deadline time.Time) ([]checkpoint.PreparedDevice, string, error) {
 	logger := klog.FromContext(ctx)
-	cd, lookupErr := d.view.domain(ctx, plan.DomainID)
+	cd, lookupErr := d.view.Domain(ctx, plan.DomainID)
 	if err := checkDomain(claim.Namespace, claim.Name, plan.DomainID, cd, lookupErr); err != nil {
 		reason := failure.DomainNotFound
 		if ue, ok := failure.UserErrorOf(err); ok && ue.Reason == failure.ReasonComputeDomainInOtherNamespace {
@@ -104,7 +105,7 @@ func (d *Driver) waitIMEXReady(ctx context.Context, domainID, cliqueID string, d
 	d.opMu.Unlock()
 	defer d.opMu.Lock()
 	if d.opts.IMEXMode != features.IMEXHostManaged {
-		return d.view.waitDaemonReady(waitCtx, domainID, cliqueID, d.opts.NodeName)
+		return d.view.WaitDaemonReady(waitCtx, domainID, cliqueID, d.opts.NodeName)
 	}
 	if cliqueID == "" {
 		return nil

@@ -67,7 +67,7 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 	if err := checkDaemonNamespace(claim.Namespace, claim.Name, d.opts.DriverNamespace); err != nil {
 		return nil, "", failure.Tag(failure.WrongNamespace, err)
 	}
-	cd, err := d.view.domain(ctx, plan.DomainID)
+	cd, err := d.view.Domain(ctx, plan.DomainID)
 	if err != nil {
 		return nil, "", failure.Tag(failure.DomainNotFound, err)
 	}

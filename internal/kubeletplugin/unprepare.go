@@ -106,7 +106,7 @@ func (d *Driver) sweepDomainDirs(ctx context.Context) error {
 		if inUse[uid] {
 			continue
 		}
-		exists, err := d.view.domainExists(ctx, uid)
+		exists, err := d.view.DomainExists(ctx, uid)
 		if err != nil || exists {
 			errs = append(errs, err)
 			continue

@@ -1,4 +1,7 @@
-package kubeletplugin
+// Package readiness is the kubelet plugin's view of ComputeDomains and their cliques on a watch
+// cache (View): whether a claim's domain exists, and whether the node's IMEX daemon of the domain
+// is Ready (DaemonReady), waited for on the cache's changes.
+package readiness
 
 import (
 	"context"
@@ -100,14 +103,22 @@ func (n *notifier) handler() toolscache.ResourceEventHandler {
 	}
 }
 
-// domainView reads ComputeDomains (cluster-wide, by UID; metadata only) and the driver
+// NewView returns the view of domains and cliques on c (NewCache, not started yet: call Setup
+// first), reading from api what the cache does not hold. cachedClique is the clique id whose
+// cliques c holds; cliquesHoldEntries and statusFallbackAfter: see View.
+func NewView(c cache.Cache, api client.Reader, driverNS, cachedClique string, cliquesHoldEntries bool, statusFallbackAfter time.Duration) *View {
+	return &View{cache: c, api: api, driverNS: driverNS, cachedClique: cachedClique, recheck: 5 * time.Second,
+		cliquesHoldEntries: cliquesHoldEntries, statusFallbackAfter: statusFallbackAfter, waitingSince: map[string]waiting{}}
+}
+
+// View reads ComputeDomains (cluster-wide, by UID; metadata only) and the driver
 // namespace's cliques from a watch cache, and wakes readiness waiters on every change.
 //
 // Only the domains' metadata is watched: a domain's status lists every node (hundreds of KB in
 // a large domain) and changes as each of them joins, and every plugin of the cluster watching it whole
 // would receive all of it on every change. status.nodes is read from the API instead, by a
 // waiter only, when the clique object does not answer (see waitDaemonReady).
-type domainView struct {
+type View struct {
 	cache    cache.Cache
 	api      client.Reader
 	driverNS string
@@ -145,7 +156,7 @@ type domainView struct {
 // place is the domain's cdv1beta1.MembershipAnnotation, where cdplane's controller says it keeps
 // the membership: "status" is read as a plane without cliques; "cliques" means the status is
 // never read for a node with a clique; none (another controller) leaves the rules above.
-func (v *domainView) statusReadInterval(cdUID, cliqueID, place string, clique *cdv1beta1.ComputeDomainClique, now time.Time) (time.Duration, bool) {
+func (v *View) statusReadInterval(cdUID, cliqueID, place string, clique *cdv1beta1.ComputeDomainClique, now time.Time) (time.Duration, bool) {
 	if !v.cliquesHoldEntries || cliqueID == "" || place == cdv1beta1.MembershipInStatus {
 		if clique != nil {
 			return v.recheck, true
@@ -174,14 +185,14 @@ func (v *domainView) statusReadInterval(cdUID, cliqueID, place string, clique *c
 type waiting struct{ since, lastRead time.Time }
 
 // ready forgets when the node began waiting for the domain's daemon: it is Ready.
-func (v *domainView) ready(cdUID string) {
+func (v *View) ready(cdUID string) {
 	v.mu.Lock()
 	delete(v.waitingSince, cdUID)
 	v.mu.Unlock()
 }
 
-// domainMeta is the cached form of a ComputeDomain.
-func domainMeta() *metav1.PartialObjectMetadata {
+// DomainMeta is the cached form of a ComputeDomain.
+func DomainMeta() *metav1.PartialObjectMetadata {
 	m := scheme.Meta(cdv1beta1.GroupVersion.WithKind("ComputeDomain"))
 	return m
 }
@@ -191,14 +202,14 @@ func domainMetaList() *metav1.PartialObjectMetadataList {
 	return l
 }
 
-// setup registers the UID index and the change handlers; call before the cache starts.
-func (v *domainView) setup(ctx context.Context) error {
-	if err := v.cache.IndexField(ctx, domainMeta(), uidIndex, func(o client.Object) []string {
+// Setup registers the UID index and the change handlers; call before the cache starts.
+func (v *View) Setup(ctx context.Context) error {
+	if err := v.cache.IndexField(ctx, DomainMeta(), uidIndex, func(o client.Object) []string {
 		return []string{string(o.GetUID())}
 	}); err != nil {
 		return fmt.Errorf("indexing ComputeDomains by UID: %w", err)
 	}
-	for _, obj := range []client.Object{domainMeta(), &cdv1beta1.ComputeDomainClique{}} {
+	for _, obj := range []client.Object{DomainMeta(), &cdv1beta1.ComputeDomainClique{}} {
 		inf, err := v.cache.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("informer for %T: %w", obj, err)
@@ -210,28 +221,28 @@ func (v *domainView) setup(ctx context.Context) error {
 	return nil
 }
 
-// domain returns the metadata of the ComputeDomain with the given UID; not in the cache is a
+// Domain returns the metadata of the ComputeDomain with the given UID; not in the cache is a
 // retryable error.
-func (v *domainView) domain(ctx context.Context, uid string) (*metav1.PartialObjectMetadata, error) {
+func (v *View) Domain(ctx context.Context, uid string) (*metav1.PartialObjectMetadata, error) {
 	list := domainMetaList()
 	if err := v.cache.List(ctx, list, client.MatchingFields{uidIndex: uid}); err != nil {
 		return nil, failure.Retryablef("looking up ComputeDomain %s: %w", uid, err)
 	}
 	if len(list.Items) == 0 {
-		return nil, &failure.RetryableError{Err: &domainNotFoundError{uid: uid}}
+		return nil, &failure.RetryableError{Err: &DomainNotFoundError{UID: uid}}
 	}
 	return &list.Items[0], nil
 }
 
-// domainNotFoundError says that no ComputeDomain with the UID is in the cache.
-type domainNotFoundError struct{ uid string }
+// DomainNotFoundError says that no ComputeDomain with the UID is in the cache.
+type DomainNotFoundError struct{ UID string }
 
-func (e *domainNotFoundError) Error() string {
-	return fmt.Sprintf("ComputeDomain with UID %s not found", e.uid)
+func (e *DomainNotFoundError) Error() string {
+	return fmt.Sprintf("ComputeDomain with UID %s not found", e.UID)
 }
 
-// domainExists reports whether the cache holds the ComputeDomain with the given UID.
-func (v *domainView) domainExists(ctx context.Context, uid string) (bool, error) {
+// DomainExists reports whether the cache holds the ComputeDomain with the given UID.
+func (v *View) DomainExists(ctx context.Context, uid string) (bool, error) {
 	list := domainMetaList()
 	if err := v.cache.List(ctx, list, client.MatchingFields{uidIndex: uid}); err != nil {
 		return false, fmt.Errorf("looking up ComputeDomain %s: %w", uid, err)
@@ -242,7 +253,7 @@ func (v *domainView) domainExists(ctx context.Context, uid string) (bool, error)
 // clique returns the domain's clique object, nil when there is none: from the cache for the
 // clique the cache holds, from the API for another (the node's clique was not known when the
 // plugin started, or changed since).
-func (v *domainView) clique(ctx context.Context, cdUID, cliqueID string) (*cdv1beta1.ComputeDomainClique, error) {
+func (v *View) clique(ctx context.Context, cdUID, cliqueID string) (*cdv1beta1.ComputeDomainClique, error) {
 	if cliqueID == "" {
 		return nil, nil
 	}
@@ -275,16 +286,16 @@ var fromWatchCache = &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion:
 // status.nodes is the answer (see statusReadInterval).
 const statusReadEvery = time.Second
 
-// waitDaemonReady waits until DaemonReady holds for the node, waking on the cache's changes
+// WaitDaemonReady waits until DaemonReady holds for the node, waking on the cache's changes
 // (and every recheck), until ctx ends; then it returns a *failure.RetryableError with the last reason.
 // The clique comes from the cache; the domain's status.nodes from the API, when needed (see
-// domainView).
-func (v *domainView) waitDaemonReady(ctx context.Context, cdUID, cliqueID, node string) error {
+// View).
+func (v *View) WaitDaemonReady(ctx context.Context, cdUID, cliqueID, node string) error {
 	start := time.Now()
 	var statusReadAt time.Time
 	for {
 		changed := v.changes.changed()
-		meta, err := v.domain(ctx, cdUID)
+		meta, err := v.Domain(ctx, cdUID)
 		if err != nil && ctx.Err() != nil {
 			return err
 		}

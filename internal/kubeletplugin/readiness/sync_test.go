@@ -1,4 +1,4 @@
-package kubeletplugin
+package readiness
 
 import (
 	"context"
@@ -21,8 +21,8 @@ func TestWaitForSyncOutlastsASlowAPIServer(t *testing.T) {
 		}
 		return true
 	}
-	if err := waitForSync(t.Context(), synced, 10*time.Millisecond); err != nil {
-		t.Fatalf("waitForSync: %v", err)
+	if err := WaitForSync(t.Context(), synced, 10*time.Millisecond); err != nil {
+		t.Fatalf("WaitForSync: %v", err)
 	}
 	if calls != 4 {
 		t.Errorf("synced called %d times, want 4 (three periods waited, then synced)", calls)
@@ -32,7 +32,7 @@ func TestWaitForSyncOutlastsASlowAPIServer(t *testing.T) {
 	stop := errors.New("the plugin is stopping")
 	ctx, cancel := context.WithCancelCause(t.Context())
 	periods := 0
-	err := waitForSync(ctx, func(ctx context.Context) bool {
+	err := WaitForSync(ctx, func(ctx context.Context) bool {
 		if periods++; periods == 3 {
 			cancel(stop)
 		}
@@ -40,6 +40,6 @@ func TestWaitForSyncOutlastsASlowAPIServer(t *testing.T) {
 		return false
 	}, 10*time.Millisecond)
 	if !errors.Is(err, stop) || !strings.Contains(err.Error(), "did not sync") {
-		t.Errorf("waitForSync after the plugin stopped: %v, want an error saying the cache did not sync because %v", err, stop)
+		t.Errorf("WaitForSync after the plugin stopped: %v, want an error saying the cache did not sync because %v", err, stop)
 	}
 }

@@ -1,4 +1,4 @@
-package kubeletplugin
+package readiness
 
 import (
 	"strings"
@@ -52,8 +52,8 @@ func TestDaemonReady(t *testing.T) {
 func TestStatusReadInterval(t *testing.T) {
 	t0 := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
 	clique := &cdv1beta1.ComputeDomainClique{}
-	newView := func(cliques bool) *domainView {
-		return &domainView{recheck: 5 * time.Second, cliquesHoldEntries: cliques, statusFallbackAfter: 2 * time.Minute, waitingSince: map[string]waiting{}}
+	newView := func(cliques bool) *View {
+		return &View{recheck: 5 * time.Second, cliquesHoldEntries: cliques, statusFallbackAfter: 2 * time.Minute, waitingSince: map[string]waiting{}}
 	}
 
 	v := newView(false)

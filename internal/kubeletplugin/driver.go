@@ -27,6 +27,7 @@ import (
 	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
+	"cdplane/internal/kubeletplugin/endpoints"
 	"cdplane/internal/kubeletplugin/readiness"
 	"cdplane/internal/metrics"
 	"cdplane/internal/nvml"
@@ -202,7 +203,7 @@ type Driver struct {
 	podEvents  *podEvents
 	stopEvents func()
 	// endpoints are the health and metrics endpoints; metrics records the claims' prepares.
-	endpoints *endpoints
+	endpoints *endpoints.Set
 	metrics   *claimMetrics
 	// publisher publishes the node's devices, or none while it cannot serve.
 	publisher *devices.Publisher
@@ -241,7 +242,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 			return nil, fmt.Errorf("creating %s: %w", dir, err)
 		}
 	}
-	eps, err := listen(opts.HealthAddress, opts.MetricsAddress)
+	eps, err := endpoints.Listen(opts.HealthAddress, opts.MetricsAddress)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +253,7 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 			d.Stop()
 		}
 	}()
-	if err := eps.serve(ctx, opts.RegistrarDir, opts.PluginDataDir, d.stopping); err != nil {
+	if err := eps.Serve(ctx, opts.RegistrarDir, opts.PluginDataDir, d.stopping); err != nil {
 		return nil, err
 	}
 	d.wg.Add(1)
@@ -315,8 +316,8 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 		draplugin.KubeClient(kube),
 		draplugin.RegistrarDirectoryPath(opts.RegistrarDir),
 		draplugin.PluginDataDirectoryPath(opts.PluginDataDir),
-		draplugin.RegistrarListener(listenSocket),
-		draplugin.PluginListener(listenSocket),
+		draplugin.RegistrarListener(endpoints.ListenSocket),
+		draplugin.PluginListener(endpoints.ListenSocket),
 		draplugin.HealthService(false),
 		draplugin.Serialize(false),
 	)
@@ -409,7 +410,7 @@ func (d *Driver) Stop() {
 	if d == nil {
 		return
 	}
-	d.endpoints.stop()
+	d.endpoints.Stop()
 	d.helper.Stop()
 	d.cancel(errStopped)
 	d.wg.Wait()
@@ -430,10 +431,10 @@ func (d *Driver) stopping() bool {
 }
 
 // HealthAddress is the address the health service listens on, "" when it is off.
-func (d *Driver) HealthAddress() string { return addr(d.endpoints.healthLis) }
+func (d *Driver) HealthAddress() string { return d.endpoints.HealthAddress() }
 
 // MetricsAddress is the address the metrics endpoint listens on, "" when it is off.
-func (d *Driver) MetricsAddress() string { return addr(d.endpoints.metricsLis) }
+func (d *Driver) MetricsAddress() string { return d.endpoints.MetricsAddress() }
 
 // checkDriverRoot looks, at start, for what daemon containers will need from the driver root
 // (host-managed: whether the host IMEX answers READY), so that a node where every claim would

@@ -2,8 +2,12 @@ package kubeletplugin
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +22,7 @@ import (
 	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
+	"cdplane/internal/kubeletplugin/endpoints"
 	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/metrics"
 	"cdplane/internal/testutil"
@@ -170,4 +175,40 @@ func histogramCount(t *testing.T, vec *prometheus.HistogramVec, plane string) ui
 	}
 	t.Fatalf("no histogram series for plane %q", plane)
 	return 0
+}
+
+// TestMetricsEndpoint scrapes the metrics endpoint on 127.0.0.1: the plugin's series are there,
+// labelled with its plane, each failure reason from zero.
+func TestMetricsEndpoint(t *testing.T) {
+	eps, err := endpoints.Listen("", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eps.Stop)
+	if err := eps.Serve(context.Background(), "", "", func() bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	c := newClaimMetrics(metrics.KubeletPlugin, "unit-plane")
+	t.Cleanup(c.forget)
+	c.prepareDone(time.Now(), failure.Tag(failure.IMEXNotReady, errors.New("not ready")))
+	resp, err := http.Get("http://" + eps.MetricsAddress() + endpoints.MetricsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`cdplane_kubeletplugin_prepare_errors_total{control_plane_id="unit-plane",reason="imex_not_ready"} 1`,
+		`cdplane_kubeletplugin_prepare_errors_total{control_plane_id="unit-plane",reason="bad_config"} 0`,
+		`cdplane_kubeletplugin_unprepare_errors_total{control_plane_id="unit-plane",reason="checkpoint"} 0`,
+		`cdplane_kubeletplugin_prepare_duration_seconds_count{control_plane_id="unit-plane"} 1`,
+		`cdplane_kubeletplugin_prepared_claims{control_plane_id="unit-plane",kind="channel"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
+	"cdplane/internal/kubeletplugin/endpoints"
 	"cdplane/internal/kubeletplugin/failure"
 )
 
@@ -67,6 +68,13 @@ const (
 
 // ReadCheckpoint is checkpoint.Read.
 func ReadCheckpoint(path string) (Checkpoint, error) { return checkpoint.Read(path) }
+
+// Where the metrics endpoint serves, and the health service's name the probes ask (package
+// endpoints).
+const (
+	MetricsPath           = endpoints.MetricsPath
+	HealthServiceLiveness = endpoints.HealthServiceLiveness
+)
 
 // CDIKind is the CDI kind of the claims' specs (package cdi).
 const CDIKind = cdi.Kind

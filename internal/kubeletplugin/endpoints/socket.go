@@ -1,4 +1,4 @@
-package kubeletplugin
+package endpoints
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"sync"
 )
 
-// listenSocket is the DRA helper's listener for the plugin's registration and DRA sockets. Like
+// ListenSocket is the DRA helper's listener for the plugin's registration and DRA sockets. Like
 // the helper's own, it first removes whatever is at path (a socket a previous instance left, or
 // the one of an instance still stopping: the newest instance is the one the kubelet must reach).
 // Unlike the helper's own, its Close removes the socket only while path is still this
@@ -19,7 +19,7 @@ import (
 // the old one, stopping last, would otherwise delete the sockets of the new one. The kubelet's
 // plugin watcher then deregisters the driver, and the node takes no claim until the new
 // plugin's liveness probe restarts it.
-func listenSocket(ctx context.Context, path string) (net.Listener, error) {
+func ListenSocket(ctx context.Context, path string) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("removing the old socket %s: %w", path, err)
 	}

@@ -1,4 +1,4 @@
-package kubeletplugin
+package endpoints
 
 import (
 	"context"
@@ -20,11 +20,11 @@ func TestListenSocketRemovesOnlyItsOwnSocket(t *testing.T) {
 	path := filepath.Join(dir, "reg.sock")
 	ctx := context.Background()
 
-	old, err := listenSocket(ctx, path)
+	old, err := ListenSocket(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	newer, err := listenSocket(ctx, path) // replaces the old one's file
+	newer, err := ListenSocket(ctx, path) // replaces the old one's file
 	if err != nil {
 		t.Fatalf("listening over a socket another listener serves: %v", err)
 	}

@@ -1,4 +1,4 @@
-package kubeletplugin
+package endpoints
 
 import (
 	"context"

@@ -1,4 +1,7 @@
-package kubeletplugin
+// Package endpoints serves the kubelet plugin's sockets and TCP endpoints: the listener of its
+// registration and DRA sockets (ListenSocket, for the DRA helper), the gRPC health service the
+// kubelet's probes ask, and the Prometheus metrics endpoint (Set).
+package endpoints
 
 import (
 	"context"
@@ -18,20 +21,20 @@ import (
 // MetricsPath is where the metrics endpoint serves.
 const MetricsPath = "/metrics"
 
-// endpoints are the plugin's TCP endpoints: the gRPC health service and the Prometheus metrics
+// Set is the plugin's TCP endpoints: the gRPC health service and the Prometheus metrics
 // (controller-runtime's registry, which holds internal/metrics and client-go's request metrics).
 // Either is nil when off.
-type endpoints struct {
+type Set struct {
 	healthLis, metricsLis net.Listener
 	health                *grpc.Server
 	checker               *healthChecker
 	metrics               *http.Server
 }
 
-// listen opens the listeners of the endpoints whose address is not empty, so that a taken port
+// Listen opens the listeners of the endpoints whose address is not empty, so that a taken port
 // fails the start before the plugin touches anything.
-func listen(healthAddr, metricsAddr string) (*endpoints, error) {
-	e := &endpoints{}
+func Listen(healthAddr, metricsAddr string) (*Set, error) {
+	e := &Set{}
 	var err error
 	if healthAddr != "" {
 		if e.healthLis, err = net.Listen("tcp", healthAddr); err != nil {
@@ -40,17 +43,17 @@ func listen(healthAddr, metricsAddr string) (*endpoints, error) {
 	}
 	if metricsAddr != "" {
 		if e.metricsLis, err = net.Listen("tcp", metricsAddr); err != nil {
-			e.stop()
+			e.Stop()
 			return nil, fmt.Errorf("metrics endpoint on %s: %w", metricsAddr, err)
 		}
 	}
 	return e, nil
 }
 
-// serve starts serving the open endpoints: health checks against the sockets in registrarDir
+// Serve starts serving the open endpoints: health checks against the sockets in registrarDir
 // and pluginDataDir (stopped says when the plugin stops), metrics from controller-runtime's
 // registry.
-func (e *endpoints) serve(ctx context.Context, registrarDir, pluginDataDir string, stopped func() bool) error {
+func (e *Set) Serve(ctx context.Context, registrarDir, pluginDataDir string, stopped func() bool) error {
 	logger := klog.FromContext(ctx)
 	if e.healthLis != nil {
 		checker, err := newHealthChecker(logger.WithName("health"), registrarDir, pluginDataDir, stopped)
@@ -80,8 +83,8 @@ func (e *endpoints) serve(ctx context.Context, registrarDir, pluginDataDir strin
 	return nil
 }
 
-// stop closes the endpoints; safe on a nil or partly started one.
-func (e *endpoints) stop() {
+// Stop closes the endpoints; safe on a nil or partly started one.
+func (e *Set) Stop() {
 	if e == nil {
 		return
 	}
@@ -101,6 +104,12 @@ func (e *endpoints) stop() {
 		_ = e.metricsLis.Close()
 	}
 }
+
+// HealthAddress is the address the health service listens on, "" when it is off.
+func (e *Set) HealthAddress() string { return addr(e.healthLis) }
+
+// MetricsAddress is the address the metrics endpoint listens on, "" when it is off.
+func (e *Set) MetricsAddress() string { return addr(e.metricsLis) }
 
 // addr is a listener's address, "" when it is off.
 func addr(l net.Listener) string {

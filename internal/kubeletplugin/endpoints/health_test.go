@@ -1,4 +1,4 @@
-package kubeletplugin
+package endpoints
 
 import (
 	"context"
@@ -102,13 +102,13 @@ func TestHealthService(t *testing.T) {
 	draServer := serveUnix(t, filepath.Join(dir, draSocket), func(s *grpc.Server) { drapbv1.RegisterDRAPluginServer(s, dra) })
 
 	var stopped atomic.Bool
-	eps, err := listen("127.0.0.1:0", "")
+	eps, err := Listen("127.0.0.1:0", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(eps.stop)
+	t.Cleanup(eps.Stop)
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	if err := eps.serve(ctx, dir, dir, stopped.Load); err != nil {
+	if err := eps.Serve(ctx, dir, dir, stopped.Load); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := grpc.NewClient(addr(eps.healthLis), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -12,6 +13,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -165,25 +167,32 @@ const maxDefiniteWait = 30 * time.Second
 
 // untilDefinite calls get until it succeeds or fails with NotFound (an answer either way),
 // trying again after other errors (throttling, a timed-out TLS handshake, the apiserver
-// restarting): first after wait, then after twice as long each time, at most maxDefiniteWait,
-// logging each error. It returns the last error, wrapped with ctx's, when ctx ends first. At
-// start, under a large burst, one such error would make restarted plugins exit, restart and
-// fail again in a loop (CrashLoopBackOff); they wait instead, as for their caches, within the
-// startup probe's time.
-func untilDefinite(ctx context.Context, what string, wait time.Duration, get func() error) error {
+// restarting): first after first, then after twice as long each time, at most maxDefiniteWait
+// (a wait.Backoff), logging each error. It returns the last error, wrapped with ctx's, when ctx
+// ends first. At start, under a large burst, one such error would make restarted plugins exit,
+// restart and fail again in a loop (CrashLoopBackOff); they wait instead, as for their caches,
+// within the startup probe's time.
+func untilDefinite(ctx context.Context, what string, first time.Duration, get func() error) error {
+	backoff := definiteBackoff(first)
 	for {
 		err := get()
 		if err == nil || apierrors.IsNotFound(err) {
 			return err
 		}
-		klog.FromContext(ctx).Error(err, what+"; trying again", "after", wait)
-		t := time.NewTimer(wait)
+		after := backoff.Step()
+		klog.FromContext(ctx).Error(err, what+"; trying again", "after", after)
+		t := time.NewTimer(after)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("%w (then: %w)", err, context.Cause(ctx))
 		case <-t.C:
 		}
-		wait = min(2*wait, maxDefiniteWait)
 	}
+}
+
+// definiteBackoff is untilDefinite's backoff: first, then twice as long each time, at most
+// maxDefiniteWait, without end.
+func definiteBackoff(first time.Duration) wait.Backoff {
+	return wait.Backoff{Duration: first, Factor: 2, Cap: maxDefiniteWait, Steps: math.MaxInt32}
 }

@@ -3,6 +3,7 @@ package kubeletplugin
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -57,4 +58,18 @@ func TestUntilDefinite(t *testing.T) {
 			t.Errorf("%d calls, want 3 (none after the context ended)", calls)
 		}
 	})
+}
+
+// TestUntilDefiniteBackoff: the waits between tries double from the first, up to
+// maxDefiniteWait, and stay there.
+func TestUntilDefiniteBackoff(t *testing.T) {
+	b := definiteBackoff(time.Second)
+	var got []time.Duration
+	for range 8 {
+		got = append(got, b.Step())
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, maxDefiniteWait, maxDefiniteWait, maxDefiniteWait}
+	if !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
 }

@@ -32,6 +32,7 @@ import (
 	"cdplane/internal/controller/domainlabel"
 	"cdplane/internal/controller/secretmirror"
 	"cdplane/internal/features"
+	"cdplane/internal/metrics"
 	"cdplane/internal/plane"
 	"cdplane/internal/scheme"
 )
@@ -101,39 +102,9 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 	if err := plane.ValidateID(o.ControlPlaneID); err != nil {
 		return nil, err
 	}
-	// Every watch is scoped at the cache to this plane: objects labelled for a domain and, by
-	// the plane label, this plane's (the legacy plane: objects without the label).
-	req, err := labels.NewRequirement(cdv1beta1.ComputeDomainLabel, selection.Exists, nil)
+	byObject, err := cacheByObject(o)
 	if err != nil {
 		return nil, err
-	}
-	planeReqs, _ := plane.Selector(o.ControlPlaneID).Requirements()
-	labelled := labels.NewSelector().Add(*req).Add(planeReqs...)
-	domains := plane.Selector(o.ControlPlaneID)
-	if o.DomainSelector != nil {
-		extra, _ := o.DomainSelector.Requirements()
-		domains = domains.Add(extra...)
-	}
-	driverNS := map[string]cache.Config{o.DriverNamespace: {}}
-	nodeMeta := scheme.Meta(corev1.SchemeGroupVersion.WithKind("Node"))
-
-	// Pods: the daemon pods, labelled for a domain; with host-managed IMEX, where no daemon
-	// runs, the plane's kubelet-plugin pods, whose readiness is their node's host IMEX's.
-	pods := labelled
-	if o.IMEXMode == features.IMEXHostManaged {
-		pods = labels.SelectorFromSet(computedomain.PluginPodLabels()).Add(planeReqs...)
-	}
-	byObject := map[client.Object]cache.ByObject{
-		&corev1.Pod{}:                       {Namespaces: driverNS, Label: pods},
-		&appsv1.DaemonSet{}:                 {Namespaces: driverNS, Label: labelled},
-		&cdv1beta1.ComputeDomainClique{}:    {Namespaces: driverNS, Label: labelled},
-		&resourcev1.ResourceClaimTemplate{}: {Label: labelled},
-		// Channel claims, made from the domain's template, carry its labels; membership
-		// requires one allocated on a node (computedomain.allocatedNodes), and that is all of a
-		// claim the controller reads: the cache keeps its metadata and allocation only.
-		&resourcev1.ResourceClaim{}: {Label: labelled, Transform: claimAllocationOnly},
-		nodeMeta:                    {Label: labelled},
-		&cdv1beta1.ComputeDomain{}:  {Label: domains},
 	}
 	var mirror *secretmirror.Reconciler
 	if o.SecretMirror.SecretSelector != nil {
@@ -182,7 +153,11 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		// flushed when the manager stops).
 		o.Events = computedomain.NewEvents(mgr.GetEventRecorder(computedomain.EventReportingController), computedomain.EventLimits{})
 	}
-	r := computedomain.New(mgr.GetClient(), mgr.GetAPIReader(), o.Options)
+	cdClient, err := computedomain.NewClient(mgr)
+	if err != nil {
+		return nil, fmt.Errorf("creating the ComputeDomain controller's client: %w", err)
+	}
+	r := computedomain.New(metrics.CountWrites(cdClient, o.ControlPlaneID), mgr.GetAPIReader(), o.Options)
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.Workers, SkipNameValidation: &o.SkipNameValidation}); err != nil {
 		return nil, fmt.Errorf("setting up the ComputeDomain controller: %w", err)
 	}
@@ -222,6 +197,45 @@ func NewManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager,
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// cacheByObject scopes every watch of the manager's cache to this plane: objects labelled for a
+// domain and, by the plane label, this plane's (the legacy plane: objects without the label);
+// daemon pods, DaemonSets and cliques also to the driver namespace.
+func cacheByObject(o Options) (map[client.Object]cache.ByObject, error) {
+	req, err := labels.NewRequirement(cdv1beta1.ComputeDomainLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	planeReqs, _ := plane.Selector(o.ControlPlaneID).Requirements()
+	labelled := labels.NewSelector().Add(*req).Add(planeReqs...)
+	domains := plane.Selector(o.ControlPlaneID)
+	if o.DomainSelector != nil {
+		extra, _ := o.DomainSelector.Requirements()
+		domains = domains.Add(extra...)
+	}
+	driverNS := map[string]cache.Config{o.DriverNamespace: {}}
+	nodeMeta := scheme.Meta(corev1.SchemeGroupVersion.WithKind("Node"))
+
+	// Pods: the daemon pods, labelled for a domain; with host-managed IMEX, where no daemon
+	// runs, the plane's kubelet-plugin pods, whose readiness is their node's host IMEX's.
+	pods := labelled
+	if o.IMEXMode == features.IMEXHostManaged {
+		pods = labels.SelectorFromSet(computedomain.PluginPodLabels()).Add(planeReqs...)
+	}
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                       {Namespaces: driverNS, Label: pods},
+		&appsv1.DaemonSet{}:                 {Namespaces: driverNS, Label: labelled},
+		&cdv1beta1.ComputeDomainClique{}:    {Namespaces: driverNS, Label: labelled},
+		&resourcev1.ResourceClaimTemplate{}: {Label: labelled},
+		// Channel claims, made from the domain's template, carry its labels; membership
+		// requires one allocated on a node (computedomain.allocatedNodes), and that is all of a
+		// claim the controller reads: the cache keeps its metadata and allocation only.
+		&resourcev1.ResourceClaim{}: {Label: labelled, Transform: claimAllocationOnly},
+		nodeMeta:                    {Label: labelled},
+		&cdv1beta1.ComputeDomain{}:  {Label: domains},
+	}
+	return byObject, nil
 }
 
 func durationOrNil(d time.Duration) *time.Duration {

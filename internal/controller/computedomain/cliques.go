@@ -27,17 +27,16 @@ const cliqueWriters = 64
 // in one list instead.
 const listCliquesAbove = 4
 
-// listCliques returns the domain's cliques as this controller knows them: from the cache, each
-// replaced by this controller's last write of it while the cache has not seen that write yet
-// (written.go). They are the cache's own objects, not copies (shallow copies of them): callers
-// only read them.
+// listCliques returns the domain's cliques from the cache, once it shows this controller's own
+// writes of cliques (see NewClient). They are the cache's own objects, not copies (shallow copies
+// of them): callers only read them.
 func (r *Reconciler) listCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain) ([]cdv1beta1.ComputeDomainClique, error) {
 	list := &cdv1beta1.ComputeDomainCliqueList{}
 	if err := r.client.List(ctx, list, client.InNamespace(r.opts.DriverNamespace),
 		client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing cliques: %w", err)
 	}
-	return r.written.cliques(cd, list.Items), nil
+	return list.Items, nil
 }
 
 // writeCliques applies each clique whose entries changed and deletes cliques left empty.
@@ -71,7 +70,7 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	// A clique is written only where the apiserver holds no object of its name that this plane
 	// did not create for the domain (the cache is scoped to this plane's labels and cannot show a
 	// foreign object of the same name). One the controller knows as its own, at a version (the
-	// cache's copy, or its own last write of it: both carry this plane's labels), is written on
+	// cache's copy, which carries this plane's labels), is written on
 	// the condition that the apiserver still holds that object at that version (its UID and
 	// resourceVersion in the apply): the check and the write are one request. Any other is read
 	// fresh first; a pass writing many reads them all in one list of the driver namespace, not
@@ -95,19 +94,11 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 		cur := current[c.Name] // nil for a new clique
 		g.Go(func() error {
 			wrote, err := r.applyClique(gctx, c, knownClique(cur), onServer)
-			switch {
-			case err != nil:
-				r.written.unknownClique(cd, c.Name)
+			if err != nil {
 				return err
-			case wrote:
-				replaced := "" // the version the write replaces
-				if cur != nil {
-					replaced = cur.ResourceVersion
-				}
-				r.written.wroteClique(cd, c, replaced)
-				if r.opts.CliqueWritten != nil {
-					r.opts.CliqueWritten(c)
-				}
+			}
+			if wrote && r.opts.CliqueWritten != nil {
+				r.opts.CliqueWritten(c)
 			}
 			ctrl.LoggerFrom(ctx).V(1).Info("Wrote clique", "clique", klog.KObj(c), "daemons", len(c.Daemons))
 			return nil
@@ -116,7 +107,7 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	return r.deleteCliques(ctx, cd, keep)
+	return r.deleteCliques(ctx, cd, existing, keep)
 }
 
 // knownClique returns cur, the clique as this controller knows it (listCliques), when it can be
@@ -207,11 +198,16 @@ func (r *Reconciler) applyClique(ctx context.Context, c *cdv1beta1.ComputeDomain
 	return true, nil
 }
 
-// deleteCliques deletes the domain's cliques whose names are not in keep.
-func (r *Reconciler) deleteCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain, keep sets.Set[string]) error {
-	existing, err := r.listCliques(ctx, cd)
-	if err != nil {
-		return err
+// deleteCliques deletes the domain's cliques whose names are not in keep. existing is the
+// domain's cliques as the pass read them, or nil to read them now (a pass that read them before
+// its own clique writes passes them: reading again would wait for the cache to show those
+// writes, and no clique it wrote is one it deletes).
+func (r *Reconciler) deleteCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain, existing []cdv1beta1.ComputeDomainClique, keep sets.Set[string]) error {
+	if existing == nil {
+		var err error
+		if existing, err = r.listCliques(ctx, cd); err != nil {
+			return err
+		}
 	}
 	for i := range existing {
 		c := &existing[i]
@@ -225,10 +221,8 @@ func (r *Reconciler) deleteCliques(ctx context.Context, cd *cdv1beta1.ComputeDom
 			continue
 		}
 		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
-			r.written.unknownClique(cd, c.Name)
 			return fmt.Errorf("deleting clique %s: %w", c.Name, err)
 		}
-		r.written.deletedClique(cd, c.Name, c.ResourceVersion)
 		ctrl.LoggerFrom(ctx).V(1).Info("Deleted clique", "clique", klog.KObj(c))
 	}
 	return nil

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -81,20 +79,11 @@ func (r *Reconciler) ensure(ctx context.Context, cd *cdv1beta1.ComputeDomain, de
 	kind := current.GetObjectKind().GroupVersionKind().Kind
 	stampDesiredHash(desired)
 	key := client.ObjectKeyFromObject(desired)
-	made := createdKey{kind: kind, key: key}
+	// The client's read waits for the cache to show this controller's own create of the object
+	// in an earlier pass (see NewClient): a pass woken by the domain's status write can start
+	// before the object's watch event arrives, and would otherwise send a create that can only
+	// be refused.
 	err := r.client.Get(ctx, key, current)
-	switch {
-	case err == nil:
-		r.created.drop(made) // the cache shows it
-	case apierrors.IsNotFound(err) && r.created.recent(made):
-		// Created by this controller moments ago, and the cache has not seen it yet (a pass woken
-		// by the domain's status write can start before the object's watch event arrives): read
-		// it from the apiserver rather than send a create that can only be refused.
-		err = r.reader.Get(ctx, key, current)
-		if apierrors.IsNotFound(err) {
-			r.created.drop(made) // deleted since: create it again
-		}
-	}
 	if apierrors.IsNotFound(err) {
 		// Checked against the server first, as before every write to the domain itself: the
 		// cache may still show a domain that has moved to another plane (or is gone), whose
@@ -111,7 +100,6 @@ func (r *Reconciler) ensure(ctx context.Context, cd *cdv1beta1.ComputeDomain, de
 			err = r.reader.Get(ctx, key, current)
 		} else if err == nil {
 			ctrl.LoggerFrom(ctx).V(1).Info("Created object", "kind", kind, "object", klog.KObj(desired))
-			r.created.add(made)
 			copyInto(desired, current)
 			return "", nil
 		}
@@ -128,50 +116,6 @@ func (r *Reconciler) ensure(ctx context.Context, cd *cdv1beta1.ComputeDomain, de
 // errNotOwned ends a pass that was about to create an object for a domain the apiserver says
 // is not this plane's (the refusal is counted where it is found).
 var errNotOwned = errors.New("the ComputeDomain is not this control plane's on the apiserver")
-
-// createdKey names an object the controller creates.
-type createdKey struct {
-	kind string
-	key  client.ObjectKey
-}
-
-// created remembers the objects this controller created in the last writtenTTL, until its cache
-// shows them: a pass that finds one missing from the cache reads it from the apiserver instead of
-// creating it again. The records kept are bounded by the objects created in the last writtenTTL.
-type created struct {
-	mu sync.Mutex
-	at map[createdKey]time.Time
-}
-
-func newCreated() *created { return &created{at: map[createdKey]time.Time{}} }
-
-// add records that k was created now, dropping the records older than writtenTTL.
-func (c *created) add(k createdKey) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for old, at := range c.at {
-		if time.Since(at) > writtenTTL {
-			delete(c.at, old)
-		}
-	}
-	c.at[k] = time.Now()
-}
-
-// recent reports whether k was created in the last writtenTTL and the cache was not seen to
-// hold it since.
-func (c *created) recent(k createdKey) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	at, ok := c.at[k]
-	return ok && time.Since(at) <= writtenTTL
-}
-
-// drop forgets k.
-func (c *created) drop(k createdKey) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.at, k)
-}
 
 func copyInto(src, dst client.Object) {
 	switch s := src.(type) {

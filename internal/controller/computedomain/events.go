@@ -303,8 +303,8 @@ type emission struct {
 
 // Observe derives the events of one reconcile of cd (as read, before the write) that wrote res
 // and st, and posts those the limits allow; call it once the pass's writes succeeded (with
-// cliques on: its cliques, the status being handed to statusWrites, which may write it after a
-// rest), so that events report only what was written or is being written.
+// cliques on, the status may wait for its rest: see pacer), so that events report only what was
+// written or is about to be.
 func (e *Events) Observe(ctx context.Context, cd *cdv1beta1.ComputeDomain, res membership.Result, st cdv1beta1.ComputeDomainStatus) {
 	if e == nil {
 		return

@@ -56,7 +56,7 @@ func (r *Reconciler) finalize(ctx context.Context, cd *cdv1beta1.ComputeDomain) 
 			return ctrl.Result{}, err
 		}
 	}
-	if err := r.deleteCliques(ctx, cd, nil); err != nil {
+	if err := r.deleteCliques(ctx, cd, nil, nil); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := RemoveNodeLabels(ctx, r.client, r.reader, r.opts.ControlPlaneID, uid); err != nil {

@@ -20,7 +20,7 @@ import (
 // carrying the domain's label and whether each is Ready. It is kept by the pod event handler at
 // a map update an event, so that a pass coming while its domain rests can tell, without
 // computing membership, whether the domain may have turned Ready since its last
-// pass (see passRests). It is a hint: the pass computes the truth.
+// pass (see pacer). It is a hint: the pass computes the truth.
 type podReadiness struct {
 	mu sync.Mutex
 	// pods holds, per domain UID, each labelled pod's readiness (a terminating pod counts as not

@@ -10,17 +10,18 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
 	"k8s.io/kubectl/pkg/util/podutils"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -131,7 +132,10 @@ func (o *Options) Validate() error {
 	return err
 }
 
-// Reconciler reconciles ComputeDomains.
+// Reconciler reconciles ComputeDomains. Each pass reads the domain through a client whose reads
+// wait for the cache to show this controller's own earlier writes (see NewClient), builds a
+// scope, runs the phases of Reconcile on it and ends with its writes: the cliques and the one
+// status write of the pass.
 type Reconciler struct {
 	client client.Client
 	// reader reads from the apiserver, bypassing the cache, for objects the cache does not hold.
@@ -139,138 +143,172 @@ type Reconciler struct {
 	opts   Options
 	// tookOver holds the UIDs of domains that takeOver found nothing left for.
 	tookOver sync.Map
-	// written is what this controller last wrote per domain, read over a cache that lags it.
-	written *written
-	// statusWrites writes the domains' statuses apart from their passes (cliques on).
-	statusWrites *statusWrites
-	// created is what this controller created and its cache may not show yet.
-	created *created
-	// rests spaces a domain's long passes (see passRests); nil (a reconciler used without a
-	// manager, whose caller makes each pass it wants): no rests.
-	rests *passRests
+	// pacer spaces a large domain's passes and status writes (see pacer); without a manager
+	// (a caller that makes each pass it wants) nothing is spaced.
+	pacer *pacer
 }
 
 // New returns a reconciler reading from the cache through c, from the apiserver through reader,
-// and writing through c.
+// and writing through c. c should be NewClient's (a plain cached client reads a cache that may
+// not yet show the previous pass's writes: see NewClient).
 func New(c client.Client, reader client.Reader, opts Options) *Reconciler {
 	opts.Defaults()
-	return &Reconciler{client: c, reader: reader, opts: opts, written: newWritten(), statusWrites: newStatusWrites(), created: newCreated()}
+	return &Reconciler{client: c, reader: reader, opts: opts}
 }
 
-// Reconcile brings one ComputeDomain's objects, membership and status up to date.
+// scope is what one pass knows of its domain: read at the start, filled in by the phases, and
+// written at the end.
+type scope struct {
+	key types.NamespacedName
+	cd  *cdv1beta1.ComputeDomain
+	// useCliques: membership lives in cliques (the ComputeDomainCliques gate, not host-managed);
+	// otherwise in status.nodes.
+	useCliques bool
+	// tookOver: what the previous controller left is being removed (takeOver).
+	tookOver bool
+	// resources is the ResourcesCreated condition; ds the domain's DaemonSet (nil while its name
+	// is taken by another object).
+	resources metav1.Condition
+	ds        *appsv1.DaemonSet
+	// members is the membership computed from the daemon pods; status what the domain's status
+	// should say.
+	members membership.Result
+	status  cdv1beta1.ComputeDomainStatus
+	// requeue asks for another pass after this long (0: none).
+	requeue time.Duration
+	step    *stepTimer
+}
+
+// requeueAfter asks for another pass within d.
+func (s *scope) requeueAfter(d time.Duration) {
+	if d > 0 && (s.requeue == 0 || d < s.requeue) {
+		s.requeue = d
+	}
+}
+
+// phase is one step of a pass. It reports false when the pass ends there (the domain is not
+// this plane's, or a write must be seen before going on).
+type phase func(context.Context, *scope) (bool, error)
+
+// Reconcile brings one ComputeDomain's objects, membership and status up to date: the phases in
+// order, then the pass's writes.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
-	if wait := r.rests.wait(req.NamespacedName); wait > 0 {
+	if wait := r.pacer.passWait(req.NamespacedName); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	start, hint := time.Now(), passHint{}
-	defer func() { r.rests.passed(req.NamespacedName, start, r.opts.BatchWindow, hint) }()
 	cd := &cdv1beta1.ComputeDomain{}
 	if err := r.client.Get(ctx, req.NamespacedName, cd); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.written.forget(req.NamespacedName)
-			r.rests.forget(req.NamespacedName)
+			r.pacer.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	// What the domain's pods look like as the pass reads them (see passRests).
-	hint = r.rests.hint(string(cd.UID), cd.Spec.NumNodes)
 	if !plane.Owns(r.opts.ControlPlaneID, cd.Labels) {
 		refuse(ctx, r.opts.ControlPlaneID, "ComputeDomain", klog.KObj(cd).String())
 		return ctrl.Result{}, nil
 	}
 	if !cd.DeletionTimestamp.IsZero() {
-		r.written.forget(req.NamespacedName)
+		r.pacer.forget(req.NamespacedName)
 		return r.finalize(ctx, cd)
 	}
-	// The version the cache showed, before this pass's own writes (the finalizer) change it,
-	// and the status as this controller last wrote it, should the cache not show that write yet:
-	// the pass computes, compares and reports from what was written, not from a lagging copy.
-	cachedVersion := cd.ResourceVersion
-	cd.Status = r.written.status(cd)
-	step := r.stepTimer()
-	// Host-managed: no DaemonSet owns clique objects, so membership lives in status.nodes, as
-	// with the ComputeDomainCliques gate off.
-	useCliques := r.opts.Gates.Enabled(features.ComputeDomainCliques) && !r.hostManaged()
-	if !controllerutil.ContainsFinalizer(cd, cdv1beta1.Finalizer) {
-		if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
-			return ctrl.Result{}, err
-		}
-		if ok, err := r.legacyNamespace(ctx, cd); !ok || err != nil {
-			return ctrl.Result{}, err
-		}
-		orig := cd.DeepCopy()
-		controllerutil.AddFinalizer(cd, cdv1beta1.Finalizer)
-		metav1.SetMetaDataAnnotation(&cd.ObjectMeta, cdv1beta1.MembershipAnnotation, membershipPlace(useCliques))
-		if err := r.client.Patch(ctx, cd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
-		}
-		log.V(1).Info("Added finalizer")
-	}
-	if ok, err := r.markMembership(ctx, cd, useCliques); !ok || err != nil {
-		return ctrl.Result{}, err
-	}
+	// What the domain's pods look like as the pass begins (see pacer.passed).
+	start, hint := r.pacer.clock(), r.pacer.hint(string(cd.UID), cd.Spec.NumNodes)
+	defer func() { r.pacer.passed(req.NamespacedName, start, r.opts.BatchWindow, hint) }()
 
-	tookOver, err := r.takeOver(ctx, cd)
-	if err != nil {
+	s := &scope{
+		key: req.NamespacedName, cd: cd, step: r.stepTimer(),
+		// Host-managed: no DaemonSet owns clique objects, so membership lives in status.nodes,
+		// as with the ComputeDomainCliques gate off.
+		useCliques: r.opts.Gates.Enabled(features.ComputeDomainCliques) && !r.hostManaged(),
+	}
+	for _, p := range []phase{r.ensureFinalizer, r.markMembership, r.takeOverPhase, r.ensureResourcesPhase, r.computeMembership} {
+		if ok, err := p(ctx, s); !ok || err != nil {
+			if errors.Is(err, errNotOwned) {
+				return ctrl.Result{}, nil // another plane's now: its events are that plane's
+			}
+			return ctrl.Result{}, err
+		}
+	}
+	if err := r.write(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	created, ds, err := r.ensureResources(ctx, cd)
-	if errors.Is(err, errNotOwned) {
-		return ctrl.Result{}, nil // another plane's now: its events are that plane's
-	}
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	step.done(metrics.ReconcileStepResources)
-
-	res, err := r.computeMembership(ctx, cd, ds, !useCliques)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	step.done(metrics.ReconcileStepMembership)
-	st := membership.Aggregate(res, cd.Spec.NumNodes, cd.Generation, cd.Status.Conditions)
-	meta.SetStatusCondition(&st.Conditions, created)
-	if useCliques {
-		// The daemons wait for their cliques; the status is written apart from the pass (see
-		// statusWrites), so that the next pass's cliques need not wait for a status apply of
-		// thousands of entries. It starts first, to be written at the same time as the cliques
-		// (neither reads the other), from a copy: the pass goes on with cd.
-		own, statusStep := cd.DeepCopy(), *step
-		if err := r.statusWrites.write(ctx, req.NamespacedName, st, func(ctx context.Context) error {
-			defer statusStep.since(metrics.ReconcileStepStatus)
-			return r.writeStatus(ctx, own, st, cachedVersion)
-		}); err != nil {
-			return ctrl.Result{}, err
-		}
-		err := r.writeCliques(ctx, cd, ds, res)
-		step.since(metrics.ReconcileStepCliques)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-	} else {
-		// status.nodes is the membership the daemons read: written within the pass.
-		err := r.writeStatus(ctx, cd, st, cachedVersion)
-		step.since(metrics.ReconcileStepStatus)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	r.opts.Events.Observe(ctx, cd, res, st)
-	r.observeJoins(cd, res)
-	if !useCliques {
-		// Membership now lives in status.nodes: cliques left from the gate being on go, after
-		// the status holding their entries was written.
-		if err := r.deleteCliques(ctx, cd, nil); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	if tookOver {
+	r.opts.Events.Observe(ctx, cd, s.members, s.status)
+	r.observeJoins(cd, s.members)
+	if s.tookOver {
 		// What the previous controller left is going: look again until cdplane's own objects
 		// stand in its place (a template of the same name may still have been there).
-		return ctrl.Result{RequeueAfter: time.Second}, nil
+		s.requeueAfter(time.Second)
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: s.requeue}, nil
+}
+
+// ensureFinalizer adds the finalizer, with the annotation saying where membership is kept, to a
+// domain that has neither yet, after checking on the server that the domain is this plane's and
+// in a namespace the plane may serve.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, s *scope) (bool, error) {
+	cd := s.cd
+	if controllerutil.ContainsFinalizer(cd, cdv1beta1.Finalizer) {
+		return true, nil
+	}
+	if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
+		return false, err
+	}
+	if ok, err := r.legacyNamespace(ctx, cd); !ok || err != nil {
+		return false, err
+	}
+	orig := cd.DeepCopy()
+	controllerutil.AddFinalizer(cd, cdv1beta1.Finalizer)
+	metav1.SetMetaDataAnnotation(&cd.ObjectMeta, cdv1beta1.MembershipAnnotation, membershipPlace(s.useCliques))
+	if err := r.client.Patch(ctx, cd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return false, fmt.Errorf("adding finalizer: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Added finalizer")
+	return true, nil
+}
+
+// takeOverPhase removes what NVIDIA's driver left for the domain (takeOver).
+func (r *Reconciler) takeOverPhase(ctx context.Context, s *scope) (bool, error) {
+	tookOver, err := r.takeOver(ctx, s.cd)
+	s.tookOver = tookOver
+	return err == nil, err
+}
+
+// ensureResourcesPhase creates the domain's claim templates and DaemonSet, or brings them back
+// to what they should be.
+func (r *Reconciler) ensureResourcesPhase(ctx context.Context, s *scope) (bool, error) {
+	cond, ds, err := r.ensureResources(ctx, s.cd)
+	if err != nil {
+		return false, err
+	}
+	s.resources, s.ds = cond, ds
+	s.step.done(metrics.ReconcileStepResources)
+	return true, nil
+}
+
+// write ends the pass: with cliques, the changed cliques and the status, at the same time
+// (neither reads the other); without, the status (status.nodes is the membership the daemons
+// read), then the removal of cliques left from the gate being on.
+func (r *Reconciler) write(ctx context.Context, s *scope) error {
+	if !s.useCliques {
+		err := r.writeStatus(ctx, s)
+		s.step.since(metrics.ReconcileStepStatus)
+		if err != nil {
+			return err
+		}
+		// Membership now lives in status.nodes: cliques left from the gate being on go, after
+		// the status holding their entries was written.
+		return r.deleteCliques(ctx, s.cd, nil, nil)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer s.step.since(metrics.ReconcileStepStatus)
+		return r.writeStatus(gctx, s)
+	})
+	g.Go(func() error {
+		defer s.step.since(metrics.ReconcileStepCliques)
+		return r.writeCliques(gctx, s.cd, s.ds, s.members)
+	})
+	return g.Wait()
 }
 
 // membershipPlace is the value of cdv1beta1.MembershipAnnotation.
@@ -287,8 +325,8 @@ func membershipPlace(useCliques bool) string {
 // they read status.nodes only where the entries are, instead of guessing from a missing clique
 // after minutes of waiting (in a burst, a read of the whole, large status by every waiting node).
 // It reports false when the domain, read from the server, is not this plane's: the pass ends.
-func (r *Reconciler) markMembership(ctx context.Context, cd *cdv1beta1.ComputeDomain, useCliques bool) (bool, error) {
-	want := membershipPlace(useCliques)
+func (r *Reconciler) markMembership(ctx context.Context, s *scope) (bool, error) {
+	cd, want := s.cd, membershipPlace(s.useCliques)
 	if cd.Annotations[cdv1beta1.MembershipAnnotation] == want {
 		return true, nil
 	}
@@ -305,10 +343,25 @@ func (r *Reconciler) markMembership(ctx context.Context, cd *cdv1beta1.ComputeDo
 	return true, nil
 }
 
-// computeMembership reads the domain's daemon pods, labelled nodes, allocated channel claims and
-// existing entries. Only pods controlled by ds count as daemons (none while ds is nil: its name
-// is taken). statusOnly says membership lives in status.nodes only (cliques off).
-func (r *Reconciler) computeMembership(ctx context.Context, cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, statusOnly bool) (membership.Result, error) {
+// computeMembership computes the domain's membership (membership.Compute) and the status that
+// follows from it, into s.
+func (r *Reconciler) computeMembership(ctx context.Context, s *scope) (bool, error) {
+	res, err := r.readMembership(ctx, s.cd, s.ds, !s.useCliques)
+	if err != nil {
+		return false, err
+	}
+	s.step.done(metrics.ReconcileStepMembership)
+	s.members = res
+	s.status = membership.Aggregate(res, s.cd.Spec.NumNodes, s.cd.Generation, s.cd.Status.Conditions)
+	meta.SetStatusCondition(&s.status.Conditions, s.resources)
+	return true, nil
+}
+
+// readMembership reads the domain's daemon pods, labelled nodes, allocated channel claims and
+// existing entries, and computes its membership. Only pods controlled by ds count as daemons
+// (none while ds is nil: its name is taken). statusOnly says membership lives in status.nodes
+// only (cliques off).
+func (r *Reconciler) readMembership(ctx context.Context, cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, statusOnly bool) (membership.Result, error) {
 	// The lists below read the cache without copying (client.UnsafeDisableDeepCopy): a pass
 	// reads every daemon pod, node and claim of the domain and only reads them; a copy of each,
 	// on every list of every pass, is garbage and CPU that grow with the domain (see
@@ -382,22 +435,30 @@ func podInfo(p *corev1.Pod, ds *appsv1.DaemonSet) membership.Pod {
 	return out
 }
 
-// writeStatus applies the status when it differs from what the domain holds (cd.Status: as
-// cached, or as last written when the cache has not seen that write yet). cachedVersion is the
-// domain's version in the cache when the pass began.
-func (r *Reconciler) writeStatus(ctx context.Context, cd *cdv1beta1.ComputeDomain, st cdv1beta1.ComputeDomainStatus, cachedVersion string) error {
+// writeStatus applies s.status when it differs from what the domain holds. With cliques, where
+// the daemons never wait for the status, a large domain's status rests after each write (see
+// pacer): a status that says the same of the domain as a whole as it says now is written when
+// the rest ends, by a pass asked for then.
+func (r *Reconciler) writeStatus(ctx context.Context, s *scope) error {
+	cd, st := s.cd, s.status
 	if equality.Semantic.DeepEqual(cd.Status, st) {
 		return nil
+	}
+	if s.useCliques && st.Status == cd.Status.Status {
+		if wait := r.pacer.statusWait(s.key); wait > 0 {
+			s.requeueAfter(wait)
+			return nil
+		}
 	}
 	if ok, err := r.domainOwnedOnServer(ctx, cd); !ok || err != nil {
 		return err
 	}
+	start := r.pacer.clock()
 	ac := StatusApply(cd, st)
 	if err := r.client.Status().Apply(ctx, ac, client.FieldOwner(r.opts.FieldManager), client.ForceOwnership); err != nil {
-		r.written.unknownStatus(cd)
 		return fmt.Errorf("writing status: %w", err)
 	}
-	r.written.wroteStatus(cd, st, ptr.Deref(ac.ResourceVersion, ""), cachedVersion, cd.ResourceVersion)
+	r.pacer.wroteStatus(s.key, start)
 	ctrl.LoggerFrom(ctx).V(1).Info("Wrote status", "status", st.Status,
 		"readyNodes", st.ReadyNodes, "totalNodes", st.TotalNodes)
 	return nil

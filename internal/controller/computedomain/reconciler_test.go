@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/featuregate"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -84,8 +85,8 @@ func TestPodInfo(t *testing.T) {
 // TestStatusIsWrittenOnlyOnChange: a domain's status is written when it changes, and a pass
 // that finds nothing changed makes no status write (one write per change, not per pass); a
 // status someone else changed, in what the domain says as a whole or only in a condition's
-// message, is a change and is written back once. With either gate setting: cliques (the status
-// written apart from the pass, here within it: no manager) or status.nodes.
+// message, is a change and is written back once. With either gate setting: cliques or
+// status.nodes (no manager: no rest holds a status write).
 func TestStatusIsWrittenOnlyOnChange(t *testing.T) {
 	for name, cliques := range map[string]bool{"cliques": true, "status.nodes": false} {
 		t.Run(name, func(t *testing.T) {
@@ -151,6 +152,66 @@ func TestStatusIsWrittenOnlyOnChange(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAHeldStatusIsWrittenWhenItsRestEnds: with cliques, a status that says the same of the
+// domain as a whole as the last write is not written while that write's rest lasts; the pass asks
+// to come back when it ends, and the pass then writes it. A status that changes what the domain
+// says as a whole (here: someone else wrote Ready) is written at once, rest or not.
+func TestAHeldStatusIsWrittenWhenItsRestEnds(t *testing.T) {
+	cd := unitDomain("plane-a", false)
+	c, writes := recordingClient(cd, userNamespace("plane-a"))
+	r := New(c, c, Options{DriverNamespace: testDriverNS, DaemonImage: "img", ControlPlaneID: "plane-a",
+		Gates: features.NewGatesForTest(t, map[featuregate.Feature]bool{features.ComputeDomainCliques: true})})
+	r.pacer = newPacer(nil) // as SetupWithManager does
+	now := time.Unix(1000, 0)
+	r.pacer.now = func() time.Time { return now }
+	ctx := t.Context()
+	key := client.ObjectKeyFromObject(cd)
+	statusWrites := func() int { return len(writes.of("ComputeDomain")) - len(metaWrites(writes.of("ComputeDomain"))) }
+	edit := func(f func(*cdv1beta1.ComputeDomainStatus)) {
+		t.Helper()
+		cur := &cdv1beta1.ComputeDomain{}
+		if err := c.Get(ctx, key, cur); err != nil {
+			t.Fatal(err)
+		}
+		f(&cur.Status)
+		if err := c.Status().Update(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+		writes.reset()
+	}
+	reconcile := func() ctrl.Result {
+		t.Helper()
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+
+	reconcile()
+	if got := statusWrites(); got != 1 {
+		t.Fatalf("first pass: %d status writes, want 1", got)
+	}
+	// The write took a second (the fake client answers at once): the status rests a second.
+	r.pacer.domains[key].statusUntil = now.Add(time.Second)
+
+	edit(func(s *cdv1beta1.ComputeDomainStatus) { s.Conditions[0].Message = "edited" })
+	now = now.Add(400 * time.Millisecond)
+	if res := reconcile(); statusWrites() != 0 || res.RequeueAfter != 600*time.Millisecond {
+		t.Errorf("a pass 400ms into the rest, the status saying the same: %d status writes, requeue after %v; want none, 600ms", statusWrites(), res.RequeueAfter)
+	}
+	now = now.Add(600 * time.Millisecond)
+	if res := reconcile(); statusWrites() != 1 || res.RequeueAfter != 0 {
+		t.Errorf("the pass at the rest's end: %d status writes, requeue after %v; want 1, none", statusWrites(), res.RequeueAfter)
+	}
+
+	r.pacer.domains[key].statusUntil = now.Add(time.Second)
+	edit(func(s *cdv1beta1.ComputeDomainStatus) { s.Status = cdv1beta1.StatusReady })
+	if res := reconcile(); statusWrites() != 1 || res.RequeueAfter != 0 {
+		t.Errorf("a status turning the domain back NotReady during a rest: %d status writes, requeue after %v; want 1, none", statusWrites(), res.RequeueAfter)
 	}
 }
 

@@ -2,6 +2,7 @@ package computedomain
 
 import (
 	"context"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/scheme"
@@ -22,6 +22,13 @@ import (
 
 // UIDIndex indexes ComputeDomains by UID, to map objects labelled with a domain's UID back to it.
 const UIDIndex = "metadata.uid"
+
+// passTimeout bounds a pass. A pass's reads wait for the cache to show the controller's own
+// writes (NewClient); should a watch never deliver one (it relisted past an object deleted
+// meanwhile, and no later event of that kind comes), the pass ends with an error and is retried
+// with the controller's backoff, instead of holding a worker for good. The longest passes (a
+// burst of joins in the largest domains) take seconds.
+const passTimeout = 2 * time.Minute
 
 // SetupWithManager registers the reconciler and its watches. Events for one domain are delayed
 // by the batch window, so that a burst of them becomes one reconcile.
@@ -32,28 +39,20 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		return err
 	}
 	byLabel := r.labelHandler(mgr.GetCache())
-	// The daemon pods' readiness, for passes that come while their domain rests (see passRests).
+	// The daemon pods' readiness, for passes that come while their domain rests (see pacer).
 	ready := newPodReadiness()
 	pods := ready.following(byLabel)
 	if r.hostManaged() {
 		pods = r.pluginPodHandler(mgr.GetCache(), byLabel)
 	}
-	// Domains whose status write ended with a newer status computed meanwhile, or failed, come
-	// back through these (see statusWrites): at once, or with the controller's backoff.
-	r.statusWrites.wire()
 	// A pass that comes while its domain rests is put back in the queue for the rest's end.
-	r.rests = newPassRests(ready)
-	again := source.Channel(r.statusWrites.again, &handler.TypedEnqueueRequestForObject[*cdv1beta1.ComputeDomain]{})
-	failed := source.Channel(r.statusWrites.failed, handler.TypedFuncs[*cdv1beta1.ComputeDomain, reconcile.Request]{
-		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[*cdv1beta1.ComputeDomain], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.AddRateLimited(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
-		},
-	})
+	r.pacer = newPacer(ready)
+	if opts.ReconciliationTimeout == 0 {
+		opts.ReconciliationTimeout = passTimeout
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("computedomain").
 		For(&cdv1beta1.ComputeDomain{}).
-		WatchesRawSource(again).
-		WatchesRawSource(failed).
 		Watches(&corev1.Pod{}, pods).
 		Watches(&cdv1beta1.ComputeDomainClique{}, byLabel).
 		Watches(&appsv1.DaemonSet{}, byLabel).

@@ -116,12 +116,14 @@ func (r *Reconciler) removePrevious(ctx context.Context, obj client.Object) erro
 	if slices.Contains(obj.GetFinalizers(), cdv1beta1.Finalizer) {
 		orig := obj.DeepCopyObject().(client.Object)
 		obj.SetFinalizers(slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool { return f == cdv1beta1.Finalizer }))
-		if err := r.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		// Not in this controller's cache, which will never show the write: no read waits for it
+		// (see NewClient).
+		if err := r.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.DisableReadYourWritesConsistency); err != nil {
 			return client.IgnoreNotFound(err)
 		}
 	}
 	uid := obj.GetUID()
-	err := r.client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	err := r.client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground), client.DisableReadYourWritesConsistency)
 	return client.IgnoreNotFound(err)
 }
 

@@ -2,54 +2,202 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller/computedomain"
 	"cdplane/internal/features"
+	"cdplane/internal/scheme"
+	"cdplane/internal/testutil"
 )
 
-// laggingCache is a cache that never sees the controller's own writes: it lists no cliques and
-// hands out the domain without a status, as a cache a few seconds behind a busy apiserver does
-// between two passes.
-type laggingCache struct {
-	client.Client
+// heldWatches holds back the watch events of chosen resources from the clients built on a
+// config it wraps, while it is held: their caches lag the apiserver, as a cache seconds behind a
+// busy apiserver does between two passes, with nothing else different. Events already read before
+// hold stay delivered; those after it are delivered, in order, on release.
+type heldWatches struct {
+	resources []string // the resources held, as in their URL path ("computedomaincliques")
+	mu        sync.Mutex
+	open      chan struct{} // closed while not held
 }
 
-func (l laggingCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	if err := l.Client.List(ctx, list, opts...); err != nil {
+func newHeldWatches(resources ...string) *heldWatches {
+	h := &heldWatches{resources: resources, open: make(chan struct{})}
+	close(h.open)
+	return h
+}
+
+// hold holds back the resources' watch events until release.
+func (h *heldWatches) hold() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.open = make(chan struct{})
+}
+
+// release delivers what was held, and lets events through again.
+func (h *heldWatches) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.open:
+	default:
+		close(h.open)
+	}
+}
+
+func (h *heldWatches) opened() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.open
+}
+
+// wrap returns a copy of cfg whose watches of h's resources h holds back.
+func (h *heldWatches) wrap(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err != nil || req.URL.Query().Get("watch") != "true" || !slices.Contains(h.resources, path.Base(req.URL.Path)) {
+				return resp, err
+			}
+			resp.Body = &heldBody{ReadCloser: resp.Body, h: h, closed: make(chan struct{})}
+			return resp, nil
+		})
+	})
+	return cfg
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// heldBody is a watch response whose reads return only while its heldWatches is not held.
+type heldBody struct {
+	io.ReadCloser
+	h      *heldWatches
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	select {
+	case <-b.h.opened():
+	case <-b.closed:
+	}
+	return n, err
+}
+
+func (b *heldBody) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return b.ReadCloser.Close()
+}
+
+// laggingReconciler returns a reconciler of e's driver namespace (ComputeDomainCliques set to
+// cliques) reading a cache of its own, built on cfg, through the client the controller uses
+// (computedomain.NewClient): for tests that make the passes themselves (after e.stopMgr). Every
+// kind the reconciler reads is listed once before it returns, so that the cache's informers are
+// synced before a test holds their watches.
+func (e *env) laggingReconciler(cfg *rest.Config, cliques bool) (*computedomain.Reconciler, client.Client) {
+	e.t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 testCluster.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	testutil.RunManager(e.t, mgr)
+	if !mgr.GetCache().WaitForCacheSync(e.ctx()) {
+		e.t.Fatal("the cache did not start")
+	}
+	c, err := computedomain.NewClient(mgr)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, list := range []client.ObjectList{
+		&cdv1beta1.ComputeDomainList{}, &cdv1beta1.ComputeDomainCliqueList{}, &corev1.PodList{}, &appsv1.DaemonSetList{},
+		&resourcev1.ResourceClaimTemplateList{}, &resourcev1.ResourceClaimList{},
+		scheme.MetaList(corev1.SchemeGroupVersion.WithKind("NodeList")),
+	} {
+		if err := c.List(e.ctx(), list); err != nil {
+			e.t.Fatalf("syncing the cache: %v", err)
+		}
+	}
+	return e.reconcilerReading(c, testCluster.Client, cliques), c
+}
+
+// waitCached waits until c's cache shows the daemon pod with its IP and its node with the
+// domain's label.
+func (e *env) waitCached(c client.Client, cd *cdv1beta1.ComputeDomain, pod *corev1.Pod) {
+	e.t.Helper()
+	e.eventually(time.Minute, "the cache shows the daemon pod and its node", func() (bool, error) {
+		p := &corev1.Pod{}
+		if err := c.Get(e.ctx(), client.ObjectKeyFromObject(pod), p); err != nil {
+			return false, err
+		}
+		n := scheme.Meta(corev1.SchemeGroupVersion.WithKind("Node"))
+		if err := c.Get(e.ctx(), client.ObjectKey{Name: pod.Spec.NodeName}, n); err != nil {
+			return false, err
+		}
+		return p.Status.PodIP != "" && n.Labels[cdv1beta1.ComputeDomainLabel] == string(cd.UID), nil
+	})
+}
+
+// passHeld runs a pass of r in the background while held is held, checks that it waits (its
+// reads wait for the cache to show the writes of the passes before it) for a window, releases
+// held and returns the pass's error.
+func (e *env) passHeld(r *computedomain.Reconciler, req ctrl.Request, held *heldWatches) error {
+	e.t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Reconcile(context.Background(), req)
+		done <- err
+	}()
+	testutil.Consistently(e.t, 2*time.Second, "the pass waits for the cache to show the previous pass's writes", func() (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("the pass ended (error %v) while the cache had not seen them", err)
+		default:
+			return true, nil
+		}
+	})
+	held.release()
+	select {
+	case err := <-done:
 		return err
+	case <-time.After(time.Minute):
+		e.t.Fatal("the pass did not end within a minute of the cache catching up")
+		return nil
 	}
-	if cl, ok := list.(*cdv1beta1.ComputeDomainCliqueList); ok {
-		cl.Items = nil
-	}
-	return nil
 }
 
-func (l laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if err := l.Client.Get(ctx, key, obj, opts...); err != nil {
-		return err
-	}
-	if cd, ok := obj.(*cdv1beta1.ComputeDomain); ok {
-		cd.Status = cdv1beta1.ComputeDomainStatus{}
-		cd.ResourceVersion = "1" // the version the cache is stuck at
-	}
-	return nil
-}
-
-// TestIndexesHoldWhileTheCacheLags: a pass that reads a cache which has not yet seen the
-// previous pass's clique write keeps the indexes that write gave. Without remembering its own
-// writes, the controller would take the written entry for absent and give index 0 to the joining
-// node whose name sorts first, moving the index of the node that had it.
+// TestIndexesHoldWhileTheCacheLags: a pass whose cache has not yet seen the previous pass's
+// writes (its clique, or its status with cliques off) waits for the cache to show them, and keeps
+// the indexes that write gave. Without waiting, the controller would take the written entry for
+// absent and give index 0 to the joining node whose name sorts first, moving the index of the
+// node that had it.
 func TestIndexesHoldWhileTheCacheLags(t *testing.T) {
 	t.Parallel()
 	for _, cliques := range []bool{true, false} {
@@ -62,11 +210,13 @@ func TestIndexesHoldWhileTheCacheLags(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.stopMgr() // the reconciler below makes every pass
-			r := e.reconciler(laggingCache{Client: testCluster.Client}, cliques)
+			held := newHeldWatches("computedomaincliques", "computedomains")
+			r, cached := e.laggingReconciler(held.wrap(testCluster.Config), cliques)
 			req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}}
 
 			late := e.addNode(cd, "zz-late")
-			e.fakeDaemonPod(cd, late, testClique, &owner)
+			e.waitCached(cached, cd, e.fakeDaemonPod(cd, late, testClique, &owner))
+			held.hold()
 			if _, err := r.Reconcile(context.Background(), req); err != nil {
 				t.Fatalf("first pass: %v", err)
 			}
@@ -75,8 +225,8 @@ func TestIndexesHoldWhileTheCacheLags(t *testing.T) {
 			}
 
 			early := e.addNode(cd, "aa-early") // sorts first
-			e.fakeDaemonPod(cd, early, testClique, &owner)
-			if _, err := r.Reconcile(context.Background(), req); err != nil {
+			e.waitCached(cached, cd, e.fakeDaemonPod(cd, early, testClique, &owner))
+			if err := e.passHeld(r, req, held); err != nil {
 				t.Fatalf("second pass: %v", err)
 			}
 			if got := e.indexOf(cd, cliques, late); got != 0 {
@@ -87,6 +237,14 @@ func TestIndexesHoldWhileTheCacheLags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reconciler returns a reconciler of e's driver namespace that reads its cache through cache and
+// the apiserver through the test cluster's client, with ComputeDomainCliques set to cliques: for
+// tests that make the passes themselves (after e.stopMgr).
+func (e *env) reconciler(cache client.Client, cliques bool) *computedomain.Reconciler {
+	e.t.Helper()
+	return e.reconcilerReading(cache, testCluster.Client, cliques)
 }
 
 // indexOf reads node's index from the apiserver: its clique's entry (cliques) or the domain's
@@ -118,14 +276,6 @@ func (e *env) indexOf(cd *cdv1beta1.ComputeDomain, cliques bool, node string) in
 	return -2
 }
 
-// reconciler returns a reconciler of e's driver namespace that reads its cache through cache and
-// the apiserver through the test cluster's client, with ComputeDomainCliques set to cliques: for
-// tests that make the passes themselves (after e.stopMgr).
-func (e *env) reconciler(cache client.Client, cliques bool) *computedomain.Reconciler {
-	e.t.Helper()
-	return e.reconcilerReading(cache, testCluster.Client, cliques)
-}
-
 // reconcilerReading is reconciler with reader as its way to the apiserver.
 func (e *env) reconcilerReading(cache client.Client, reader client.Reader, cliques bool) *computedomain.Reconciler {
 	e.t.Helper()
@@ -138,40 +288,27 @@ func (e *env) reconcilerReading(cache client.Client, reader client.Reader, cliqu
 	})
 }
 
-// unseenCreations is a cache that has not yet seen the DaemonSet and claim templates the
-// controller created: it answers NotFound for them, as a cache does between the create and its
-// watch event.
-type unseenCreations struct {
-	client.Client
-}
-
-func (u unseenCreations) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	switch obj.(type) {
-	case *appsv1.DaemonSet, *resourcev1.ResourceClaimTemplate:
-		return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
-	}
-	return u.Client.Get(ctx, key, obj, opts...)
-}
-
-// TestCreatesOnceWhileTheCacheLags: passes that start before the cache has seen the DaemonSet
-// and claim templates an earlier pass created read them from the apiserver; they send no create
-// that can only be refused as AlreadyExists.
+// TestCreatesOnceWhileTheCacheLags: a pass that starts before the cache has seen the DaemonSet
+// and claim templates an earlier pass created waits for the cache to show them; it sends no
+// create that can only be refused as AlreadyExists.
 func TestCreatesOnceWhileTheCacheLags(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true)
 	e.stopMgr() // the reconciler below makes every pass
 	cd := e.createCD("created-once", 0)
 	log := &writeLog{}
-	recording, err := client.New(log.wrap(testCluster.Config, "created-once-test"), client.Options{Scheme: testCluster.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := e.reconciler(unseenCreations{Client: recording}, true)
+	held := newHeldWatches("daemonsets", "resourceclaimtemplates")
+	r, _ := e.laggingReconciler(held.wrap(log.wrap(testCluster.Config, "created-once-test")), true)
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: cd.Namespace, Name: cd.Name}}
-	for pass := range 3 {
-		if _, err := r.Reconcile(context.Background(), req); err != nil {
-			t.Fatalf("pass %d: %v", pass, err)
-		}
+	held.hold()
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatalf("first pass: %v", err)
+	}
+	if err := e.passHeld(r, req, held); err != nil {
+		t.Fatalf("second pass: %v", err)
+	}
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatalf("third pass: %v", err)
 	}
 	keys := e.objectsOf(cd)
 	if _, _, rct := e.waitCreated(cd); rct == nil {
@@ -183,7 +320,7 @@ func TestCreatesOnceWhileTheCacheLags(t *testing.T) {
 		"/apis/resource.k8s.io/v1/namespaces/" + e.ns + "/resourceclaimtemplates":       keys.workloadTemplate.Name,
 	} {
 		if diff := cmp.Diff(map[string]int{"POST": 1}, writesTo(log, collection, name)); diff != "" {
-			t.Errorf("writes of %s/%s over three passes of a cache that has not seen it (-want +got):\n%s", collection, name, diff)
+			t.Errorf("writes of %s/%s over three passes, the second on a cache that had not seen it (-want +got):\n%s", collection, name, diff)
 		}
 	}
 }

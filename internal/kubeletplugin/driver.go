@@ -26,6 +26,7 @@ import (
 	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/checkpoint"
+	"cdplane/internal/kubeletplugin/claimlock"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/endpoints"
 	"cdplane/internal/kubeletplugin/readiness"
@@ -214,7 +215,7 @@ type Driver struct {
 	opMu sync.Mutex
 	// claims serialises the calls of each claim for their whole run, and keeps a prepare from
 	// completing after an unprepare of its claim. Taken before opMu.
-	claims claimLocks
+	claims claimlock.Locks
 
 	cancel context.CancelCauseFunc
 	done   chan struct{}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cdv1beta1 "cdplane/api/v1beta1"
+	"cdplane/internal/kubeletplugin/claimlock"
 	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/kubeletplugin/readiness"
 	"cdplane/internal/testutil"
@@ -130,7 +131,7 @@ func TestUserFixableFailures(t *testing.T) {
 			wantMsg: "retryable error: NVLink fabric", retryable: true,
 		},
 		"an unprepare came meanwhile": {
-			err:     &failure.RetryableError{Err: errUnpreparedMeanwhile},
+			err:     &failure.RetryableError{Err: claimlock.ErrUnpreparedMeanwhile},
 			wantMsg: "retryable error: ", retryable: true,
 		},
 	}

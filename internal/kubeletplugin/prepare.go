@@ -11,6 +11,7 @@ import (
 	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/checkpoint"
+	"cdplane/internal/kubeletplugin/claimlock"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/failure"
 
@@ -51,7 +52,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourcev1
 // prepareLocked runs prepareClaim under the claim's lock and opMu. A prepare stopped or refused
 // because an unprepare of the claim came meanwhile fails with a retryable error saying so.
 func (d *Driver) prepareLocked(ctx context.Context, claim *resourcev1.ResourceClaim, deadline time.Time) ([]checkpoint.PreparedDevice, error) {
-	ctx, release, err := d.claims.prepare(ctx, claim.UID)
+	ctx, release, err := d.claims.Prepare(ctx, claim.UID)
 	if err != nil {
 		return nil, &failure.RetryableError{Err: err}
 	}
@@ -59,9 +60,9 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourcev1.ResourceCl
 	d.opMu.Lock()
 	defer d.opMu.Unlock()
 	devices, err := d.prepareClaim(ctx, claim, deadline)
-	if err != nil && errors.Is(context.Cause(ctx), errUnpreparedMeanwhile) {
+	if err != nil && errors.Is(context.Cause(ctx), claimlock.ErrUnpreparedMeanwhile) {
 		klog.FromContext(ctx).V(1).Info("Prepare stopped by an unprepare of its claim", "err", err)
-		return nil, &failure.RetryableError{Err: errUnpreparedMeanwhile}
+		return nil, &failure.RetryableError{Err: claimlock.ErrUnpreparedMeanwhile}
 	}
 	return devices, err
 }

@@ -49,7 +49,7 @@ func (d *Driver) sweepStale(ctx context.Context) (entries, specs int, _ error) {
 			errs = append(errs, fmt.Errorf("checking claim %s/%s: %w", e.Namespace, e.Name, err))
 			continue
 		}
-		release := d.claims.unprepare(uid)
+		release := d.claims.Unprepare(uid)
 		d.opMu.Lock()
 		err = d.unprepareClaim(ctx, uid)
 		d.opMu.Unlock()

@@ -24,7 +24,7 @@ import (
 )
 
 // UnprepareResourceClaims unprepares each claim (see unprepareClaim), after stopping and
-// waiting for a prepare of the same claim in progress (see claimLocks).
+// waiting for a prepare of the same claim in progress (see claimlock.Locks).
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []draplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	if len(claims) > 0 {
@@ -33,7 +33,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []draplugin
 	for _, c := range claims {
 		logger := klog.FromContext(ctx).WithValues("claim", c.NamespacedName, "claimUID", c.UID)
 		start := time.Now()
-		release := d.claims.unprepare(c.UID)
+		release := d.claims.Unprepare(c.UID)
 		d.opMu.Lock()
 		err := d.unprepareClaim(klog.NewContext(ctx, logger), c.UID)
 		d.opMu.Unlock()

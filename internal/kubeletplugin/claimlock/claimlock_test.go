@@ -1,4 +1,4 @@
-package kubeletplugin
+package claimlock
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 const lockWait = 10 * time.Second
 
 // waiters waits until n calls hold or wait for the claim's lock.
-func waiters(t *testing.T, l *claimLocks, uid types.UID, n int) {
+func waiters(t *testing.T, l *Locks, uid types.UID, n int) {
 	t.Helper()
 	testutil.Eventually(t, lockWait, "calls on the claim's lock", func() (bool, error) {
 		l.mu.Lock()
@@ -24,7 +24,7 @@ func waiters(t *testing.T, l *claimLocks, uid types.UID, n int) {
 	})
 }
 
-func forgotten(t *testing.T, l *claimLocks) {
+func forgotten(t *testing.T, l *Locks) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -34,22 +34,22 @@ func forgotten(t *testing.T, l *claimLocks) {
 }
 
 // An unprepare stops the claim's prepare in progress (its context ends with
-// errUnpreparedMeanwhile) and runs only once the prepare has returned.
+// ErrUnpreparedMeanwhile) and runs only once the prepare has returned.
 func TestUnprepareStopsThePrepareInProgress(t *testing.T) {
-	var l claimLocks
-	ctx, releasePrepare, err := l.prepare(context.Background(), "a")
+	var l Locks
+	ctx, releasePrepare, err := l.Prepare(context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	unprepared := make(chan func())
-	go func() { unprepared <- l.unprepare("a") }()
+	go func() { unprepared <- l.Unprepare("a") }()
 	select {
 	case <-ctx.Done():
 	case <-time.After(lockWait):
 		t.Fatal("the prepare's context did not end when an unprepare of its claim came")
 	}
-	if cause := context.Cause(ctx); !errors.Is(cause, errUnpreparedMeanwhile) {
-		t.Errorf("the prepare's context ended with %v, want errUnpreparedMeanwhile", cause)
+	if cause := context.Cause(ctx); !errors.Is(cause, ErrUnpreparedMeanwhile) {
+		t.Errorf("the prepare's context ended with %v, want ErrUnpreparedMeanwhile", cause)
 	}
 	select {
 	case <-unprepared:
@@ -69,23 +69,23 @@ func TestUnprepareStopsThePrepareInProgress(t *testing.T) {
 // A prepare that waited for the claim while an unprepare of it ran is refused; one that comes
 // after the unprepare is over prepares the claim again.
 func TestPrepareWaitingBehindAnUnprepareIsRefused(t *testing.T) {
-	var l claimLocks
-	releaseUnprepare := l.unprepare("a")
+	var l Locks
+	releaseUnprepare := l.Unprepare("a")
 	type result struct {
 		release func()
 		err     error
 	}
 	prepared := make(chan result)
 	go func() {
-		_, release, err := l.prepare(context.Background(), "a")
+		_, release, err := l.Prepare(context.Background(), "a")
 		prepared <- result{release, err}
 	}()
 	waiters(t, &l, "a", 2)
 	releaseUnprepare()
 	select {
 	case r := <-prepared:
-		if !errors.Is(r.err, errUnpreparedMeanwhile) {
-			t.Errorf("a prepare that waited behind an unprepare: %v, want errUnpreparedMeanwhile", r.err)
+		if !errors.Is(r.err, ErrUnpreparedMeanwhile) {
+			t.Errorf("a prepare that waited behind an unprepare: %v, want ErrUnpreparedMeanwhile", r.err)
 		}
 		if r.err == nil {
 			r.release()
@@ -94,7 +94,7 @@ func TestPrepareWaitingBehindAnUnprepareIsRefused(t *testing.T) {
 		t.Fatal("the waiting prepare did not return once the unprepare had")
 	}
 
-	_, release, err := l.prepare(context.Background(), "a")
+	_, release, err := l.Prepare(context.Background(), "a")
 	if err != nil {
 		t.Fatalf("a prepare after the unprepare was over: %v", err)
 	}
@@ -104,19 +104,19 @@ func TestPrepareWaitingBehindAnUnprepareIsRefused(t *testing.T) {
 
 // Calls on different claims do not wait for each other; calls on the same claim take turns.
 func TestClaimLocksArePerClaim(t *testing.T) {
-	var l claimLocks
-	_, releaseA, err := l.prepare(context.Background(), "a")
+	var l Locks
+	_, releaseA, err := l.Prepare(context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, releaseB, err := l.prepare(context.Background(), "b")
+	_, releaseB, err := l.Prepare(context.Background(), "b")
 	if err != nil {
 		t.Fatalf("prepare of b while a is prepared: %v", err)
 	}
 	releaseB()
 	done := make(chan error)
 	go func() {
-		_, release, err := l.prepare(context.Background(), "a")
+		_, release, err := l.Prepare(context.Background(), "a")
 		if err == nil {
 			release()
 		}

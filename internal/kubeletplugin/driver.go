@@ -11,15 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/featuregate"
 	draplugin "k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -30,10 +26,8 @@ import (
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/endpoints"
 	"cdplane/internal/kubeletplugin/readiness"
-	"cdplane/internal/metrics"
 	"cdplane/internal/nvml"
 	"cdplane/internal/plane"
-	"cdplane/internal/scheme"
 )
 
 // Defaults of Options.
@@ -228,172 +222,6 @@ var _ draplugin.DRAPlugin = (*Driver)(nil)
 
 // errStopped is the cause of a plugin stopped by Stop.
 var errStopped = errors.New("kubelet plugin stopped")
-
-// Start discovers the clique, syncs the watch cache, recovers claims left checkpoint.PrepareStarted by a
-// previous run, then serves the kubelet (registration and DRA sockets) and publishes the node's
-// devices. It returns once the plugin serves; Stop ends it, as does ctx.
-func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
-	if err := opts.defaults(); err != nil {
-		return nil, err
-	}
-	logger := klog.FromContext(ctx).WithValues("node", opts.NodeName)
-	ctx = klog.NewContext(ctx, logger)
-	for _, dir := range []string{opts.StateDir, opts.CDIRoot, opts.PluginDataDir, opts.RegistrarDir} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("creating %s: %w", dir, err)
-		}
-	}
-	eps, err := endpoints.Listen(opts.HealthAddress, opts.MetricsAddress)
-	if err != nil {
-		return nil, err
-	}
-	d := &Driver{opts: opts, done: make(chan struct{}), endpoints: eps, metrics: newClaimMetrics(metrics.KubeletPlugin, opts.ControlPlaneID)}
-	ctx, d.cancel = context.WithCancelCause(ctx)
-	defer func() {
-		if err != nil {
-			d.Stop()
-		}
-	}()
-	if err := eps.Serve(ctx, opts.RegistrarDir, opts.PluginDataDir, d.stopping); err != nil {
-		return nil, err
-	}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		<-ctx.Done()
-		d.setErr(context.Cause(ctx))
-		close(d.done)
-	}()
-
-	scheme := scheme.Shared()
-	if d.api, err = client.New(opts.Config, client.Options{Scheme: scheme, Mapper: opts.Mapper}); err != nil {
-		return nil, fmt.Errorf("creating the API client: %w", err)
-	}
-	kube, err := kubernetes.NewForConfig(opts.Config)
-	if err != nil {
-		return nil, fmt.Errorf("creating the API clientset: %w", err)
-	}
-	rec, stopEvents := startEvents(kube, scheme, opts.NodeName)
-	d.stopEvents = stopEvents
-	d.events = newNodeEvents(rec, opts.DriverNamespace, opts.PodName, opts.PodUID, opts.NodeName)
-	d.podEvents = newPodEvents(rec, clock.RealClock{}, opts.NodeName)
-	if d.cp, err = checkpoint.NewOpener().Open(ctx, opts.StateDir); err != nil {
-		return nil, err
-	}
-	if d.cdi, err = cdi.NewWriter(opts.CDIRoot); err != nil {
-		return nil, err
-	}
-	d.nodes = devices.Nodes{ProcDevices: opts.ProcDevices, MgmtCapFile: opts.IMEXMgmtCapability, ReadFile: opts.ReadHostFile}
-	d.label = nodeLabeler{api: d.api, node: opts.NodeName}
-	d.clique = devices.NewCliqueTracker(opts.Discoverer, opts.Gates.Enabled(features.CrashOnNVLinkFabricErrors))
-	if _, err := d.clique.Refresh(ctx); err != nil {
-		return nil, err
-	}
-	id, cliqueErr := d.clique.Current()
-	logger.Info("Discovered the node's clique", "cliqueID", id, "err", cliqueErr)
-	if cliqueErr == nil && opts.CliqueNodeLabel {
-		if err := d.label.setClique(ctx, id); err != nil {
-			return nil, fmt.Errorf("labelling the node with its clique: %w", err)
-		}
-	}
-
-	if err := d.startCache(ctx, scheme); err != nil {
-		return nil, err
-	}
-	if err := d.recover(ctx); err != nil {
-		return nil, err
-	}
-	d.metrics.setPrepared(d.cp.Snapshot())
-	d.opMu.Lock()
-	err = d.sweepDomainDirs(ctx)
-	d.opMu.Unlock()
-	if err != nil {
-		logger.Error(err, "Removing the config directories of deleted ComputeDomains")
-	}
-
-	d.helper, err = draplugin.Start(ctx, d,
-		draplugin.DriverName(cdv1beta1.DriverName),
-		draplugin.NodeName(opts.NodeName),
-		draplugin.KubeClient(kube),
-		draplugin.RegistrarDirectoryPath(opts.RegistrarDir),
-		draplugin.PluginDataDirectoryPath(opts.PluginDataDir),
-		draplugin.RegistrarListener(endpoints.ListenSocket),
-		draplugin.PluginListener(endpoints.ListenSocket),
-		draplugin.HealthService(false),
-		draplugin.Serialize(false),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
-	}
-	d.publisher = &devices.Publisher{Helper: d.helper, Events: d.events, Node: opts.NodeName, NumChannels: opts.NumChannels,
-		ControlPlaneID: opts.ControlPlaneID, WithDaemon: opts.IMEXMode == features.IMEXDriverManaged}
-	block, blockErr := d.clique.Blocked()
-	if err := d.publisher.Publish(ctx, block, blockErr); err != nil {
-		return nil, err
-	}
-	d.checkDriverRoot(ctx)
-	d.clique.SetOnBlock(func(reason string, err error) {
-		if err := d.publisher.Publish(ctx, reason, err); err != nil {
-			logger.Error(err, "Publishing the node's devices after its NVML or fabric changed")
-		}
-	})
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		d.clique.Run(ctx, opts.CliqueRefreshPeriod, d.cliqueChanged(ctx), func(err error) { d.cancel(err) })
-	}()
-	if opts.StaleSweepInterval > 0 {
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			d.runStaleSweeps(ctx, opts.StaleSweepInterval)
-		}()
-	}
-	logger.Info("Kubelet plugin started", "driver", cdv1beta1.DriverName, "channels", opts.NumChannels,
-		"controlPlane", opts.ControlPlaneID, "registrarDir", opts.RegistrarDir, "pluginDataDir", opts.PluginDataDir)
-	return d, nil
-}
-
-// startCache starts the watch cache the readiness check reads (readiness.NewCache) and the
-// view of domains on it, and waits for it to sync.
-func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
-	cliqueID, _ := d.clique.Current()
-	c, err := readiness.NewCache(d.opts.Config, scheme, d.opts.Mapper, d.opts.DriverNamespace, d.opts.ControlPlaneID, cliqueID)
-	if err != nil {
-		return err
-	}
-	d.view = readiness.NewView(c, d.api, d.opts.DriverNamespace, cliqueID,
-		d.opts.Gates.Enabled(features.ComputeDomainCliques) && d.opts.IMEXMode == features.IMEXDriverManaged, d.opts.StatusFallbackAfter)
-	if err := d.view.Setup(ctx); err != nil {
-		return err
-	}
-	// A deleted domain's config directory goes once nothing here uses it any more.
-	inf, err := c.GetInformer(ctx, readiness.DomainMeta())
-	if err != nil {
-		return fmt.Errorf("informer for ComputeDomains: %w", err)
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(any) {
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			d.opMu.Lock()
-			defer d.opMu.Unlock()
-			if err := d.sweepDomainDirs(ctx); err != nil {
-				klog.FromContext(ctx).Error(err, "Removing the config directories of deleted ComputeDomains")
-			}
-		}()
-	}}); err != nil {
-		return fmt.Errorf("watching ComputeDomain deletions: %w", err)
-	}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		if err := c.Start(ctx); err != nil {
-			d.cancel(fmt.Errorf("watch cache: %w", err))
-		}
-	}()
-	return readiness.WaitForSync(ctx, c.WaitForCacheSync, readiness.CacheSyncReport)
-}
 
 func (d *Driver) cliqueChanged(ctx context.Context) func(string) {
 	return func(id string) {

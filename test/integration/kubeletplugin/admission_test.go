@@ -75,7 +75,7 @@ func TestAdmissionRefusesBadOpaqueConfigs(t *testing.T) {
 
 	// The policy takes effect shortly after it is created: wait until the first case is refused.
 	probe := 0
-	e.eventually(30*time.Second, "the admission policy refuses an unknown field", func() (bool, error) {
+	e.Eventually(30*time.Second, "the admission policy refuses an unknown field", func() (bool, error) {
 		probe++
 		err := createClaim(e, fmt.Sprintf("probe-%d", probe), cdv1beta1.DriverName, cases["unknown field"].params)
 		return err != nil && strings.Contains(err.Error(), `unknown field "unexpectedField"`), err
@@ -109,7 +109,7 @@ func opaqueSpec(driver, params string) resourcev1.ResourceClaimSpec {
 
 func createClaim(e *env, name, driver, params string) error {
 	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}, Spec: opaqueSpec(driver, params)}
-	return e.c.Create(e.ctx(), claim)
+	return e.C.Create(e.Ctx(), claim)
 }
 
 func createTemplate(e *env, name, driver, params string) error {
@@ -117,5 +117,5 @@ func createTemplate(e *env, name, driver, params string) error {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: opaqueSpec(driver, params)},
 	}
-	return e.c.Create(e.ctx(), tmpl)
+	return e.C.Create(e.Ctx(), tmpl)
 }

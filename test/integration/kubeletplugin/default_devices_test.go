@@ -30,7 +30,7 @@ func TestDefaultPublishesOneSliceOfTwoDevices(t *testing.T) {
 	n.start(kubeletplugin.DefaultNumChannels)
 
 	var slices []resourcev1.ResourceSlice
-	e.eventually(60*time.Second, "the node's devices published", func() (bool, error) {
+	e.Eventually(60*time.Second, "the node's devices published", func() (bool, error) {
 		var err error
 		slices, err = nodeSlices(e, n.name)
 		if err != nil {
@@ -55,8 +55,8 @@ func TestDefaultPublishesOneSliceOfTwoDevices(t *testing.T) {
 	}
 	_, second := e.scheduledWorkload(t, n, cd, "second")
 	// The scheduler tries the pod and reports it unschedulable: the node's one channel is taken.
-	e.eventually(60*time.Second, "the second pod reported unschedulable", func() (bool, error) {
-		if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(second), second); err != nil {
+	e.Eventually(60*time.Second, "the second pod reported unschedulable", func() (bool, error) {
+		if err := e.C.Get(e.Ctx(), client.ObjectKeyFromObject(second), second); err != nil {
 			return false, err
 		}
 		for _, c := range second.Status.Conditions {
@@ -88,10 +88,10 @@ func (e *env) scheduledWorkload(t *testing.T, n *node, cd *cdv1beta1.ComputeDoma
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec:       claimSpec("channel", cdv1beta1.ChannelDeviceClass, rawJSON(t, cdv1beta1.NewChannelConfig(string(cd.UID), ""))),
 	}
-	if err := e.c.Create(e.ctx(), claim); err != nil {
+	if err := e.C.Create(e.Ctx(), claim); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.c.Delete(context.Background(), claim) })
+	t.Cleanup(func() { _ = e.C.Delete(context.Background(), claim) })
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec: corev1.PodSpec{
@@ -104,18 +104,18 @@ func (e *env) scheduledWorkload(t *testing.T, n *node, cd *cdv1beta1.ComputeDoma
 			ResourceClaims: []corev1.PodResourceClaim{{Name: "channel", ResourceClaimName: ptr.To(claim.Name)}},
 		},
 	}
-	if err := e.c.Create(e.ctx(), pod); err != nil {
+	if err := e.C.Create(e.Ctx(), pod); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.c.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	t.Cleanup(func() { _ = e.C.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
 	return claim, pod
 }
 
 // waitScheduled waits until the scheduler has bound pod to a node, and reads it.
 func (e *env) waitScheduled(pod *corev1.Pod, timeout time.Duration) {
-	e.t.Helper()
-	e.eventually(timeout, "pod "+pod.Name+" scheduled", func() (bool, error) {
-		if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(pod), pod); err != nil {
+	e.T.Helper()
+	e.Eventually(timeout, "pod "+pod.Name+" scheduled", func() (bool, error) {
+		if err := e.C.Get(e.Ctx(), client.ObjectKeyFromObject(pod), pod); err != nil {
 			return false, err
 		}
 		return pod.Spec.NodeName != "", fmt.Errorf("pod conditions %+v", pod.Status.Conditions)

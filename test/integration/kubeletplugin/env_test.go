@@ -35,6 +35,7 @@ import (
 	"cdplane/internal/sim/nodehost"
 	"cdplane/internal/sim/nvmlsim"
 	"cdplane/internal/testutil"
+	"cdplane/internal/testutil/cluster"
 )
 
 // readyWait is the plugin's per-call bound on waiting for the daemon in these tests.
@@ -42,27 +43,16 @@ const readyWait = 3 * time.Second
 
 // env is one test's world: a workload namespace, a driver namespace, and one simulated node.
 type env struct {
-	t        *testing.T
-	c        client.Client
+	*cluster.Env
 	ns       string
 	driverNS string
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return &env{t: t, c: testCluster.Client, ns: testCluster.Namespace(t, nil), driverNS: testCluster.Namespace(t, nil)}
-}
-
-func (e *env) ctx() context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	e.t.Cleanup(cancel)
-	return ctx
-}
-
-// eventually polls cond until it holds, failing the test after timeout.
-func (e *env) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
-	e.t.Helper()
-	testutil.Eventually(e.t, timeout, what, cond)
+	e := &env{Env: cluster.NewEnv(t, testCluster)}
+	e.ns, e.driverNS = e.Namespace(nil), e.Namespace(nil)
+	return e
 }
 
 var nodeSeq atomic.Int32
@@ -112,38 +102,25 @@ func inPlane(id string) nodeOption {
 
 // addNode creates a Node in rack rack (its clique is the rack's) with its host directories.
 func (e *env) addNode(rack int, opts ...nodeOption) *node {
-	e.t.Helper()
+	e.T.Helper()
 	name := fmt.Sprintf("kp-%d-%s", nodeSeq.Add(1), e.ns[len(e.ns)-5:])
 	sim := nvmlsim.Rack(rack, name)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
 	for _, o := range opts {
 		o(n, &sim)
 	}
-	status := n.Status
-	if err := e.c.Create(e.ctx(), n); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), n) })
-	if status.Allocatable != nil {
-		n.Status = status
-		if err := e.c.Status().Update(e.ctx(), n); err != nil {
-			e.t.Fatal(err)
-		}
+	e.CreateNode(n)
+	if n.Status.Allocatable != nil {
 		// The apiserver taints new nodes not-ready; kube-controller-manager (not running here)
 		// would lift the taint once the node reports Ready.
 		n.Spec.Taints = nil
-		if err := e.c.Update(e.ctx(), n); err != nil {
-			e.t.Fatal(err)
+		if err := e.C.Update(e.Ctx(), n); err != nil {
+			e.T.Fatal(err)
 		}
 	}
-	// Unix socket paths are limited to 108 bytes: a short directory, not t.TempDir().
-	dir, err := os.MkdirTemp("", "kp")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := e.TempDir("kp") // Unix sockets below it
 	if err := nodehost.WriteNode(dir, sim); err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	clique := ""
 	if !sim.Fabric.NoFabric {
@@ -154,12 +131,12 @@ func (e *env) addNode(rack int, opts ...nodeOption) *node {
 
 // host is what the simulated node's host gives a plugin: its /proc files and file device nodes.
 func (n *node) host() kubeletplugin.Host {
-	n.e.t.Helper()
+	n.e.T.Helper()
 	host, err := nodehost.Plugin(component.Invocation{LookupEnv: func(k string) (string, bool) {
 		return n.dir, k == nodehost.NodeDirEnv
 	}})
 	if err != nil {
-		n.e.t.Fatal(err)
+		n.e.T.Fatal(err)
 	}
 	return host
 }
@@ -182,14 +159,14 @@ func (n *node) options(numChannels int) kubeletplugin.Options {
 
 // start runs the plugin in this process and registers with it as the kubelet does.
 func (n *node) start(numChannels int) {
-	n.e.t.Helper()
-	n.startWith(numChannels, testr.NewWithOptions(n.e.t, testr.Options{Verbosity: 1}), nil)
+	n.e.T.Helper()
+	n.startWith(numChannels, testr.NewWithOptions(n.e.T, testr.Options{Verbosity: 1}), nil)
 }
 
 // startWith is start with the plugin logging to logger, and its options changed by change
 // (when not nil).
 func (n *node) startWith(numChannels int, logger logr.Logger, change func(*kubeletplugin.Options)) {
-	t := n.e.t
+	t := n.e.T
 	t.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger.WithValues("node", n.name)))
 	opts := n.options(numChannels)
@@ -223,11 +200,11 @@ func (n *node) stop() {
 // connect plays the kubelet's plugin watcher: GetInfo on the registration socket, check what it
 // says, report success, then dial the DRA endpoint it names.
 func (n *node) connect() {
-	t := n.e.t
+	t := n.e.T
 	t.Helper()
 	reg := n.path("registry", cdv1beta1.DriverName+"-reg.sock")
 	var info *registerapi.PluginInfo
-	n.e.eventually(30*time.Second, "registration socket answers", func() (bool, error) {
+	n.e.Eventually(30*time.Second, "registration socket answers", func() (bool, error) {
 		conn, err := grpc.NewClient("unix://"+reg, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return false, err
@@ -257,7 +234,7 @@ func (n *node) connect() {
 
 // prepare calls NodePrepareResources for one claim and returns its answer and how long it took.
 func (n *node) prepare(claim *resourcev1.ResourceClaim) (*drapbv1.NodePrepareResourceResponse, time.Duration) {
-	n.e.t.Helper()
+	n.e.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -266,82 +243,82 @@ func (n *node) prepare(claim *resourcev1.ResourceClaim) (*drapbv1.NodePrepareRes
 	}})
 	took := time.Since(start)
 	if err != nil {
-		n.e.t.Fatalf("NodePrepareResources: %v", err)
+		n.e.T.Fatalf("NodePrepareResources: %v", err)
 	}
 	got, ok := resp.Claims[string(claim.UID)]
 	if !ok {
-		n.e.t.Fatalf("NodePrepareResources answered %v, nothing for claim %s", resp.Claims, claim.UID)
+		n.e.T.Fatalf("NodePrepareResources answered %v, nothing for claim %s", resp.Claims, claim.UID)
 	}
 	return got, took
 }
 
 // mustPrepare prepares a claim that must succeed.
 func (n *node) mustPrepare(claim *resourcev1.ResourceClaim) *drapbv1.NodePrepareResourceResponse {
-	n.e.t.Helper()
+	n.e.T.Helper()
 	got, _ := n.prepare(claim)
 	if got.Error != "" {
-		n.e.t.Fatalf("preparing claim %s: %s", claim.Name, got.Error)
+		n.e.T.Fatalf("preparing claim %s: %s", claim.Name, got.Error)
 	}
 	return got
 }
 
 // unprepare calls NodeUnprepareResources for one claim and returns its error text.
 func (n *node) unprepare(ns, name string, uid types.UID) string {
-	n.e.t.Helper()
+	n.e.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	resp, err := n.dra.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{
 		{Namespace: ns, Name: name, Uid: string(uid)},
 	}})
 	if err != nil {
-		n.e.t.Fatalf("NodeUnprepareResources: %v", err)
+		n.e.T.Fatalf("NodeUnprepareResources: %v", err)
 	}
 	got, ok := resp.Claims[string(uid)]
 	if !ok {
-		n.e.t.Fatalf("NodeUnprepareResources answered nothing for claim %s", uid)
+		n.e.T.Fatalf("NodeUnprepareResources answered nothing for claim %s", uid)
 	}
 	return got.Error
 }
 
 // cdiSpec reads a claim's CDI spec; ok is false when there is none.
 func (n *node) cdiSpec(uid types.UID) (*cdispec.Spec, bool) {
-	n.e.t.Helper()
+	n.e.T.Helper()
 	data, err := os.ReadFile(n.path("cdi", kubeletplugin.CDISpecName(uid)))
 	if os.IsNotExist(err) {
 		return nil, false
 	}
 	if err != nil {
-		n.e.t.Fatal(err)
+		n.e.T.Fatal(err)
 	}
 	spec := &cdispec.Spec{}
 	if err := json.Unmarshal(data, spec); err != nil {
-		n.e.t.Fatalf("CDI spec of %s: %v", uid, err)
+		n.e.T.Fatalf("CDI spec of %s: %v", uid, err)
 	}
 	return spec, true
 }
 
 // checkpoint reads the node's checkpoint file.
 func (n *node) checkpoint() kubeletplugin.Checkpoint {
-	n.e.t.Helper()
+	n.e.T.Helper()
 	cp, err := kubeletplugin.ReadCheckpoint(n.path("state", kubeletplugin.CheckpointFile))
 	if err != nil {
-		n.e.t.Fatal(err)
+		n.e.T.Fatal(err)
 	}
 	return cp
 }
 
 // label returns the node's ComputeDomain label.
 func (n *node) label() string {
-	n.e.t.Helper()
+	n.e.T.Helper()
 	return n.labels()[cdv1beta1.ComputeDomainLabel]
 }
 
 // labels returns the node's labels.
 func (n *node) labels() map[string]string {
-	n.e.t.Helper()
+	n.e.T.Helper()
 	got := &corev1.Node{}
-	if err := n.e.c.Get(n.e.ctx(), client.ObjectKey{Name: n.name}, got); err != nil {
-		n.e.t.Fatal(err)
+	if err := n.e.C.Get(n.e.Ctx(), client.ObjectKey{Name: n.name}, got); err != nil {
+		n.e.T.Fatal(err)
 	}
 	return got.Labels
 }
@@ -349,31 +326,20 @@ func (n *node) labels() map[string]string {
 // setLabel sets (or with "" removes) the node's ComputeDomain label, as another plugin run or an
 // administrator would.
 func (n *node) setLabel(value string) {
-	n.e.t.Helper()
-	got := &corev1.Node{}
-	if err := n.e.c.Get(n.e.ctx(), client.ObjectKey{Name: n.name}, got); err != nil {
-		n.e.t.Fatal(err)
+	n.e.T.Helper()
+	var v *string
+	if value != "" {
+		v = &value
 	}
-	orig := got.DeepCopy()
-	if value == "" {
-		delete(got.Labels, cdv1beta1.ComputeDomainLabel)
-	} else {
-		if got.Labels == nil {
-			got.Labels = map[string]string{}
-		}
-		got.Labels[cdv1beta1.ComputeDomainLabel] = value
-	}
-	if err := n.e.c.Patch(n.e.ctx(), got, client.MergeFrom(orig)); err != nil {
-		n.e.t.Fatal(err)
-	}
+	n.e.SetLabel(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}, cdv1beta1.ComputeDomainLabel, v)
 }
 
 // createCD creates a ComputeDomain in namespace ns.
 func (e *env) createCD(ns, name string) *cdv1beta1.ComputeDomain {
-	e.t.Helper()
+	e.T.Helper()
 	cd := testutil.MakeComputeDomain(name).Namespace(ns).NumNodes(1).Obj()
-	if err := createAdmitted(e.ctx(), e.c, cd); err != nil {
-		e.t.Fatal(err)
+	if err := createAdmitted(e.Ctx(), e.C, cd); err != nil {
+		e.T.Fatal(err)
 	}
 	return cd
 }
@@ -398,46 +364,46 @@ func createAdmitted(ctx context.Context, c client.Client, obj client.Object) err
 
 // annotateMembership sets the domain's membership annotation, as cdplane's controller does.
 func (e *env) annotateMembership(cd *cdv1beta1.ComputeDomain, place string) {
-	e.t.Helper()
+	e.T.Helper()
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, cdv1beta1.MembershipAnnotation, place)
-	if err := e.c.Patch(e.ctx(), cd, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		e.t.Fatal(err)
+	if err := e.C.Patch(e.Ctx(), cd, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		e.T.Fatal(err)
 	}
 }
 
 // setStatusNode writes the node's entry into the domain's status.nodes, as the controller does
 // for domains kept without cliques and for fabric-less nodes.
 func (e *env) setStatusNode(cd *cdv1beta1.ComputeDomain, n *node, index int, status string) {
-	e.t.Helper()
+	e.T.Helper()
 	got := &cdv1beta1.ComputeDomain{}
-	if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(cd), got); err != nil {
-		e.t.Fatal(err)
+	if err := e.C.Get(e.Ctx(), client.ObjectKeyFromObject(cd), got); err != nil {
+		e.T.Fatal(err)
 	}
 	got.Status.Nodes = []cdv1beta1.ComputeDomainNode{{Name: n.name, IPAddress: "127.0.0.1", CliqueID: n.clique, Index: index, Status: status}}
 	got.Status.Status = status
-	if err := e.c.Status().Update(e.ctx(), got); err != nil {
-		e.t.Fatal(err)
+	if err := e.C.Status().Update(e.Ctx(), got); err != nil {
+		e.T.Fatal(err)
 	}
 }
 
 // setClique writes the domain's clique with one entry for the node, as the controller does.
 func (e *env) setClique(cd *cdv1beta1.ComputeDomain, n *node, status string) {
-	e.t.Helper()
+	e.T.Helper()
 	name := string(cd.UID) + "." + n.clique
 	want := testutil.MakeClique(name, e.driverNS).Daemon(n.name, "127.0.0.1", n.clique, 0, status).Obj()
 	// Labelled as the controller labels it: the plugin watches the cliques of its own clique id.
 	want.Labels = map[string]string{cdv1beta1.ComputeDomainLabel: string(cd.UID), cdv1beta1.CliqueIDLabel: n.clique}
 	got := &cdv1beta1.ComputeDomainClique{}
-	err := e.c.Get(e.ctx(), client.ObjectKey{Namespace: e.driverNS, Name: name}, got)
+	err := e.C.Get(e.Ctx(), client.ObjectKey{Namespace: e.driverNS, Name: name}, got)
 	if err != nil {
-		if err := e.c.Create(e.ctx(), want); err != nil {
-			e.t.Fatal(err)
+		if err := e.C.Create(e.Ctx(), want); err != nil {
+			e.T.Fatal(err)
 		}
 		return
 	}
 	got.Daemons = want.Daemons
-	if err := e.c.Update(e.ctx(), got); err != nil {
-		e.t.Fatal(err)
+	if err := e.C.Update(e.Ctx(), got); err != nil {
+		e.T.Fatal(err)
 	}
 }
 
@@ -469,41 +435,28 @@ func claimSpec(request, class string, params runtime.RawExtension) resourcev1.Re
 // config written into the allocation instead of the spec's (the driver must not trust
 // admission).
 func (e *env) allocatedClaim(ns, name string, n *node, device string, params runtime.RawExtension, allocParams *runtime.RawExtension) *resourcev1.ResourceClaim {
-	e.t.Helper()
+	e.T.Helper()
 	class, request := cdv1beta1.ChannelDeviceClass, "channel"
 	if device == kubeletplugin.DaemonDeviceName {
 		class, request = cdv1beta1.DaemonDeviceClass, "daemon"
 	}
-	claim := &resourcev1.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       claimSpec(request, class, params),
-	}
-	if err := e.c.Create(e.ctx(), claim); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), claim) })
 	alloc := params
 	if allocParams != nil {
 		alloc = *allocParams
 	}
-	claim.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{
-		Results: []resourcev1.DeviceRequestAllocationResult{{Request: request, Driver: cdv1beta1.DriverName, Pool: n.name, Device: device}},
-		Config: []resourcev1.DeviceAllocationConfiguration{{
-			Source: resourcev1.AllocationConfigSourceClaim, Requests: []string{request},
-			DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
-				Driver: cdv1beta1.DriverName, Parameters: alloc,
-			}},
-		}},
-	}}
-	if err := e.c.Status().Update(e.ctx(), claim); err != nil {
-		e.t.Fatalf("allocating claim %s: %v", name, err)
+	claim := testutil.MakeResourceClaim(name, ns).Request(request, class).Config(cdv1beta1.DriverName, string(params.Raw), request).
+		Device(request, cdv1beta1.DriverName, n.name, device).
+		AllocatedConfig(resourcev1.AllocationConfigSourceClaim, cdv1beta1.DriverName, string(alloc.Raw), request).Obj()
+	if err := cluster.CreateAllocated(e.Ctx(), e.C, claim); err != nil {
+		e.T.Fatalf("creating allocated claim %s: %v", name, err)
 	}
+	e.T.Cleanup(func() { _ = e.C.Delete(context.Background(), claim) })
 	return claim
 }
 
 // channelClaim creates a channel claim of domain cd, allocated on channel-0 of the node.
 func (e *env) channelClaim(ns, name string, n *node, cd *cdv1beta1.ComputeDomain, mode string) *resourcev1.ResourceClaim {
-	e.t.Helper()
+	e.T.Helper()
 	return e.channelClaimOn(ns, name, n, cd, mode, 0)
 }
 
@@ -511,8 +464,8 @@ func (e *env) channelClaim(ns, name string, n *node, cd *cdv1beta1.ComputeDomain
 // side on one node hold distinct devices, as the scheduler allocates them (the plugin refuses a
 // device it holds prepared for another claim).
 func (e *env) channelClaimOn(ns, name string, n *node, cd *cdv1beta1.ComputeDomain, mode string, id int) *resourcev1.ResourceClaim {
-	e.t.Helper()
-	return e.allocatedClaim(ns, name, n, kubeletplugin.ChannelDeviceName(id), rawJSON(e.t, cdv1beta1.NewChannelConfig(string(cd.UID), mode)), nil)
+	e.T.Helper()
+	return e.allocatedClaim(ns, name, n, kubeletplugin.ChannelDeviceName(id), rawJSON(e.T, cdv1beta1.NewChannelConfig(string(cd.UID), mode)), nil)
 }
 
 func containsString(list []string, s string) bool {

@@ -45,11 +45,11 @@ func (s specFile) Discover(ctx context.Context) (nvml.Result, error) {
 // setFabric rewrites the node's NVML spec file: every GPU's fabric registration in state, with
 // status.
 func (n *node) setFabric(state nvml.FabricState, status nvml.FabricStatus) {
-	n.e.t.Helper()
+	n.e.T.Helper()
 	spec := n.sim
 	spec.Fabric.State, spec.Fabric.Status = state, status
 	if err := nodehost.WriteNode(n.dir, spec); err != nil {
-		n.e.t.Fatal(err)
+		n.e.T.Fatal(err)
 	}
 }
 
@@ -90,17 +90,17 @@ func (l errorLog) WithName(name string) logr.LogSink {
 // every 100ms, with CrashOnNVLinkFabricErrors as given. waitLogged waits until the plugin has
 // logged an error containing text.
 func (n *node) startOnSpecFile(crash bool) (waitLogged func(text string)) {
-	n.e.t.Helper()
-	logger, logged := newErrorLog(n.e.t)
+	n.e.T.Helper()
+	logger, logged := newErrorLog(n.e.T)
 	n.startWith(4, logger, func(o *kubeletplugin.Options) {
 		o.Discoverer = specFile{nodeDir: n.dir}
 		o.CliqueRefreshPeriod = 100 * time.Millisecond
-		o.Gates = features.NewGatesForTest(n.e.t, map[featuregate.Feature]bool{features.CrashOnNVLinkFabricErrors: crash})
+		o.Gates = features.NewGatesForTest(n.e.T, map[featuregate.Feature]bool{features.CrashOnNVLinkFabricErrors: crash})
 		o.PodName = "plugin-" + n.name
 	})
 	return func(text string) {
-		n.e.t.Helper()
-		n.e.eventually(20*time.Second, "the plugin logs an error containing "+text, func() (bool, error) {
+		n.e.T.Helper()
+		n.e.Eventually(20*time.Second, "the plugin logs an error containing "+text, func() (bool, error) {
 			for _, l := range logged() {
 				if strings.Contains(l, text) {
 					return true, nil
@@ -117,11 +117,11 @@ var attempts atomic.Int32
 // checkpoint) until one is refused: the plugin rediscovers its fabric every 100ms, so the first
 // ones may be prepared before it has seen a change. It returns the refusal and the claim.
 func (n *node) refusedOnce(what string, cd *cdv1beta1.ComputeDomain) (string, *resourcev1.ResourceClaim) {
-	n.e.t.Helper()
+	n.e.T.Helper()
 	var refusal string
 	var refused *resourcev1.ResourceClaim
 	i := 0
-	n.e.eventually(20*time.Second, what, func() (bool, error) {
+	n.e.Eventually(20*time.Second, what, func() (bool, error) {
 		i++
 		claim := n.e.channelClaim(n.e.ns, fmt.Sprintf("attempt-%d", attempts.Add(1)), n, cd, "")
 		resp, _ := n.prepare(claim)
@@ -182,7 +182,7 @@ func TestFabricRegistrationAtRunTime(t *testing.T) {
 	// Completed: the kubelet's retry succeeds.
 	n.setFabric(nvml.FabricStateCompleted, nvml.FabricStatusSuccess)
 	var last string
-	e.eventually(30*time.Second, "prepare succeeds once registration completed", func() (bool, error) {
+	e.Eventually(30*time.Second, "prepare succeeds once registration completed", func() (bool, error) {
 		resp, _ := n.prepare(registering)
 		last = resp.Error
 		return last == "", errors.New(last)
@@ -207,10 +207,10 @@ func TestFabricRegistrationAtRunTime(t *testing.T) {
 
 // waitDevices waits until the node's pool holds want devices.
 func (n *node) waitDevices(want int) {
-	n.e.t.Helper()
-	n.e.eventually(time.Minute, fmt.Sprintf("%d devices published by %s", want, n.name), func() (bool, error) {
+	n.e.T.Helper()
+	n.e.Eventually(time.Minute, fmt.Sprintf("%d devices published by %s", want, n.name), func() (bool, error) {
 		list := &resourcev1.ResourceSliceList{}
-		if err := n.e.c.List(n.e.ctx(), list); err != nil {
+		if err := n.e.C.List(n.e.Ctx(), list); err != nil {
 			return false, err
 		}
 		count := 0

@@ -41,7 +41,7 @@ func TestHealthAndMetrics(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	health := healthpb.NewHealthClient(conn)
-	e.eventually(30*time.Second, "health service SERVING", func() (bool, error) {
+	e.Eventually(30*time.Second, "health service SERVING", func() (bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: kubeletplugin.HealthServiceLiveness})
@@ -53,7 +53,7 @@ func TestHealthAndMetrics(t *testing.T) {
 
 	ns := testCluster.Namespace(t, map[string]string{cdv1beta1.ControlPlaneLabel: plane})
 	cd := testutil.MakeComputeDomain("hm").Namespace(ns).NumNodes(1).Label(cdv1beta1.ControlPlaneLabel, plane).Obj()
-	if err := createAdmitted(e.ctx(), e.c, cd); err != nil {
+	if err := createAdmitted(e.Ctx(), e.C, cd); err != nil {
 		t.Fatal(err)
 	}
 	e.setClique(cd, n, cdv1beta1.StatusReady)

@@ -84,9 +84,9 @@ func TestHostManagedIMEX(t *testing.T) {
 	// Not READY at start: said in the log and an event before any claim comes.
 	waitNodeEvent(e, n, kubeletplugin.ReasonHostIMEXNotReady, `the host nvidia-imex (socket /host/driver/s.sock) is not ready: "NOT READY"`)
 
-	e.eventually(time.Minute, "the node's channels published without a daemon device", func() (bool, error) {
+	e.Eventually(time.Minute, "the node's channels published without a daemon device", func() (bool, error) {
 		list := &resourcev1.ResourceSliceList{}
-		if err := e.c.List(e.ctx(), list); err != nil {
+		if err := e.C.List(e.Ctx(), list); err != nil {
 			return false, err
 		}
 		names := sets.New[string]()

@@ -49,7 +49,7 @@ func TestNodeWithoutNVMLPublishesNoDevices(t *testing.T) {
 	})
 	devices := func() (int, error) {
 		list := &resourcev1.ResourceSliceList{}
-		if err := e.c.List(e.ctx(), list); err != nil {
+		if err := e.C.List(e.Ctx(), list); err != nil {
 			return 0, err
 		}
 		count := 0
@@ -79,13 +79,13 @@ func TestNodeWithoutNVMLPublishesNoDevices(t *testing.T) {
 	waitNodeEvent(e, n, kubeletplugin.ReasonNVMLUnavailable, "node "+n.name+" offers no ComputeDomain devices: NVML cannot be loaded")
 
 	disc.down.Store(false)
-	e.eventually(time.Minute, "the node's devices published once NVML loads", func() (bool, error) {
+	e.Eventually(time.Minute, "the node's devices published once NVML loads", func() (bool, error) {
 		got, err := devices()
 		return got == 9, err // 8 channels and the daemon device
 	})
 	waitNodeEvent(e, n, kubeletplugin.ReasonDevicesPublished, "node "+n.name+" offers its ComputeDomain devices again")
 	disc.down.Store(true)
-	e.eventually(time.Minute, "the node's devices withdrawn when NVML goes away", func() (bool, error) {
+	e.Eventually(time.Minute, "the node's devices withdrawn when NVML goes away", func() (bool, error) {
 		got, err := devices()
 		return got == 0, err
 	})
@@ -96,10 +96,10 @@ func TestNodeWithoutNVMLPublishesNoDevices(t *testing.T) {
 // by the driver from the node (as the admission policy on the plugin's events requires), its
 // note containing note.
 func waitNodeEvent(e *env, n *node, reason, note string) {
-	e.t.Helper()
-	e.eventually(time.Minute, "event "+reason+" about node "+n.name, func() (bool, error) {
+	e.T.Helper()
+	e.Eventually(time.Minute, "event "+reason+" about node "+n.name, func() (bool, error) {
 		list := &eventsv1.EventList{}
-		if err := e.c.List(e.ctx(), list, client.InNamespace(e.driverNS)); err != nil {
+		if err := e.C.List(e.Ctx(), list, client.InNamespace(e.driverNS)); err != nil {
 			return false, err
 		}
 		for _, ev := range list.Items {

@@ -28,12 +28,12 @@ func TestNodeMovedBetweenPlanesKeepsTheNewPluginsSockets(t *testing.T) {
 
 	// The administrator moves the node to plane b; b's plugin starts beside a's.
 	obj := &corev1.Node{}
-	if err := e.c.Get(e.ctx(), client.ObjectKey{Name: old.name}, obj); err != nil {
+	if err := e.C.Get(e.Ctx(), client.ObjectKey{Name: old.name}, obj); err != nil {
 		t.Fatal(err)
 	}
 	orig := obj.DeepCopy()
 	obj.Labels[cdv1beta1.ControlPlaneLabel] = "mv-b-" + suffix
-	if err := e.c.Patch(e.ctx(), obj, client.MergeFrom(orig)); err != nil {
+	if err := e.C.Patch(e.Ctx(), obj, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
 	moved := &node{e: e, name: old.name, dir: old.dir, clique: old.clique, plane: "mv-b-" + suffix, sim: old.sim}

@@ -69,13 +69,13 @@ func TestPlaneWorkloadScheduledOnlyOnItsNodes(t *testing.T) {
 	ns := testCluster.Namespace(t, map[string]string{cdv1beta1.ControlPlaneLabel: planeA})
 	cd := testutil.MakeComputeDomain("plane-a-cd").Namespace(ns).NumNodes(1).
 		Label(cdv1beta1.ControlPlaneLabel, planeA).Label("cdplane.test/env", e.ns).Obj()
-	if err := createAdmitted(e.ctx(), e.c, cd); err != nil {
+	if err := createAdmitted(e.Ctx(), e.C, cd); err != nil {
 		t.Fatalf("creating ComputeDomain %s: %v", cd.Name, err)
 	}
 	t.Cleanup(func() { deleteAndWait(t, cd) })
 	tmpl := &resourcev1.ResourceClaimTemplate{}
-	e.eventually(60*time.Second, "plane-a's workload claim template", func() (bool, error) {
-		if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cd.Spec.Channel.ResourceClaimTemplate.Name}, tmpl); err != nil {
+	e.Eventually(60*time.Second, "plane-a's workload claim template", func() (bool, error) {
+		if err := e.C.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cd.Spec.Channel.ResourceClaimTemplate.Name}, tmpl); err != nil {
 			return false, fmt.Errorf("reading the template: %w", err)
 		}
 		return tmpl.Labels[cdv1beta1.ControlPlaneLabel] == planeA, fmt.Errorf("template labels %v", tmpl.Labels)
@@ -99,7 +99,7 @@ func TestPlaneWorkloadScheduledOnlyOnItsNodes(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns},
 		Spec:       claimSpec("channel", cdv1beta1.ChannelDeviceClass, rawJSON(t, cdv1beta1.NewChannelConfig(string(cd.UID), ""))),
 	}
-	if err := e.c.Create(e.ctx(), plain); err != nil {
+	if err := e.C.Create(e.Ctx(), plain); err != nil {
 		t.Fatal(err)
 	}
 	control := e.createPod(claimPod(ns, "control", both, corev1.PodResourceClaim{Name: "channel", ResourceClaimName: ptr.To(plain.Name)}))
@@ -107,7 +107,7 @@ func TestPlaneWorkloadScheduledOnlyOnItsNodes(t *testing.T) {
 		t.Fatalf("the pod whose claim names only the DeviceClass: placed on %q (%s), want %s", bound, cond.Message, nodeB.name)
 	}
 	checkAllocation(e, plain, nodeB, planeB)
-	if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(workload), workload); err != nil {
+	if err := e.C.Get(e.Ctx(), client.ObjectKeyFromObject(workload), workload); err != nil {
 		t.Fatal(err)
 	}
 	if workload.Spec.NodeName != "" {
@@ -116,8 +116,8 @@ func TestPlaneWorkloadScheduledOnlyOnItsNodes(t *testing.T) {
 
 	// Node A becomes schedulable: plane-a's pod goes there, with a device of node A's pool.
 	setUnschedulable(e, nodeA, false)
-	e.eventually(60*time.Second, "plane-a's pod placed", func() (bool, error) {
-		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(workload), workload); err != nil {
+	e.Eventually(60*time.Second, "plane-a's pod placed", func() (bool, error) {
+		if err := e.C.Get(context.Background(), client.ObjectKeyFromObject(workload), workload); err != nil {
 			return false, fmt.Errorf("reading the pod: %w", err)
 		}
 		return workload.Spec.NodeName != "", fmt.Errorf("pod conditions %+v", workload.Status.Conditions)
@@ -139,22 +139,22 @@ func cordoned() nodeOption {
 
 // setUnschedulable sets the node's spec.unschedulable, as kubectl cordon and uncordon do.
 func setUnschedulable(e *env, n *node, unschedulable bool) {
-	e.t.Helper()
+	e.T.Helper()
 	got := &corev1.Node{}
-	if err := e.c.Get(e.ctx(), client.ObjectKey{Name: n.name}, got); err != nil {
-		e.t.Fatal(err)
+	if err := e.C.Get(e.Ctx(), client.ObjectKey{Name: n.name}, got); err != nil {
+		e.T.Fatal(err)
 	}
 	orig := got.DeepCopy()
 	got.Spec.Unschedulable = unschedulable
-	if err := e.c.Patch(e.ctx(), got, client.MergeFrom(orig)); err != nil {
-		e.t.Fatal(err)
+	if err := e.C.Patch(e.Ctx(), got, client.MergeFrom(orig)); err != nil {
+		e.T.Fatal(err)
 	}
 }
 
 // waitPublished waits until the node's slices hold want devices, each of plane id.
 func waitPublished(e *env, n *node, want int, id string) {
-	e.t.Helper()
-	e.eventually(60*time.Second, "devices of "+n.name+" published", func() (bool, error) {
+	e.T.Helper()
+	e.Eventually(60*time.Second, "devices of "+n.name+" published", func() (bool, error) {
 		slices, err := nodeSlices(e, n.name)
 		if err != nil {
 			return false, fmt.Errorf("listing slices: %w", err)
@@ -194,11 +194,11 @@ func claimPod(ns, name string, nodes []string, claim corev1.PodResourceClaim) *c
 }
 
 func (e *env) createPod(pod *corev1.Pod) *corev1.Pod {
-	e.t.Helper()
-	if err := e.c.Create(e.ctx(), pod); err != nil {
-		e.t.Fatal(err)
+	e.T.Helper()
+	if err := e.C.Create(e.Ctx(), pod); err != nil {
+		e.T.Fatal(err)
 	}
-	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	e.T.Cleanup(func() { _ = e.C.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
 	return pod
 }
 
@@ -207,7 +207,7 @@ func (e *env) createPod(pod *corev1.Pod) *corev1.Pod {
 // claim status. The pod is held by a scheduling gate until its claim exists, so that the
 // scheduler's first attempt already sees the claim.
 func (e *env) podFromTemplate(ns, name string, nodes []string, tmpl *resourcev1.ResourceClaimTemplate) *corev1.Pod {
-	e.t.Helper()
+	e.T.Helper()
 	const podClaim, gate = "channel", "cdplane.test/claim-created"
 	pod := claimPod(ns, name, nodes, corev1.PodResourceClaim{Name: podClaim, ResourceClaimTemplateName: ptr.To(tmpl.Name)})
 	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: gate}}
@@ -228,16 +228,16 @@ func (e *env) podFromTemplate(ns, name string, nodes []string, tmpl *resourcev1.
 	for k, v := range tmpl.Spec.Annotations {
 		claim.Annotations[k] = v
 	}
-	if err := e.c.Create(e.ctx(), claim); err != nil {
-		e.t.Fatalf("creating the claim of pod %s: %v", name, err)
+	if err := e.C.Create(e.Ctx(), claim); err != nil {
+		e.T.Fatalf("creating the claim of pod %s: %v", name, err)
 	}
 	pod.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: podClaim, ResourceClaimName: ptr.To(claim.Name)}}
-	if err := e.c.Status().Update(e.ctx(), pod); err != nil {
-		e.t.Fatalf("writing the claim status of pod %s: %v", name, err)
+	if err := e.C.Status().Update(e.Ctx(), pod); err != nil {
+		e.T.Fatalf("writing the claim status of pod %s: %v", name, err)
 	}
 	pod.Spec.SchedulingGates = nil
-	if err := e.c.Update(e.ctx(), pod); err != nil {
-		e.t.Fatalf("lifting the scheduling gate of pod %s: %v", name, err)
+	if err := e.C.Update(e.Ctx(), pod); err != nil {
+		e.T.Fatalf("lifting the scheduling gate of pod %s: %v", name, err)
 	}
 	return pod
 }
@@ -245,10 +245,10 @@ func (e *env) podFromTemplate(ns, name string, nodes []string, tmpl *resourcev1.
 // waitScheduling waits for the scheduler's verdict on the pod: the node it was placed on, or
 // "" and its PodScheduled condition when it was found unschedulable.
 func waitScheduling(e *env, pod *corev1.Pod) (string, corev1.PodCondition) {
-	e.t.Helper()
+	e.T.Helper()
 	var cond corev1.PodCondition
-	e.eventually(60*time.Second, "scheduler decided on pod "+pod.Name, func() (bool, error) {
-		if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
+	e.Eventually(60*time.Second, "scheduler decided on pod "+pod.Name, func() (bool, error) {
+		if err := e.C.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
 			return false, err
 		}
 		if pod.Spec.NodeName != "" {
@@ -268,32 +268,32 @@ func waitScheduling(e *env, pod *corev1.Pod) (string, corev1.PodCondition) {
 // checkAllocation checks that the claim is allocated one device published in n's pool by plane
 // id.
 func checkAllocation(e *env, claim *resourcev1.ResourceClaim, n *node, id string) {
-	e.t.Helper()
-	if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(claim), claim); err != nil {
-		e.t.Fatal(err)
+	e.T.Helper()
+	if err := e.C.Get(e.Ctx(), client.ObjectKeyFromObject(claim), claim); err != nil {
+		e.T.Fatal(err)
 	}
 	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
-		e.t.Fatalf("claim %s: allocation %+v, want one device", claim.Name, claim.Status.Allocation)
+		e.T.Fatalf("claim %s: allocation %+v, want one device", claim.Name, claim.Status.Allocation)
 	}
 	r := claim.Status.Allocation.Devices.Results[0]
 	if r.Driver != cdv1beta1.DriverName || r.Pool != n.name {
-		e.t.Fatalf("claim %s: allocated %s/%s/%s, want a device of pool %s/%s", claim.Name, r.Driver, r.Pool, r.Device, cdv1beta1.DriverName, n.name)
+		e.T.Fatalf("claim %s: allocated %s/%s/%s, want a device of pool %s/%s", claim.Name, r.Driver, r.Pool, r.Device, cdv1beta1.DriverName, n.name)
 	}
 	slices, err := nodeSlices(e, n.name)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	for _, s := range slices {
 		for _, d := range s.Spec.Devices {
 			if d.Name == r.Device && s.Spec.Pool.Name == r.Pool {
 				if cp := d.Attributes[kubeletplugin.AttributeControlPlane].StringValue; cp == nil || *cp != id {
-					e.t.Errorf("claim %s: device %s has controlPlane %v, want %q", claim.Name, d.Name, cp, id)
+					e.T.Errorf("claim %s: device %s has controlPlane %v, want %q", claim.Name, d.Name, cp, id)
 				}
 				return
 			}
 		}
 	}
-	e.t.Errorf("claim %s: device %s is not published in pool %s", claim.Name, r.Device, n.name)
+	e.T.Errorf("claim %s: device %s is not published in pool %s", claim.Name, r.Device, n.name)
 }
 
 // deleteAndWait deletes the domain and waits until its finalizer has been removed.

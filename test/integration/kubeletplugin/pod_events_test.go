@@ -19,15 +19,15 @@ import (
 // workloadPod creates a pod on node n using claim, and reserves the claim for it, as the
 // scheduler does before the kubelet prepares the claim.
 func (e *env) workloadPod(name string, n *node, claim *resourcev1.ResourceClaim) *corev1.Pod {
-	e.t.Helper()
+	e.T.Helper()
 	pod := testutil.MakePod(name, claim.Namespace).NodeName(n.name).Claim("channel", claim.Name).Obj()
-	if err := e.c.Create(e.ctx(), pod); err != nil {
-		e.t.Fatal(err)
+	if err := e.C.Create(e.Ctx(), pod); err != nil {
+		e.T.Fatal(err)
 	}
-	e.t.Cleanup(func() { _ = e.c.Delete(e.ctx(), pod) })
+	e.T.Cleanup(func() { _ = e.C.Delete(e.Ctx(), pod) })
 	claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
-	if err := e.c.Status().Update(e.ctx(), claim); err != nil {
-		e.t.Fatalf("reserving claim %s for pod %s: %v", claim.Name, pod.Name, err)
+	if err := e.C.Status().Update(e.Ctx(), claim); err != nil {
+		e.T.Fatalf("reserving claim %s for pod %s: %v", claim.Name, pod.Name, err)
 	}
 	return pod
 }
@@ -35,7 +35,7 @@ func (e *env) workloadPod(name string, n *node, claim *resourcev1.ResourceClaim)
 // podEvents lists the events regarding pod with the given reason.
 func (e *env) podEvents(pod *corev1.Pod, reason string) ([]eventsv1.Event, error) {
 	list := &eventsv1.EventList{}
-	if err := e.c.List(e.ctx(), list, client.InNamespace(pod.Namespace)); err != nil {
+	if err := e.C.List(e.Ctx(), list, client.InNamespace(pod.Namespace)); err != nil {
 		return nil, err
 	}
 	var out []eventsv1.Event
@@ -72,7 +72,7 @@ func TestUserFixablePrepareFailurePostsPodEvent(t *testing.T) {
 	}
 	retry(5)
 	var evs []eventsv1.Event
-	e.eventually(time.Minute, "a "+kubeletplugin.ReasonComputeDomainInOtherNamespace+" event on the pod", func() (bool, error) {
+	e.Eventually(time.Minute, "a "+kubeletplugin.ReasonComputeDomainInOtherNamespace+" event on the pod", func() (bool, error) {
 		var err error
 		evs, err = e.podEvents(pod, kubeletplugin.ReasonComputeDomainInOtherNamespace)
 		return len(evs) > 0, err
@@ -98,15 +98,14 @@ func TestUserFixablePrepareFailurePostsPodEvent(t *testing.T) {
 	// More retries within the minute; the events of all of them would have been posted by now
 	// (each is written within milliseconds), so a window of a few seconds shows none came.
 	retry(3)
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
+	e.Consistently(3*time.Second, "after 8 prepares: one event without a series", func() (bool, error) {
 		evs, err := e.podEvents(pod, kubeletplugin.ReasonComputeDomainInOtherNamespace)
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		if len(evs) != 1 || evs[0].Series != nil {
-			t.Fatalf("after 8 prepares: %d events, the first with series %+v; want one event without a series", len(evs), evs[0].Series)
+			return false, fmt.Errorf("%d events (%+v), want one without a series", len(evs), evs)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return true, nil
+	})
 }

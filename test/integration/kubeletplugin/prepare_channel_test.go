@@ -197,7 +197,7 @@ func TestNotReadyDaemonIsRetryable(t *testing.T) {
 			// so does this test, for as long as the plugin's cache may lag the write.
 			setReady(e, cd, n, cdv1beta1.StatusReady)
 			var last string
-			e.eventually(time.Minute, "prepare succeeds once the daemon is Ready", func() (bool, error) {
+			e.Eventually(time.Minute, "prepare succeeds once the daemon is Ready", func() (bool, error) {
 				resp, _ := n.prepare(claim)
 				last = resp.Error
 				// Done unless the kubelet would retry.
@@ -230,7 +230,7 @@ func TestMembershipInCliquesNeverReadsStatus(t *testing.T) {
 	// Created annotated: the plugin's cache never holds it without the annotation.
 	cd := testutil.MakeComputeDomain("incliques").Namespace(e.ns).NumNodes(1).Obj()
 	cd.Annotations = map[string]string{cdv1beta1.MembershipAnnotation: cdv1beta1.MembershipInCliques}
-	if err := createAdmitted(e.ctx(), e.c, cd); err != nil {
+	if err := createAdmitted(e.Ctx(), e.C, cd); err != nil {
 		t.Fatal(err)
 	}
 	e.setStatusNode(cd, n, 0, cdv1beta1.StatusReady) // would answer, were it read
@@ -244,7 +244,7 @@ func TestMembershipInCliquesNeverReadsStatus(t *testing.T) {
 		}
 	}
 	e.setClique(cd, n, cdv1beta1.StatusReady)
-	e.eventually(time.Minute, "prepare succeeds once the clique lists the node Ready", func() (bool, error) {
+	e.Eventually(time.Minute, "prepare succeeds once the clique lists the node Ready", func() (bool, error) {
 		resp, _ := n.prepare(claim)
 		return resp.Error == "", errors.New(resp.Error)
 	})

@@ -94,10 +94,10 @@ func TestDaemonClaim(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, kubeletplugin.IMEXConfigTemplateFile)); err != nil {
 				t.Errorf("the domain's config directory after unprepare: %v, want it kept while the domain exists", err)
 			}
-			if err := e.c.Delete(e.ctx(), cd); err != nil {
+			if err := e.C.Delete(e.Ctx(), cd); err != nil {
 				t.Fatal(err)
 			}
-			e.eventually(time.Minute, "the deleted domain's config directory removed", func() (bool, error) {
+			e.Eventually(time.Minute, "the deleted domain's config directory removed", func() (bool, error) {
 				_, err := os.Stat(dir)
 				return os.IsNotExist(err), nil
 			})

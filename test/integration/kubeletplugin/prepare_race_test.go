@@ -53,7 +53,7 @@ func TestPrepareRacingUnprepareDoesNotCompleteAfterIt(t *testing.T) {
 	claim := e.channelClaim(e.ns, "race", n, cd, "")
 
 	prepared := n.prepareAsync(claim)
-	e.eventually(time.Minute, "the prepare waiting for the daemon (PrepareStarted, node labelled)", func() (bool, error) {
+	e.Eventually(time.Minute, "the prepare waiting for the daemon (PrepareStarted, node labelled)", func() (bool, error) {
 		return n.checkpoint().Claims[claim.UID].State == kubeletplugin.PrepareStarted && n.label() == string(cd.UID), nil
 	})
 

@@ -81,7 +81,7 @@ type process struct {
 // startProcess runs the plugin binary for the node with a long readiness bound, so that a
 // prepare stays in flight until the test kills the process.
 func (n *node) startProcess(kubeconfig string) *process {
-	t := n.e.t
+	t := n.e.T
 	t.Helper()
 	if err := nodehost.WriteNode(n.dir, n.sim); err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestKillBetweenPrepareStartedAndCompletion(t *testing.T) {
 		}})
 		inFlight <- err
 	}()
-	e.eventually(30*time.Second, "claim PrepareStarted with the node labelled", func() (bool, error) {
+	e.Eventually(30*time.Second, "claim PrepareStarted with the node labelled", func() (bool, error) {
 		cp, err := kubeletplugin.ReadCheckpoint(n.path("state", kubeletplugin.CheckpointFile))
 		if err != nil {
 			return false, err
@@ -180,11 +180,11 @@ func TestKillBetweenPrepareStartedAndCompletion(t *testing.T) {
 	}
 	n.stop()
 
-	if err := e.c.Delete(e.ctx(), killed); err != nil {
+	if err := e.C.Delete(e.Ctx(), killed); err != nil {
 		t.Fatal(err)
 	}
-	e.eventually(30*time.Second, "claim deleted", func() (bool, error) {
-		err := e.c.Get(context.Background(), client.ObjectKeyFromObject(killed), &resourcev1.ResourceClaim{})
+	e.Eventually(30*time.Second, "claim deleted", func() (bool, error) {
+		err := e.C.Get(context.Background(), client.ObjectKeyFromObject(killed), &resourcev1.ResourceClaim{})
 		return apierrors.IsNotFound(err), err
 	})
 

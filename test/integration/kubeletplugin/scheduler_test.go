@@ -16,7 +16,7 @@ import (
 // nodeSlices lists the ResourceSlices of this driver for a node.
 func nodeSlices(e *env, nodeName string) ([]resourcev1.ResourceSlice, error) {
 	var list resourcev1.ResourceSliceList
-	if err := e.c.List(context.Background(), &list, client.MatchingFields{"spec.nodeName": nodeName}); err != nil {
+	if err := e.C.List(context.Background(), &list, client.MatchingFields{"spec.nodeName": nodeName}); err != nil {
 		return nil, err
 	}
 	var out []resourcev1.ResourceSlice
@@ -41,7 +41,7 @@ func TestPublishedSlicesAreScheduled(t *testing.T) {
 
 	want := kubeletplugin.MaxChannels + 1
 	var slices []resourcev1.ResourceSlice
-	e.eventually(60*time.Second, "all devices published", func() (bool, error) {
+	e.Eventually(60*time.Second, "all devices published", func() (bool, error) {
 		var err error
 		slices, err = nodeSlices(e, n.name)
 		if err != nil {
@@ -84,7 +84,7 @@ func TestPublishedSlicesAreScheduled(t *testing.T) {
 	if pod.Spec.NodeName != n.name {
 		t.Fatalf("pod scheduled on %s, want %s", pod.Spec.NodeName, n.name)
 	}
-	if err := e.c.Get(e.ctx(), client.ObjectKeyFromObject(claim), claim); err != nil {
+	if err := e.C.Get(e.Ctx(), client.ObjectKeyFromObject(claim), claim); err != nil {
 		t.Fatal(err)
 	}
 	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {

@@ -36,11 +36,11 @@ func TestStaleClaimsSweptPeriodically(t *testing.T) {
 		}
 	}
 	// The claim goes without an unprepare (no pod reserves these claims here).
-	if err := e.c.Delete(e.ctx(), gone); err != nil {
+	if err := e.C.Delete(e.Ctx(), gone); err != nil {
 		t.Fatal(err)
 	}
 
-	e.eventually(time.Minute, "the deleted claim's entry and CDI spec, and the orphan spec, swept", func() (bool, error) {
+	e.Eventually(time.Minute, "the deleted claim's entry and CDI spec, and the orphan spec, swept", func() (bool, error) {
 		_, hasGone := n.cdiSpec(gone.UID)
 		_, inCP := n.checkpoint().Claims[gone.UID]
 		_, err := os.Stat(orphan)
@@ -59,10 +59,10 @@ func TestStaleClaimsSweptPeriodically(t *testing.T) {
 		t.Errorf("node label %q while the live claim still needs it, want %s", l, cd.UID)
 	}
 	// The last claim of the domain going the same way takes the node label with it.
-	if err := e.c.Delete(e.ctx(), kept); err != nil {
+	if err := e.C.Delete(e.Ctx(), kept); err != nil {
 		t.Fatal(err)
 	}
-	e.eventually(time.Minute, "the node label removed with the domain's last claim", func() (bool, error) {
+	e.Eventually(time.Minute, "the node label removed with the domain's last claim", func() (bool, error) {
 		return n.label() == "", nil
 	})
 }

@@ -20,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -34,6 +33,7 @@ import (
 	"cdplane/internal/imex"
 	"cdplane/internal/sim/imexsim"
 	"cdplane/internal/testutil"
+	"cdplane/internal/testutil/cluster"
 )
 
 const testClique = "7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11.1"
@@ -41,11 +41,13 @@ const testClique = "7f9c1b2e-0d7a-4c1f-9a55-3b6f2f0e8c11.1"
 // env is one test's world: a namespace for its domains, a driver namespace, and a controller
 // manager reconciling only this test's domains.
 type env struct {
+	*cluster.Env
+	// t and c are Env's T and C under the names this suite's tests use.
 	t        *testing.T
+	c        client.Client
 	ns       string
 	driverNS string
 	selector string
-	c        client.Client
 	stopMgr  func()
 	opts     []func(*controller.Options)
 	// cliques is the ComputeDomainCliques gate of the running manager, which daemons started
@@ -67,7 +69,7 @@ func (e *env) nodeDir(name string) (string, error) {
 	if dir, ok := e.nodeDirs[name]; ok {
 		return dir, nil
 	}
-	dir, err := os.MkdirTemp("", "node-"+name)
+	dir, err := os.MkdirTemp("", "node-"+name) // not e.TempDir: called off the test's goroutine
 	if err != nil {
 		return "", err
 	}
@@ -81,19 +83,15 @@ func (e *env) nodeDir(name string) (string, error) {
 
 func newEnv(t *testing.T, cliques bool, opts ...func(*controller.Options)) *env {
 	t.Helper()
-	e := &env{t: t, c: testCluster.Client, opts: opts}
-	e.ns = testCluster.Namespace(t, nil)
-	e.driverNS = testCluster.Namespace(t, nil)
+	e := &env{Env: cluster.NewEnv(t, testCluster), t: t, c: testCluster.Client, opts: opts}
+	e.ns, e.driverNS = e.Namespace(nil), e.Namespace(nil)
 	e.selector = e.ns
 	e.startManager(cliques)
 	return e
 }
 
-func (e *env) ctx() context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	e.t.Cleanup(cancel)
-	return ctx
-}
+// ctx is Env.Ctx, eventually Env.Eventually, under the names this suite's tests use.
+func (e *env) ctx() context.Context { return e.Ctx() }
 
 // startManager starts a controller manager with the ComputeDomainCliques gate set as given.
 func (e *env) startManager(cliques bool) {
@@ -146,10 +144,9 @@ func (e *env) getCD(cd *cdv1beta1.ComputeDomain) *cdv1beta1.ComputeDomain {
 	return got
 }
 
-// eventually polls cond until it holds, failing the test after timeout.
 func (e *env) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
 	e.t.Helper()
-	testutil.Eventually(e.t, timeout, what, cond)
+	e.Eventually(timeout, what, cond)
 }
 
 // waitStatus waits until the domain's status.status is want.
@@ -238,11 +235,7 @@ func (e *env) addNode(cd *cdv1beta1.ComputeDomain, name string) string {
 func (e *env) labelNode(cd *cdv1beta1.ComputeDomain, name string) string {
 	e.t.Helper()
 	name = e.ns + "-" + name
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{cdv1beta1.ComputeDomainLabel: string(cd.UID)}}}
-	if err := e.c.Create(e.ctx(), n); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), n) })
+	e.Create(testutil.MakeNode(name).Label(cdv1beta1.ComputeDomainLabel, string(cd.UID)).Obj())
 	return name
 }
 
@@ -250,37 +243,18 @@ func (e *env) labelNode(cd *cdv1beta1.ComputeDomain, name string) string {
 // namespace ns.
 func channelClaim(cd *cdv1beta1.ComputeDomain, ns, node string) *resourcev1.ResourceClaim {
 	raw, _ := json.Marshal(cdv1beta1.NewChannelConfig(string(cd.UID), cdv1beta1.AllocationModeSingle))
-	opaque := resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
-		Driver: cdv1beta1.DriverName, Parameters: runtime.RawExtension{Raw: raw},
-	}}
-	return &resourcev1.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "channel-" + node, Namespace: ns,
-			Labels: map[string]string{cdv1beta1.ComputeDomainLabel: string(cd.UID), "app.kubernetes.io/managed-by": "cdplane"},
-		},
-		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
-			Requests: []resourcev1.DeviceRequest{{Name: "channel", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cdv1beta1.ChannelDeviceClass}}},
-			Config:   []resourcev1.DeviceClaimConfiguration{{Requests: []string{"channel"}, DeviceConfiguration: opaque}},
-		}},
-	}
+	return testutil.MakeResourceClaim("channel-"+node, ns).
+		Label(cdv1beta1.ComputeDomainLabel, string(cd.UID)).Label("app.kubernetes.io/managed-by", "cdplane").
+		Request("channel", cdv1beta1.ChannelDeviceClass).Config(cdv1beta1.DriverName, string(raw), "channel").Obj()
 }
 
-// allocate writes the allocation the scheduler writes for a claim placed on node: channel-0 of
-// the node's pool, the claim's config, a node selector naming the node.
+// allocate creates claim with the allocation the scheduler writes for a claim placed on node:
+// channel-0 of the node's pool, the claim's config, a node selector naming the node.
 func allocate(ctx context.Context, c client.Client, claim *resourcev1.ResourceClaim, node string) error {
-	claim.Status.Allocation = &resourcev1.AllocationResult{
-		Devices: resourcev1.DeviceAllocationResult{
-			Results: []resourcev1.DeviceRequestAllocationResult{{Request: "channel", Driver: cdv1beta1.DriverName, Pool: node, Device: "channel-0"}},
-			Config: []resourcev1.DeviceAllocationConfiguration{{
-				Source: resourcev1.AllocationConfigSourceClaim, Requests: []string{"channel"},
-				DeviceConfiguration: claim.Spec.Devices.Config[0].DeviceConfiguration,
-			}},
-		},
-		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
-			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node},
-		}}}}},
-	}
-	if err := c.Status().Update(ctx, claim); err != nil {
+	cfg := claim.Spec.Devices.Config[0].Opaque
+	claim = (&testutil.ResourceClaimWrapper{ResourceClaim: *claim}).Device("channel", cdv1beta1.DriverName, node, "channel-0").
+		AllocatedConfig(resourcev1.AllocationConfigSourceClaim, cfg.Driver, string(cfg.Parameters.Raw), "channel").NodeName(node).Obj()
+	if err := cluster.CreateAllocated(ctx, c, claim); err != nil {
 		return fmt.Errorf("allocating claim %s on %s: %w", claim.Name, node, err)
 	}
 	return nil
@@ -290,11 +264,7 @@ func allocate(ctx context.Context, c client.Client, claim *resourcev1.ResourceCl
 func (e *env) allocateClaim(c client.Client, cd *cdv1beta1.ComputeDomain, node string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	claim := channelClaim(cd, cd.Namespace, node)
-	if err := c.Create(ctx, claim); err != nil {
-		return fmt.Errorf("channel claim for %s: %w", node, err)
-	}
-	return allocate(ctx, c, claim, node)
+	return allocate(ctx, c, channelClaim(cd, cd.Namespace, node), node)
 }
 
 // daemonSetRef returns a controller reference to the domain's daemon DaemonSet, waiting for the
@@ -317,15 +287,7 @@ func (e *env) daemonSetRef(cd *cdv1beta1.ComputeDomain) (metav1.OwnerReference, 
 // unlabelNode removes the domain label from a node, as unprepare does.
 func (e *env) unlabelNode(nodeName string) {
 	e.t.Helper()
-	n := &corev1.Node{}
-	if err := e.c.Get(e.ctx(), client.ObjectKey{Name: nodeName}, n); err != nil {
-		e.t.Fatal(err)
-	}
-	orig := n.DeepCopy()
-	delete(n.Labels, cdv1beta1.ComputeDomainLabel)
-	if err := e.c.Patch(e.ctx(), n, client.MergeFrom(orig)); err != nil {
-		e.t.Fatal(err)
-	}
+	e.SetLabel(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, cdv1beta1.ComputeDomainLabel, nil)
 }
 
 // startDaemon creates the daemon pod for the node (as the DaemonSet controller and scheduler

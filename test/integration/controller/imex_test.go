@@ -22,6 +22,7 @@ import (
 	"cdplane/internal/imex"
 	"cdplane/internal/sim/imexsim"
 	"cdplane/internal/sim/nodehost"
+	"cdplane/internal/testutil"
 )
 
 // TestHostIMEXHoldsTheNodesSession: a node runs NVIDIA's nvidia-imex.service, which holds the
@@ -101,10 +102,12 @@ func TestHostIMEXHoldsTheNodesSession(t *testing.T) {
 
 	// No retries: with a 100 ms restart backoff a retrying daemon would have started IMEX
 	// many times over by now.
-	time.Sleep(2 * time.Second)
-	if n := d.starts.count.Load(); n != 1 {
-		t.Errorf("IMEX started %d times on the blocked node, want once", n)
-	}
+	testutil.Consistently(t, 2*time.Second, "IMEX started once on the blocked node", func() (bool, error) {
+		if n := d.starts.count.Load(); n != 1 {
+			return false, fmt.Errorf("started %d times", n)
+		}
+		return true, nil
+	})
 	if ok, _ := hostReady(); !ok {
 		t.Error("the host IMEX is no longer READY")
 	}
@@ -163,17 +166,19 @@ func TestNoIMEXNameReachesDNS(t *testing.T) {
 		daemons = append(daemons, e.startDaemon(cd, e.addNode(cd, fmt.Sprintf("d%d", i)), testClique))
 	}
 	before := e.waitStatus(cd, cdv1beta1.StatusReady, 30*time.Second)
-	// One resolver retry interval more: unresolved names would be looked up again by now.
-	time.Sleep(imexsim.DefaultDNSRetryInterval + time.Second)
-	for _, d := range daemons {
-		st, err := d.status()
-		if err != nil {
-			t.Fatal(err)
+	// For one resolver retry interval and more: unresolved names would be looked up again within it.
+	testutil.Consistently(t, imexsim.DefaultDNSRetryInterval+time.Second, "no simulated DNS lookups, nothing unresolved", func() (bool, error) {
+		for _, d := range daemons {
+			st, err := d.status()
+			if err != nil {
+				return false, err
+			}
+			if st.DNSLookups != 0 || len(st.Unresolved) != 0 {
+				return false, fmt.Errorf("%s: %d simulated DNS lookups, unresolved %v", d.name, st.DNSLookups, st.Unresolved)
+			}
 		}
-		if st.DNSLookups != 0 || len(st.Unresolved) != 0 {
-			t.Errorf("%s: %d simulated DNS lookups, unresolved %v; want none", d.name, st.DNSLookups, st.Unresolved)
-		}
-	}
+		return true, nil
+	})
 
 	victim := daemons[2]
 	old, _ := entryOf(before, victim.name)

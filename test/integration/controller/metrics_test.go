@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -30,6 +29,7 @@ import (
 	"cdplane/internal/features"
 	"cdplane/internal/metrics"
 	"cdplane/internal/testutil"
+	"cdplane/internal/testutil/cluster"
 )
 
 // TestControllerMetrics runs a plane of its own (its id is the test's alone, so that its series
@@ -41,9 +41,8 @@ import (
 func TestControllerMetrics(t *testing.T) {
 	t.Parallel()
 	id := "metrics-" + string(uuid.NewUUID())[:8]
-	e := &env{t: t, c: testCluster.Client}
-	e.ns = testCluster.Namespace(t, nil)
-	e.driverNS = testCluster.Namespace(t, nil)
+	e := &env{Env: cluster.NewEnv(t, testCluster), t: t, c: testCluster.Client}
+	e.ns, e.driverNS = e.Namespace(nil), e.Namespace(nil)
 	e.selector = e.ns
 
 	gates := features.NewGates()
@@ -68,14 +67,12 @@ func TestControllerMetrics(t *testing.T) {
 
 	expect := func(what string, want planeMetrics) {
 		t.Helper()
-		var got planeMetrics
-		ok := waitFor(30*time.Second, func() bool {
-			got = gatherPlane(t, id)
-			return cmp.Equal(want, got.gauges(), cmp.AllowUnexported(planeMetrics{}))
+		e.Eventually(30*time.Second, what+": metrics", func() (bool, error) {
+			if diff := cmp.Diff(want, gatherPlane(t, id).gauges(), cmp.AllowUnexported(planeMetrics{})); diff != "" {
+				return false, fmt.Errorf("(-want +got):\n%s", diff)
+			}
+			return true, nil
 		})
-		if !ok {
-			t.Fatalf("%s: metrics (-want +got):\n%s", what, cmp.Diff(want, got.gauges(), cmp.AllowUnexported(planeMetrics{})))
-		}
 	}
 
 	// A domain of the plane: NotReady, since about now.
@@ -124,13 +121,14 @@ func TestControllerMetrics(t *testing.T) {
 
 	// Every write the controller sent is counted, by kind, verb and subresource, and nothing
 	// else. The counter moves before a request is sent: compare once both have settled.
-	var counted, recorded map[string]float64
-	if !waitFor(30*time.Second, func() bool {
-		counted, recorded = gatherPlane(t, id).writesByResource(t), sent.writes()
-		return cmp.Equal(counted, recorded)
-	}) {
-		t.Errorf("cdplane_api_writes_total differs from the write requests sent (-counted +sent):\n%s", cmp.Diff(counted, recorded))
-	}
+	var counted map[string]float64
+	e.Eventually(30*time.Second, "cdplane_api_writes_total counts the write requests sent", func() (bool, error) {
+		counted = gatherPlane(t, id).writesByResource(t)
+		if diff := cmp.Diff(counted, sent.writes()); diff != "" {
+			return false, fmt.Errorf("(-counted +sent):\n%s", diff)
+		}
+		return true, nil
+	})
 	for _, w := range []string{
 		"computedomains patch", "computedomains/status apply", "daemonsets create", "daemonsets delete",
 		"resourceclaimtemplates create", "computedomaincliques apply",
@@ -157,12 +155,11 @@ func checkDaemonMetrics(t *testing.T, cd *cdv1beta1.ComputeDomain, id string, da
 			t.Fatalf("no entry of %s in the domain's status", d.name)
 		}
 		var got daemonSeries
-		if !waitFor(30*time.Second, func() bool {
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("daemon %s at %s Ready with both peers", d.name, d.metricsAddr), func() (bool, error) {
 			got = scrapeDaemon(t, d.metricsAddr)
-			return got.values[metrics.DaemonReadyName] == 1 && got.values[metrics.DaemonIMEXPeersName] == 2
-		}) {
-			t.Fatalf("daemon %s at %s: never Ready with both peers: %v", d.name, d.metricsAddr, got.values)
-		}
+			ok := got.values[metrics.DaemonReadyName] == 1 && got.values[metrics.DaemonIMEXPeersName] == 2
+			return ok, fmt.Errorf("values %v", got.values)
+		})
 		want := map[string]string{metrics.LabelControlPlaneID: id, metrics.LabelComputeDomainUID: string(cd.UID), metrics.LabelNode: d.name}
 		if diff := cmp.Diff(map[string]map[string]string{"": want}, got.identities); diff != "" {
 			t.Errorf("daemon %s: identity labels of its series (-want +got):\n%s", d.name, diff)
@@ -242,9 +239,6 @@ func (e *env) planeNode(cd *cdv1beta1.ComputeDomain, id, name string) string {
 	e.t.Cleanup(func() { _ = e.c.Delete(context.Background(), n) })
 	claim := channelClaim(cd, cd.Namespace, name)
 	claim.Labels[cdv1beta1.ControlPlaneLabel] = id
-	if err := e.c.Create(e.ctx(), claim); err != nil {
-		e.t.Fatal(err)
-	}
 	if err := allocate(e.ctx(), e.c, claim, name); err != nil {
 		e.t.Fatal(err)
 	}
@@ -259,13 +253,6 @@ func (e *env) stampPlane(pod *corev1.Pod, id string) {
 	if err := e.c.Patch(e.ctx(), pod.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		e.t.Fatal(err)
 	}
-}
-
-// waitFor polls cond every 100ms until it holds or timeout passes, and says whether it held.
-func waitFor(timeout time.Duration, cond func() bool) bool {
-	return wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	}) == nil
 }
 
 // planeMetrics is what the controller exports for one plane.

@@ -83,9 +83,6 @@ func TestNodeLabelAloneDoesNotJoin(t *testing.T) {
 	foreignNS := e.labelNode(cd, "foreign-ns")
 	other := testCluster.Namespace(t, nil)
 	foreignClaim := channelClaim(cd, other, foreignNS)
-	if err := e.c.Create(e.ctx(), foreignClaim); err != nil {
-		t.Fatal(err)
-	}
 	if err := allocate(e.ctx(), e.c, foreignClaim, foreignNS); err != nil {
 		t.Fatal(err)
 	}

@@ -51,12 +51,14 @@ const (
 	ReasonNodeServesOtherComputeDomain   = failure.ReasonNodeServesOtherComputeDomain
 )
 
-// The checkpoint of the node's claims (package checkpoint).
-type (
-	Checkpoint = checkpoint.Checkpoint
-	ClaimEntry = checkpoint.ClaimEntry
-	ClaimState = checkpoint.ClaimState
-)
+// Checkpoint is the record of the node's claims (package checkpoint).
+type Checkpoint = checkpoint.Checkpoint
+
+// ClaimEntry is one claim's record (package checkpoint).
+type ClaimEntry = checkpoint.ClaimEntry
+
+// ClaimState is where a claim's preparation stands (package checkpoint).
+type ClaimState = checkpoint.ClaimState
 
 // The checkpoint's file name and the states of its claims (package checkpoint).
 const (

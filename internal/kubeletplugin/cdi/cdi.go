@@ -45,6 +45,7 @@ type Writer struct {
 	dir   string
 }
 
+// NewWriter returns the writer of claim specs in dir.
 func NewWriter(dir string) (*Writer, error) {
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
 	if err != nil {

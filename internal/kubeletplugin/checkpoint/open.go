@@ -31,6 +31,7 @@ type Opener struct {
 	bootID func() (string, error)
 }
 
+// NewOpener returns the plugin's opener: the real clock and the running kernel's boot id.
 func NewOpener() Opener {
 	return Opener{now: time.Now, bootID: readBootID}
 }

@@ -25,6 +25,7 @@ type lifecycleFlags struct {
 	timeout             time.Duration
 	deleteDomains       bool
 	verbose             bool
+	resetValues         bool
 }
 
 func (f *lifecycleFlags) addCommon(cmd *cobra.Command) {
@@ -34,9 +35,20 @@ func (f *lifecycleFlags) addCommon(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.verbose, "verbose", false, "Print Helm's own log too")
 }
 
-func (f *lifecycleFlags) addValues(cmd *cobra.Command) {
+func (f *lifecycleFlags) addValues(cmd *cobra.Command, upgrade bool) {
 	cmd.Flags().StringArrayVarP(&f.valueFiles, "values", "f", nil, "Chart values from a YAML file (repeatable; later files win)")
 	cmd.Flags().StringArrayVar(&f.sets, "set", nil, "A chart value, key=value as with helm --set (repeatable; wins over files)")
+	if upgrade {
+		cmd.Flags().BoolVar(&f.resetValues, "reset-values", false, "Start from the chart's defaults instead of the values the release holds (by default the values set at install or an earlier apply stay, and --values/--set are merged over them; key=null removes one)")
+	}
+}
+
+// valuesMode is how apply treats the values the release holds (--reset-values).
+func (f *lifecycleFlags) valuesMode() lifecycle.Values {
+	if f.resetValues {
+		return lifecycle.ResetValues
+	}
+	return lifecycle.KeepValues
 }
 
 // validate checks the common flags; like every check of flags and arguments, it runs before the
@@ -116,13 +128,13 @@ existing object with one of its names that the release does not own stops it bef
 				return err
 			}
 			if upgrade {
-				return m.ApplyPrerequisites(cmd.Context(), vals)
+				return m.ApplyPrerequisites(cmd.Context(), vals, pf.valuesMode())
 			}
 			return m.InstallPrerequisites(cmd.Context(), vals)
 		},
 	}
 	pf.addCommon(prereq)
-	pf.addValues(prereq)
+	pf.addValues(prereq, upgrade)
 
 	var f lifecycleFlags
 	planeCmd := &cobra.Command{
@@ -152,13 +164,13 @@ waits for the controller and the kubelet plugin to be ready, printing progress.`
 				return err
 			}
 			if upgrade {
-				return m.ApplyPlane(cmd.Context(), f.id, vals)
+				return m.ApplyPlane(cmd.Context(), f.id, vals, f.valuesMode())
 			}
 			return m.InstallPlane(cmd.Context(), f.id, vals)
 		},
 	}
 	f.addCommon(planeCmd)
-	f.addValues(planeCmd)
+	f.addValues(planeCmd, upgrade)
 	plane.AddFlag(planeCmd.Flags(), &f.id)
 	planeCmd.Flags().BoolVar(&f.wait, "wait", true, "Wait for the controller and the kubelet plugin to be ready")
 	cmd.AddCommand(prereq, planeCmd)

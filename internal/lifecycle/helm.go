@@ -145,6 +145,10 @@ func (m *Manager) installOrUpgrade(ctx context.Context, chartName, name, namespa
 		u.WaitStrategy = kube.HookOnlyStrategy
 		u.Timeout = m.opts.Timeout
 		u.MaxHistory = 10
+		// values are the whole of what the release gets (the caller merged the release's own
+		// where it keeps them): without ResetValues, Helm would reuse the release's values
+		// whenever values is empty.
+		u.ResetValues = true
 		if _, err := u.RunWithContext(ctx, name, ch, values); err != nil {
 			return fmt.Errorf("upgrading Helm release %s/%s: %w", namespace, name, err)
 		}

@@ -25,12 +25,13 @@ const cdCRD = "computedomains.resource.nvidia.com"
 
 // InstallPlane installs control plane id (empty: the legacy plane) with chart values.
 func (m *Manager) InstallPlane(ctx context.Context, id string, values map[string]any) error {
-	return m.deployPlane(ctx, id, values, false)
+	return m.deployPlane(ctx, id, values, false, ResetValues)
 }
 
-// ApplyPlane upgrades the installed control plane id to this CLI's chart and values.
-func (m *Manager) ApplyPlane(ctx context.Context, id string, values map[string]any) error {
-	return m.deployPlane(ctx, id, values, true)
+// ApplyPlane upgrades the installed control plane id to this CLI's chart and values: with
+// KeepValues merged over the values the release holds, with ResetValues on the chart's defaults.
+func (m *Manager) ApplyPlane(ctx context.Context, id string, values map[string]any, mode Values) error {
+	return m.deployPlane(ctx, id, values, true, mode)
 }
 
 // RenderPlane checks, without reading a cluster, what installing or upgrading plane id with
@@ -68,7 +69,7 @@ func RenderPlane(id string, values map[string]any) (map[string]any, []charts.Man
 	return vals, manifests, nil
 }
 
-func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]any, upgrade bool) error {
+func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]any, upgrade bool, mode Values) error {
 	vals, manifests, err := RenderPlane(id, values)
 	if err != nil {
 		return err
@@ -93,6 +94,15 @@ func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]
 		return fmt.Errorf("%s is not installed: run `cdplane install plane` first", describePlane(id))
 	case !upgrade && deployed:
 		return fmt.Errorf("%s is already installed (release %s/%s, revision %d): use `cdplane apply plane` to upgrade it", describePlane(id), ns, release, rel.Version)
+	}
+	if upgrade {
+		merged, kept := keptValues(mode, rel.Config, values)
+		if len(kept) > 0 {
+			m.progress("%s", describeKept(kept))
+		}
+		if vals, manifests, err = RenderPlane(id, merged); err != nil {
+			return fmt.Errorf("the release's values with this apply's: %w", err)
+		}
 	}
 	if err := m.checkPlaneObjects(ctx, id, release, ns, manifests); err != nil {
 		return err

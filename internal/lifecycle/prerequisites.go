@@ -22,12 +22,13 @@ import (
 // InstallPrerequisites installs the shared prerequisites release and waits until the API is
 // served and the admission policies admit ComputeDomains.
 func (m *Manager) InstallPrerequisites(ctx context.Context, values map[string]any) error {
-	return m.deployPrerequisites(ctx, values, false)
+	return m.deployPrerequisites(ctx, values, false, ResetValues)
 }
 
-// ApplyPrerequisites upgrades the prerequisites release to this CLI's chart and values.
-func (m *Manager) ApplyPrerequisites(ctx context.Context, values map[string]any) error {
-	return m.deployPrerequisites(ctx, values, true)
+// ApplyPrerequisites upgrades the prerequisites release to this CLI's chart and values: with
+// KeepValues merged over the values the release holds, with ResetValues on the chart's defaults.
+func (m *Manager) ApplyPrerequisites(ctx context.Context, values map[string]any, mode Values) error {
+	return m.deployPrerequisites(ctx, values, true, mode)
 }
 
 // RenderPrerequisites renders the prerequisites chart with these values without reading a
@@ -37,7 +38,7 @@ func RenderPrerequisites(values map[string]any) ([]charts.Manifest, error) {
 	return charts.Render(charts.Prerequisites, PrerequisitesRelease, PrerequisitesNamespace, values)
 }
 
-func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any, upgrade bool) error {
+func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any, upgrade bool, mode Values) error {
 	manifests, err := RenderPrerequisites(values)
 	if err != nil {
 		return err
@@ -56,6 +57,17 @@ func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any
 		return errors.New("the prerequisites are not installed: run `cdplane install prerequisites` first")
 	case !upgrade && deployed:
 		return fmt.Errorf("the prerequisites are already installed (release %s/%s, revision %d): use `cdplane apply prerequisites` to upgrade them", PrerequisitesNamespace, PrerequisitesRelease, rel.Version)
+	}
+	given := values
+	if upgrade {
+		var kept []string
+		values, kept = keptValues(mode, rel.Config, values)
+		if len(kept) > 0 {
+			m.progress("%s", describeKept(kept))
+		}
+		if manifests, err = RenderPrerequisites(values); err != nil {
+			return fmt.Errorf("the release's values with this apply's: %w", err)
+		}
 	}
 	for _, mf := range manifests {
 		cur, err := m.current(ctx, mf.Object)
@@ -93,7 +105,7 @@ func (m *Manager) deployPrerequisites(ctx context.Context, values map[string]any
 		if state == "" {
 			return err
 		}
-		return &PartialError{Err: err, Done: []string{state}, NotDone: notDone, Finish: finish + sameValues(values)}
+		return &PartialError{Err: err, Done: []string{state}, NotDone: notDone, Finish: finish + sameValues(given)}
 	}
 	if resume {
 		m.progress("Helm release %s/%s failed to install before (revision %d: %s): installing over it", PrerequisitesNamespace, PrerequisitesRelease, rel.Version, rel.Info.Description)

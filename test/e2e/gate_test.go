@@ -43,7 +43,7 @@ func TestGateFlipWithLiveDomains(t *testing.T) {
 	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
 	must(t, err)
 	t.Cleanup(func() {
-		if err := m.ApplyPlane(ctx(), planeB, simState.PlaneValues()); err != nil {
+		if err := m.ApplyPlane(ctx(), planeB, simState.PlaneValues(), lifecycle.ResetValues); err != nil {
 			t.Errorf("restoring plane %s: %v", planeB, err)
 		}
 		waitPlaneGate(t, planeB, "")
@@ -52,7 +52,7 @@ func TestGateFlipWithLiveDomains(t *testing.T) {
 	for i, on := range []bool{false, true} {
 		vals := simState.PlaneValues()
 		vals["featureGates"] = map[string]any{"ComputeDomainCliques": on}
-		must(t, m.ApplyPlane(ctx(), planeB, vals))
+		must(t, m.ApplyPlane(ctx(), planeB, vals, lifecycle.ResetValues))
 		waitPlaneGate(t, planeB, fmt.Sprint(on))
 		testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("gate %v: the live domain's clique objects present: %v", on, on), func() (bool, error) {
 			return (cliques(t, planeB, cd) > 0) == on, nil

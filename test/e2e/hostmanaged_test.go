@@ -67,7 +67,7 @@ func TestHostManagedIMEX(t *testing.T) {
 	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
 	must(t, err)
 	t.Cleanup(func() {
-		if err := m.ApplyPlane(ctx(), planeB, simState.PlaneValues()); err != nil {
+		if err := m.ApplyPlane(ctx(), planeB, simState.PlaneValues(), lifecycle.ResetValues); err != nil {
 			t.Errorf("restoring plane %s: %v", planeB, err)
 		}
 		waitPlaneMode(t, planeB, false)
@@ -75,7 +75,7 @@ func TestHostManagedIMEX(t *testing.T) {
 	vals := simState.PlaneValues()
 	vals["featureGates"] = map[string]any{string(features.HostManagedIMEXDaemon): true}
 	vals["imex"] = map[string]any{"mode": string(features.IMEXHostManaged)}
-	must(t, m.ApplyPlane(ctx(), planeB, vals))
+	must(t, m.ApplyPlane(ctx(), planeB, vals, lifecycle.ResetValues))
 	waitPlaneMode(t, planeB, true)
 
 	racks := planeRacks(t, planeB)

@@ -73,7 +73,7 @@ func TestLogLevelsHold(t *testing.T) {
 	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
 	must(t, err)
 	t.Cleanup(func() {
-		if err := m.ApplyPlane(ctx(), id, simState.PlaneValues()); err != nil {
+		if err := m.ApplyPlane(ctx(), id, simState.PlaneValues(), lifecycle.ResetValues); err != nil {
 			t.Errorf("restoring plane %s: %v", id, err)
 		}
 		waitPlaneVerbosity(t, id, "1")
@@ -105,7 +105,7 @@ func TestLogLevelsHold(t *testing.T) {
 	for _, level := range []string{"4", "6"} {
 		vals := simState.PlaneValues()
 		vals["logVerbosity"] = level
-		must(t, m.ApplyPlane(ctx(), id, vals))
+		must(t, m.ApplyPlane(ctx(), id, vals, lifecycle.ResetValues))
 		waitPlaneVerbosity(t, id, level)
 		// A write for the new leader to log: the domain's status follows its second node.
 		must(t, c.Delete(ctx(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w0"}}))

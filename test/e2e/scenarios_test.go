@@ -162,14 +162,14 @@ func setCliquesGate(t *testing.T, id string, on bool) {
 	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
 	must(t, err)
 	t.Cleanup(func() {
-		if err := m.ApplyPlane(ctx(), id, simState.PlaneValues()); err != nil {
+		if err := m.ApplyPlane(ctx(), id, simState.PlaneValues(), lifecycle.ResetValues); err != nil {
 			t.Errorf("restoring plane %s: %v", id, err)
 		}
 		waitPlaneGate(t, id, "")
 	})
 	vals := simState.PlaneValues()
 	vals["featureGates"] = map[string]any{"ComputeDomainCliques": on}
-	must(t, m.ApplyPlane(ctx(), id, vals))
+	must(t, m.ApplyPlane(ctx(), id, vals, lifecycle.ResetValues))
 	waitPlaneGate(t, id, fmt.Sprint(on))
 }
 

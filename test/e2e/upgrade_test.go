@@ -35,7 +35,7 @@ func TestStagedUpgradeWithLiveDomains(t *testing.T) {
 	must(t, err)
 	for _, id := range []string{planeA, planeB} {
 		t.Cleanup(func() {
-			if err := m.ApplyPlane(ctx(), id, simState.PlaneValues()); err != nil {
+			if err := m.ApplyPlane(ctx(), id, simState.PlaneValues(), lifecycle.ResetValues); err != nil {
 				t.Errorf("restoring plane %s: %v", id, err)
 			}
 		})
@@ -78,7 +78,7 @@ func TestStagedUpgradeWithLiveDomains(t *testing.T) {
 		if v != "" {
 			vals["daemon"] = map[string]any{"logVerbosity": v}
 		}
-		must(t, m.ApplyPlane(ctx(), id, vals))
+		must(t, m.ApplyPlane(ctx(), id, vals, lifecycle.ResetValues))
 		want := v
 		if want == "" {
 			want = before[id]

@@ -134,7 +134,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// Two planes; apply before install and install twice are refused.
-	mustNot(t, m.ApplyPlane(ctx, "plane-a", nil), "not installed")
+	mustNot(t, m.ApplyPlane(ctx, "plane-a", nil, lifecycle.KeepValues), "not installed")
 	// plane-a mirrors Secrets (so its controller has Secrets rights), plane-b does not.
 	must(t, m.InstallPlane(ctx, "plane-a", map[string]any{"secretMirror": map[string]any{"selector": "lifecycle.test/mirror=yes"}}))
 	must(t, m.InstallPlane(ctx, "plane-b", nil))
@@ -158,7 +158,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// Upgrade plane-a while plane-b serves a live domain: plane-b untouched, still Ready.
-	must(t, m.ApplyPlane(ctx, "plane-a", map[string]any{"logVerbosity": 3}))
+	must(t, m.ApplyPlane(ctx, "plane-a", map[string]any{"logVerbosity": 3}, lifecycle.KeepValues))
 	waitReady(t, cdB)
 	if diff := cmp.Diff(planeB, labelled(t, "plane-b")); diff != "" {
 		t.Errorf("upgrading plane-a changed plane-b objects (-before +after):\n%s", diff)

@@ -178,7 +178,7 @@ func (e *env) passHeld(r *computedomain.Reconciler, req ctrl.Request, held *held
 	testutil.Consistently(e.t, 2*time.Second, "the pass waits for the cache to show the previous pass's writes", func() (bool, error) {
 		select {
 		case err := <-done:
-			return false, fmt.Errorf("the pass ended (error %v) while the cache had not seen them", err)
+			return false, fmt.Errorf("the pass ended while the cache had not seen them (error: %w)", err)
 		default:
 			return true, nil
 		}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -178,7 +179,10 @@ func (e *env) passHeld(r *computedomain.Reconciler, req ctrl.Request, held *held
 	testutil.Consistently(e.t, 2*time.Second, "the pass waits for the cache to show the previous pass's writes", func() (bool, error) {
 		select {
 		case err := <-done:
-			return false, fmt.Errorf("the pass ended while the cache had not seen them (error: %w)", err)
+			if err != nil {
+				return false, fmt.Errorf("the pass ended while the cache had not seen them: %w", err)
+			}
+			return false, errors.New("the pass ended while the cache had not seen them")
 		default:
 			return true, nil
 		}

@@ -44,6 +44,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(newInstallCommand(), newApplyCommand(), newDestroyCommand())
 	root.AddCommand(newSimCommand())
 	root.AddCommand(newStatusCommand())
+	root.AddCommand(newDebugCommand())
 	strictArgs(root)
 	ctx, stop := signalContext()
 	defer stop()

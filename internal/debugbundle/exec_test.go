@@ -3,10 +3,17 @@ package debugbundle
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/rest"
 )
 
 // frame encodes one server frame (unmasked unless mask is set).
@@ -79,5 +86,74 @@ func TestReadMessages(t *testing.T) {
 	truncated := frame(opBinary, true, append([]byte{streamStdout}, "abc"...), false)
 	if err := readMessages(bufio.NewReader(bytes.NewReader(truncated[:len(truncated)-1])), func(byte, []byte) error { return nil }); err == nil {
 		t.Error("a truncated frame is not an error")
+	}
+}
+
+// TestExecWebSocket runs execWebSocket against a server that speaks the apiserver's side of
+// pods/exec: the upgrade with the client's credentials and a channel protocol, then stdout,
+// stderr and the command's status, then close.
+func TestExecWebSocket(t *testing.T) {
+	cases := map[string]struct {
+		status     string
+		refuse     bool
+		wantOut    string
+		wantErr    string
+		wantStderr string
+	}{
+		"success": {status: `{"status":"Success"}`, wantOut: "node list", wantStderr: "warning"},
+		"command failed": {status: `{"status":"Failure","message":"command terminated with non-zero exit code: exit 2"}`,
+			wantOut: "node list", wantStderr: "warning", wantErr: "command terminated with non-zero exit code: exit 2"},
+		"refused": {refuse: true, wantErr: `the apiserver answered 403 Forbidden: pods "p" is forbidden`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if got := r.Header.Get("Authorization"); got != "Bearer the-token" {
+					t.Errorf("Authorization %q", got)
+				}
+				if r.Header.Get("Upgrade") != "websocket" || !strings.Contains(r.Header.Get("Sec-WebSocket-Protocol"), "v5.channel.k8s.io") {
+					t.Errorf("not an upgrade to the channel protocol: %v", r.Header)
+				}
+				if r.URL.Query()["command"][1] != "-N" {
+					t.Errorf("command %v", r.URL.Query()["command"])
+				}
+				if tc.refuse {
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusForbidden)
+					_, _ = w.Write([]byte(`{"kind":"Status","status":"Failure","message":"pods \"p\" is forbidden","code":403}`))
+					return
+				}
+				conn, rw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer conn.Close()
+				_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n\r\n")
+				_, _ = rw.Write(frame(opBinary, true, append([]byte{streamStdout}, "node list"...), false))
+				_, _ = rw.Write(frame(opBinary, true, append([]byte{streamStderr}, "warning"...), false))
+				_, _ = rw.Write(frame(opBinary, true, append([]byte{streamError}, tc.status...), false))
+				_, _ = rw.Write(frame(opClose, true, nil, false))
+				_ = rw.Flush()
+			}))
+			defer srv.Close()
+			rt, err := execTransport(&rest.Config{Host: srv.URL, BearerToken: "the-token"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, _ := url.Parse(srv.URL + "/api/v1/namespaces/ns/pods/p/exec?command=nvidia-imex-ctl&command=-N&stdout=true&stderr=true")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out, stderr, err := execWebSocket(ctx, rt, u)
+			if string(out) != tc.wantOut || string(stderr) != tc.wantStderr {
+				t.Errorf("stdout %q stderr %q, want %q and %q", out, stderr, tc.wantOut, tc.wantStderr)
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("error %v", err)
+			case tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr):
+				t.Errorf("error %v, want %q", err, tc.wantErr)
+			}
+		})
 	}
 }

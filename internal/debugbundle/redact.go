@@ -28,13 +28,17 @@ var redactions = []struct {
 	{regexp.MustCompile(`(?i)((?:^|[\s{,(\[])-{0,2}` + secretKey + `\s*[:=][ \t]*"?)[^\s",}\]]+`), "${1}" + Redacted},
 	// A flag and its value as separate arguments: --token value.
 	{regexp.MustCompile(`(?i)((?:^|[\s,\[])--[A-Za-z0-9_-]*(?:token|password)[A-Za-z0-9_-]*[ \t]+)[^\s",\]-][^\s",\]]*`), "${1}" + Redacted},
+	// A container's environment variable named like a credential, as JSON:
+	// {"name": "API_TOKEN", "value": "..."}; the value of one read from a Secret is not there.
+	{regexp.MustCompile(`(?i)("name"\s*:\s*"[A-Za-z0-9_.-]*(?:token|password|passwd|secret|credential|api_?key|private_?key)[A-Za-z0-9_.-]*"\s*,\s*"value"\s*:\s*")(?:[^"\\]|\\.)+(")`), "${1}" + Redacted + "${2}"},
 	// A JSON Web Token anywhere (service account tokens, OIDC id tokens), whatever its key.
 	{regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*`), Redacted},
 }
 
 // Redact returns b with every token-like string replaced by Redacted: bearer tokens, the values
 // of fields and flags named like credentials (token, password, client-key-data, in JSON, YAML
-// and key=value form), and JSON Web Tokens wherever they appear.
+// and key=value form), the values of environment variables named like credentials, and JSON Web
+// Tokens wherever they appear.
 func Redact(b []byte) []byte {
 	for _, r := range redactions {
 		b = r.re.ReplaceAll(b, []byte(r.repl))

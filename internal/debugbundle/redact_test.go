@@ -41,6 +41,10 @@ func TestRedact(t *testing.T) {
 			in:   "args: [--token=abc, --v=2] --password secret",
 			want: "args: [--token=REDACTED, --v=2] --password REDACTED",
 		},
+		"environment variable named like a credential": {
+			in:   "{\n  \"name\": \"REGISTRY_PASSWORD\",\n  \"value\": \"pw\"\n}, {\"name\":\"NODE_NAME\",\"value\":\"n1\"}",
+			want: "{\n  \"name\": \"REGISTRY_PASSWORD\",\n  \"value\": \"REDACTED\"\n}, {\"name\":\"NODE_NAME\",\"value\":\"n1\"}",
+		},
 		"JWT under any key": {
 			in:   `{"note":"` + jwt + `"}`,
 			want: `{"note":"REDACTED"}`,

@@ -102,6 +102,11 @@ func RenderFor(kubeVersion, name, release, namespace string, values map[string]a
 	}
 	out, err := engine.Render(ch, vals)
 	if err != nil {
+		// The chart's own checks fail the render with a sentence for the user: say it without
+		// the template position Helm puts before it.
+		if _, msg, ok := strings.Cut(err.Error(), "): "); ok && strings.HasPrefix(err.Error(), "execution error at (") {
+			return nil, fmt.Errorf("chart %s refuses these values: %s", name, msg)
+		}
 		return nil, fmt.Errorf("rendering chart %s: %w", name, err)
 	}
 	templates := make([]string, 0, len(out))

@@ -23,6 +23,7 @@ import (
 
 	"cdplane/internal/features"
 	"cdplane/internal/plane"
+	"cdplane/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -39,7 +40,7 @@ func renderPlane(t *testing.T, id string, extra map[string]any) []Manifest {
 		values[k] = v
 	}
 	ns := plane.Name(id, plane.DriverNamespaceLegacyName)
-	ms, err := Render(Plane, ns, ns, values)
+	ms, err := Render(Plane, ns, ns, testutil.WithImage(values))
 	if err != nil {
 		t.Fatalf("rendering plane %q: %v", id, err)
 	}
@@ -104,7 +105,7 @@ func TestSchemaRefusesBadIDs(t *testing.T) {
 		"reserved default": {"default", "controlPlaneID"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Render(Plane, "x", plane.Name(tc.id, "cdplane"), map[string]any{"controlPlaneID": tc.id})
+			_, err := Render(Plane, "x", plane.Name(tc.id, "cdplane"), testutil.WithImage(map[string]any{"controlPlaneID": tc.id}))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("render with controlPlaneID %q: error %v, want one naming %s", tc.id, err, tc.want)
 			}
@@ -115,7 +116,7 @@ func TestSchemaRefusesBadIDs(t *testing.T) {
 		})
 	}
 	for _, id := range []string{"", "plane-a", id20, "a"} {
-		if _, err := Render(Plane, "x", plane.Name(id, "cdplane"), map[string]any{"controlPlaneID": id}); err != nil {
+		if _, err := Render(Plane, "x", plane.Name(id, "cdplane"), testutil.WithImage(map[string]any{"controlPlaneID": id})); err != nil {
 			t.Errorf("render with valid controlPlaneID %q: %v", id, err)
 		}
 	}
@@ -125,7 +126,7 @@ func TestSchemaRefusesBadIDs(t *testing.T) {
 // by the driver namespace derived from its id, so the chart refuses any other namespace.
 func TestReleaseNamespaceIsTheDriverNamespace(t *testing.T) {
 	for id, ns := range map[string]string{"": "kube-system", "plane-a": "cdplane", "plane-b": "plane-a-cdplane"} {
-		_, err := Render(Plane, "x", ns, map[string]any{"controlPlaneID": id})
+		_, err := Render(Plane, "x", ns, testutil.WithImage(map[string]any{"controlPlaneID": id}))
 		if err == nil || !strings.Contains(err.Error(), "must be the plane's driver namespace") {
 			t.Errorf("plane %q in namespace %s: %v, want a refusal naming the driver namespace", id, ns, err)
 		}
@@ -287,11 +288,11 @@ func TestPluginRunsOnlyOnGPUNodes(t *testing.T) {
 // the mode and the plugin gets the mode, its socket and its driver root in the environment (for
 // its readiness probe, the host-IMEX check), keeps the node's clique label, and is probed.
 func TestHostManagedIMEX(t *testing.T) {
-	_, err := Render(Plane, "x", "plane-a-cdplane", map[string]any{"controlPlaneID": "plane-a", "imex": map[string]any{"mode": "hostManaged"}})
+	_, err := Render(Plane, "x", "plane-a-cdplane", testutil.WithImage(map[string]any{"controlPlaneID": "plane-a", "imex": map[string]any{"mode": "hostManaged"}}))
 	if err == nil || !strings.Contains(err.Error(), "imex.mode=hostManaged requires featureGates.HostManagedIMEXDaemon=true") {
 		t.Fatalf("hostManaged without the gate: %v, want a refusal naming the gate", err)
 	}
-	if _, err := Render(Plane, "x", "plane-a-cdplane", map[string]any{"controlPlaneID": "plane-a", "imex": map[string]any{"mode": "HostManaged"}}); err == nil {
+	if _, err := Render(Plane, "x", "plane-a-cdplane", testutil.WithImage(map[string]any{"controlPlaneID": "plane-a", "imex": map[string]any{"mode": "HostManaged"}})); err == nil {
 		t.Fatal("an unknown imex.mode rendered")
 	}
 	ms := renderPlane(t, "plane-a", map[string]any{
@@ -623,7 +624,7 @@ func TestNVIDIAValueRefusals(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			vals := map[string]any{"controlPlaneID": "plane-a"}
 			maps.Copy(vals, tc.values)
-			_, err := Render(Plane, "plane-a-cdplane", "plane-a-cdplane", vals)
+			_, err := Render(Plane, "plane-a-cdplane", "plane-a-cdplane", testutil.WithImage(vals))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("render: %v, want an error containing %q", err, tc.want)
 			}
@@ -774,8 +775,8 @@ func TestControllerReplicas(t *testing.T) {
 			t.Errorf("%s: %d replicas, anti-affinity %v, PodDisruptionBudget %v; want %d, %v, %v", name, n, spread, pdb, tc.n, tc.spread, tc.pdb)
 		}
 	}
-	_, err := Render(Plane, "plane-a-cdplane", "plane-a-cdplane", map[string]any{"controlPlaneID": "plane-a",
-		"controller": map[string]any{"replicas": 2, "leaderElection": map[string]any{"enabled": false}}})
+	_, err := Render(Plane, "plane-a-cdplane", "plane-a-cdplane", testutil.WithImage(map[string]any{"controlPlaneID": "plane-a",
+		"controller": map[string]any{"replicas": 2, "leaderElection": map[string]any{"enabled": false}}}))
 	if err == nil || !strings.Contains(err.Error(), "leaderElection.enabled=false") {
 		t.Errorf("two replicas without leader election: %v, want refused", err)
 	}
@@ -791,7 +792,7 @@ func TestDaemonUpdateStrategy(t *testing.T) {
 			t.Errorf("daemonUpdateStrategy %q: controller args %q lack %s", strategy, got, want)
 		}
 	}
-	if _, err := Render(Plane, "x", "plane-a-cdplane", map[string]any{"controlPlaneID": "plane-a", "controller": map[string]any{"daemonUpdateStrategy": "Recreate"}}); err == nil {
+	if _, err := Render(Plane, "x", "plane-a-cdplane", testutil.WithImage(map[string]any{"controlPlaneID": "plane-a", "controller": map[string]any{"daemonUpdateStrategy": "Recreate"}})); err == nil {
 		t.Error("daemonUpdateStrategy Recreate: rendered, want refused by the schema")
 	}
 }
@@ -816,7 +817,7 @@ func TestDaemonMetrics(t *testing.T) {
 		}
 	}
 	for _, port := range []any{50000, 50005, 0, 70000, "8082"} {
-		if _, err := Render(Plane, "x", "plane-a-cdplane", map[string]any{"controlPlaneID": "plane-a", "daemon": map[string]any{"metrics": map[string]any{"port": port}}}); err == nil {
+		if _, err := Render(Plane, "x", "plane-a-cdplane", testutil.WithImage(map[string]any{"controlPlaneID": "plane-a", "daemon": map[string]any{"metrics": map[string]any{"port": port}}})); err == nil {
 			t.Errorf("daemon.metrics.port %v: rendered, want refused by the schema", port)
 		}
 	}
@@ -864,6 +865,21 @@ func TestDaemonNetworkPolicy(t *testing.T) {
 			if m.Object.GetKind() == "NetworkPolicy" {
 				t.Errorf("%s: a NetworkPolicy is rendered", name)
 			}
+		}
+	}
+}
+
+// TestPlaneWithoutImageIsRefused: the plane chart has no default image (no public registry
+// serves one): rendering it without image.repository fails with the sentence that says what to
+// set, before anything is installed.
+func TestPlaneWithoutImageIsRefused(t *testing.T) {
+	for _, vals := range []map[string]any{
+		{"controlPlaneID": "plane-a"},
+		{"controlPlaneID": "plane-a", "image": map[string]any{"repository": "", "tag": "1.0.0"}},
+	} {
+		_, err := Render(Plane, "x", "plane-a-cdplane", vals)
+		if err == nil || !strings.Contains(err.Error(), "image.repository is not set: set it to the registry and repository the cdplane image was pushed to") {
+			t.Errorf("values %v: error %v, want the refusal naming image.repository", vals, err)
 		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"cdplane/internal/daemonenv"
 	"cdplane/internal/metrics"
 	"cdplane/internal/scheme"
+	"cdplane/internal/testutil"
 )
 
 // monitoringOn turns on every monitoring object of the plane chart.
@@ -170,9 +171,9 @@ func TestMonitoringValues(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"1h30m", "90", "15min", "1d"} {
-		_, err := Render(Plane, "cdplane", "cdplane", map[string]any{"monitoring": map[string]any{
+		_, err := Render(Plane, "cdplane", "cdplane", testutil.WithImage(map[string]any{"monitoring": map[string]any{
 			"prometheusRule": map[string]any{"enabled": true, "domainNotReady": map[string]any{"for": bad}},
-		}})
+		}}))
 		if err == nil || !strings.Contains(err.Error(), "domainNotReady") {
 			t.Errorf("domainNotReady.for %q: %v, want a refusal naming it", bad, err)
 		}

@@ -7,6 +7,8 @@ import (
 	"github.com/google/cel-go/cel"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"cdplane/internal/testutil"
 )
 
 // legacyMirrorNamespaceRule renders the legacy plane with the Secret mirror on and
@@ -97,7 +99,7 @@ func TestMirrorNamespaceSelectorInPolicy(t *testing.T) {
 // TestMirrorNamespaceSelectorRefusedWhenNotRenderable: a selector the policy cannot express is
 // refused at render time, naming the requirement, rather than rendered weaker.
 func TestMirrorNamespaceSelectorRefusedWhenNotRenderable(t *testing.T) {
-	_, err := Render(Plane, "cdplane", "cdplane", map[string]any{"secretMirror": map[string]any{"selector": "mirror=yes", "namespaceSelector": "team=a,size>3"}})
+	_, err := Render(Plane, "cdplane", "cdplane", testutil.WithImage(map[string]any{"secretMirror": map[string]any{"selector": "mirror=yes", "namespaceSelector": "team=a,size>3"}}))
 	if err == nil || !strings.Contains(err.Error(), `"size>3"`) {
 		t.Fatalf("err = %v, want a refusal naming the requirement size>3", err)
 	}

@@ -156,7 +156,11 @@ waits for the controller and the kubelet plugin to be ready, printing progress.`
 			if err != nil {
 				return err
 			}
-			if _, _, err := lifecycle.RenderPlane(f.id, vals); err != nil {
+			mode := lifecycle.ResetValues // an install starts from the chart's defaults
+			if upgrade {
+				mode = f.valuesMode()
+			}
+			if err := lifecycle.CheckPlaneValues(f.id, vals, mode); err != nil {
 				return err
 			}
 			m, err := f.manager(cmd)
@@ -164,7 +168,7 @@ waits for the controller and the kubelet plugin to be ready, printing progress.`
 				return err
 			}
 			if upgrade {
-				return m.ApplyPlane(cmd.Context(), f.id, vals, f.valuesMode())
+				return m.ApplyPlane(cmd.Context(), f.id, vals, mode)
 			}
 			return m.InstallPlane(cmd.Context(), f.id, vals)
 		},

@@ -1,6 +1,9 @@
 package cli
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestDeployValidation: install and apply check the id, the values and the common flags before
 // they read a kubeconfig; valid ones get as far as the kubeconfig ({missing}).
@@ -33,10 +36,21 @@ func TestDeployValidation(t *testing.T) {
 			"prerequisites: valid":        {args: []string{"prerequisites", "--set", "adminGroups={system:masters}", "--kubeconfig", "{missing}"}, code: 1, stderr: reachedCluster},
 			"prerequisites: missing file": {args: []string{"prerequisites", "-f", "{missing}"}, code: 1, stderr: "--values: open "},
 		} {
+			if verb == "install" && tc.stderr == reachedCluster && strings.HasPrefix(name, "plane:") {
+				// The plane chart has no default image: an install names one.
+				tc.args = append(tc.args, "--set", "image.repository=registry.example/cdplane")
+			}
 			tc.args = append([]string{verb}, tc.args...)
 			cases[verb+" "+name] = tc
 		}
 	}
+	// An install without an image is refused before the cluster is read; an apply takes the
+	// release's, unless --reset-values.
+	noImage := "chart cdplane refuses these values: image.repository is not set: set it to the registry and repository the cdplane image was pushed to"
+	cases["install plane: no image"] = cliCase{args: []string{"install", "plane", "--control-plane-id", "plane-a", "--kubeconfig", "{missing}"}, code: 1, stderr: noImage}
+	cases["apply plane: the release's image"] = cliCase{args: []string{"apply", "plane", "--control-plane-id", "plane-a", "--set", "logVerbosity=2", "--kubeconfig", "{missing}"}, code: 1, stderr: reachedCluster}
+	cases["apply plane: --reset-values, no image"] = cliCase{args: []string{"apply", "plane", "--control-plane-id", "plane-a", "--reset-values", "--kubeconfig", "{missing}"}, code: 1, stderr: noImage}
+	cases["install plane: no --reset-values"] = cliCase{args: []string{"install", "plane", "--reset-values"}, code: 1, stderr: "unknown flag: --reset-values"}
 	runCases(t, cases)
 }
 

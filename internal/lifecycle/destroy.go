@@ -266,7 +266,9 @@ func (m *Manager) residue(ctx context.Context, id string) ([]string, error) {
 		}
 	}
 	release, ns := PlaneRelease(id)
-	manifests, err := charts.Render(charts.Plane, release, ns, map[string]any{"controlPlaneID": id})
+	// Only the names of what the chart renders are read: the image (required, not a name) is a
+	// stand-in.
+	manifests, err := charts.Render(charts.Plane, release, ns, map[string]any{"controlPlaneID": id, "image": map[string]any{"repository": "names-only"}})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -69,9 +70,25 @@ func RenderPlane(id string, values map[string]any) (map[string]any, []charts.Man
 	return vals, manifests, nil
 }
 
+// CheckPlaneValues is RenderPlane for a command's flags, before it reads a cluster. For an apply
+// that keeps the release's values (KeepValues) the image may be the release's: where values set
+// none, a stand-in takes its place here, and the release's values merged with these are rendered
+// for real before anything changes.
+func CheckPlaneValues(id string, values map[string]any, mode Values) error {
+	if mode == KeepValues {
+		if img, _ := values["image"].(map[string]any); img["repository"] == nil {
+			values = loader.MergeMaps(values, map[string]any{"image": map[string]any{"repository": "release-image"}})
+		}
+	}
+	_, _, err := RenderPlane(id, values)
+	return err
+}
+
 func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]any, upgrade bool, mode Values) error {
-	vals, manifests, err := RenderPlane(id, values)
-	if err != nil {
+	if !upgrade {
+		mode = ResetValues // an install starts from the chart's defaults
+	}
+	if err := CheckPlaneValues(id, values, mode); err != nil {
 		return err
 	}
 	release, ns := PlaneRelease(id)
@@ -95,14 +112,20 @@ func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]
 	case !upgrade && deployed:
 		return fmt.Errorf("%s is already installed (release %s/%s, revision %d): use `cdplane apply plane` to upgrade it", describePlane(id), ns, release, rel.Version)
 	}
-	if upgrade {
-		merged, kept := keptValues(mode, rel.Config, values)
+	var relValues map[string]any
+	if rel != nil {
+		relValues = rel.Config
+	}
+	merged, kept := keptValues(mode, relValues, values)
+	if len(kept) > 0 {
+		m.progress("%s", describeKept(kept))
+	}
+	vals, manifests, err := RenderPlane(id, merged)
+	if err != nil {
 		if len(kept) > 0 {
-			m.progress("%s", describeKept(kept))
-		}
-		if vals, manifests, err = RenderPlane(id, merged); err != nil {
 			return fmt.Errorf("the release's values with this apply's: %w", err)
 		}
+		return err
 	}
 	if err := m.checkPlaneObjects(ctx, id, release, ns, manifests); err != nil {
 		return err

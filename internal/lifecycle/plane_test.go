@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"cdplane/internal/testutil"
 )
 
 func TestRenderPlane(t *testing.T) {
@@ -25,13 +27,15 @@ func TestRenderPlane(t *testing.T) {
 		"a value for the legacy":     {id: "", values: map[string]any{"controlPlaneID": "plane-b"}, want: `contradicts --control-plane-id=""`},
 		"a value the schema refuses": {id: "plane-a", values: map[string]any{"logVerbosity": 11}, want: "values of chart cdplane"},
 		"a mistyped value":           {id: "plane-a", values: map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, want: "values of chart cdplane"},
+		"no image":                   {id: "plane-a", values: map[string]any{"image": map[string]any{"repository": ""}}, want: "image.repository is not set"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			before := maps.Clone(tc.values)
-			vals, manifests, err := RenderPlane(tc.id, tc.values)
+			in := testutil.WithImage(tc.values)
+			before := maps.Clone(in)
+			vals, manifests, err := RenderPlane(tc.id, in)
 			checkErr(t, err, tc.want)
-			if diff := cmp.Diff(before, tc.values); diff != "" {
+			if diff := cmp.Diff(before, in); diff != "" {
 				t.Errorf("RenderPlane changed its argument (-before +after):\n%s", diff)
 			}
 			if tc.want != "" {

@@ -10,6 +10,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	charts "cdplane/deployments/helm"
 	"cdplane/internal/plane"
+	"cdplane/internal/testutil"
 )
 
 func ns(labels map[string]string, deleting bool) metav1.Object {
@@ -83,7 +84,7 @@ func TestCheckClusterScoped(t *testing.T) {
 
 func TestCheckCanonical(t *testing.T) {
 	render := func(id string) []charts.Manifest {
-		ms, err := charts.Render(charts.Plane, "r", plane.Name(id, plane.DriverNamespaceLegacyName), map[string]any{"controlPlaneID": id})
+		ms, err := charts.Render(charts.Plane, "r", plane.Name(id, plane.DriverNamespaceLegacyName), testutil.WithImage(map[string]any{"controlPlaneID": id}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -67,7 +67,7 @@ const (
 
 // Labels of the kubelet plugin's metrics, besides control_plane_id.
 const (
-	// LabelReason is why a prepare or unprepare failed (kubeletplugin.FailureReason).
+	// LabelReason is why a prepare or unprepare failed (failure.Reason in internal/kubeletplugin/failure).
 	LabelReason = "reason"
 	// LabelKind is a claim's kind: channel or daemon.
 	LabelKind = "kind"

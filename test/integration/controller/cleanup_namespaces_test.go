@@ -31,7 +31,7 @@ func installControllerRBAC(t *testing.T, id string) (string, *rest.Config) {
 	t.Helper()
 	ctx := context.Background()
 	release, ns := lifecycle.PlaneRelease(id)
-	ms, err := charts.Render(charts.Plane, release, ns, map[string]any{"controlPlaneID": id})
+	ms, err := charts.Render(charts.Plane, release, ns, testutil.WithImage(map[string]any{"controlPlaneID": id}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func assign(t *testing.T, id string) string {
 func clusterNames(t *testing.T, id string) []*unstructured.Unstructured {
 	t.Helper()
 	release, ns := lifecycle.PlaneRelease(id)
-	ms, err := charts.Render(charts.Plane, release, ns, map[string]any{"controlPlaneID": id})
+	ms, err := charts.Render(charts.Plane, release, ns, testutil.WithImage(map[string]any{"controlPlaneID": id}))
 	must(t, err)
 	var out []*unstructured.Unstructured
 	for _, m := range ms {
@@ -99,7 +99,7 @@ func TestLifecycle(t *testing.T) {
 	foreign := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plane-c-cdplane", Labels: map[string]string{cdv1beta1.ControlPlaneLabel: "plane-b"}}}
 	must(t, testCluster.Client.Create(ctx, foreign))
 	before := labelled(t, "plane-c")
-	mustNot(t, m.InstallPlane(ctx, "plane-c", nil), `namespace plane-c-cdplane is labelled resource.nvidia.com/control-plane-id=plane-b for control plane "plane-b"`)
+	mustNot(t, m.InstallPlane(ctx, "plane-c", testutil.WithImage(nil)), `namespace plane-c-cdplane is labelled resource.nvidia.com/control-plane-id=plane-b for control plane "plane-b"`)
 	if diff := cmp.Diff(before, labelled(t, "plane-c")); diff != "" {
 		t.Errorf("a refused install changed plane-c objects:\n%s", diff)
 	}
@@ -115,16 +115,16 @@ func TestLifecycle(t *testing.T) {
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
 	// The secret-mirror source namespace counts too.
-	mustNot(t, m.InstallPlane(ctx, "plane-d", map[string]any{"secretMirror": map[string]any{"selector": "a=b", "sourceNamespace": "kube-system"}}),
+	mustNot(t, m.InstallPlane(ctx, "plane-d", testutil.WithImage(map[string]any{"secretMirror": map[string]any{"selector": "a=b", "sourceNamespace": "kube-system"}})),
 		"namespace kube-system exists without the label resource.nvidia.com/control-plane-id=plane-d")
 
 	// Monitoring switched on in a cluster without the Prometheus operator's CRDs: refused
 	// before any change, naming the kinds and the values that render them.
 	before = labelled(t, "plane-e")
-	mustNot(t, m.InstallPlane(ctx, "plane-e", map[string]any{"monitoring": map[string]any{
+	mustNot(t, m.InstallPlane(ctx, "plane-e", testutil.WithImage(map[string]any{"monitoring": map[string]any{
 		"podMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true},
-	}}), "the cluster does not serve PodMonitor (monitoring.coreos.com/v1")
-	mustNot(t, m.InstallPlane(ctx, "plane-e", map[string]any{"monitoring": map[string]any{"prometheusRule": map[string]any{"enabled": true}}}),
+	}})), "the cluster does not serve PodMonitor (monitoring.coreos.com/v1")
+	mustNot(t, m.InstallPlane(ctx, "plane-e", testutil.WithImage(map[string]any{"monitoring": map[string]any{"prometheusRule": map[string]any{"enabled": true}}})),
 		"PrometheusRule (monitoring.coreos.com/v1")
 	if diff := cmp.Diff(before, labelled(t, "plane-e")); diff != "" {
 		t.Errorf("a refused install changed plane-e objects:\n%s", diff)
@@ -136,9 +136,9 @@ func TestLifecycle(t *testing.T) {
 	// Two planes; apply before install and install twice are refused.
 	mustNot(t, m.ApplyPlane(ctx, "plane-a", nil, lifecycle.KeepValues), "not installed")
 	// plane-a mirrors Secrets (so its controller has Secrets rights), plane-b does not.
-	must(t, m.InstallPlane(ctx, "plane-a", map[string]any{"secretMirror": map[string]any{"selector": "lifecycle.test/mirror=yes"}}))
-	must(t, m.InstallPlane(ctx, "plane-b", nil))
-	mustNot(t, m.InstallPlane(ctx, "plane-b", nil), "already installed")
+	must(t, m.InstallPlane(ctx, "plane-a", testutil.WithImage(map[string]any{"secretMirror": map[string]any{"selector": "lifecycle.test/mirror=yes"}})))
+	must(t, m.InstallPlane(ctx, "plane-b", testutil.WithImage(nil)))
+	mustNot(t, m.InstallPlane(ctx, "plane-b", testutil.WithImage(nil)), "already installed")
 	nsA, nsB := assign(t, "plane-a"), assign(t, "plane-b")
 
 	t.Run("rbac: a plane's service accounts stay out of another plane's Secrets and cliques", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"cdplane/internal/lifecycle"
+	"cdplane/internal/testutil"
 )
 
 // cliThrough runs the CLI against the apiserver through proxy p and fails the test unless it
@@ -66,7 +67,7 @@ func TestTransientAPIErrorsAreRetried(t *testing.T) {
 	retried := "retrying after: "
 	for _, step := range [][]string{
 		{"install", "prerequisites"},
-		{"install", "plane", "--control-plane-id", id, "--wait=false"},
+		{"install", "plane", "--control-plane-id", id, "--set", "image.repository=" + testutil.TestImageRepository, "--wait=false"},
 		{"assign", "namespace", ns, "--control-plane-id", id},
 		{"assign", "node", node.Name, "--control-plane-id", id},
 		{"apply", "plane", "--control-plane-id", id, "--wait=false", "--set", "logVerbosity=3"},
@@ -129,11 +130,11 @@ func TestPartialStateNamesTheFinishingCommand(t *testing.T) {
 			"done: created namespace plane-p-cdplane; Helm release plane-p-cdplane/plane-p-cdplane is at revision 1, failed",
 			"not done: the Helm release's objects",
 			"to finish, run: cdplane install plane --control-plane-id plane-p",
-		}, "install", "plane", "--control-plane-id", id, "--wait=false", "--timeout", "5s")
+		}, "install", "plane", "--control-plane-id", id, "--set", "image.repository="+testutil.TestImageRepository, "--wait=false", "--timeout", "5s")
 		failOnly()
 		cliThrough(t, kubeconfig, 0, []string{"failed to install before (revision 1", `control plane "plane-p" is installed`},
-			"install", "plane", "--control-plane-id", id, "--wait=false")
-		cliThrough(t, kubeconfig, 1, []string{"already installed"}, "install", "plane", "--control-plane-id", id, "--wait=false")
+			"install", "plane", "--control-plane-id", id, "--set", "image.repository="+testutil.TestImageRepository, "--wait=false")
+		cliThrough(t, kubeconfig, 1, []string{"already installed"}, "install", "plane", "--control-plane-id", id, "--set", "image.repository="+testutil.TestImageRepository, "--wait=false")
 	})
 
 	t.Run("apply plane reports a node that lost its label", func(t *testing.T) {

@@ -60,10 +60,12 @@ func TestApplyKeepsTheReleasesValues(t *testing.T) {
 		t.Errorf("apply did not say which values it keeps; output:\n%s", out.String())
 	}
 
-	must(t, m.ApplyPlane(ctx, "plane-v", map[string]any{"logVerbosity": 2}, lifecycle.ResetValues))
+	// From the chart's defaults, which have no image: refused until one is given.
+	mustNot(t, m.ApplyPlane(ctx, "plane-v", map[string]any{"logVerbosity": 2}, lifecycle.ResetValues), "image.repository is not set")
+	must(t, m.ApplyPlane(ctx, "plane-v", map[string]any{"logVerbosity": 2, "image": map[string]any{"repository": "other.example/cdplane"}}, lifecycle.ResetValues))
 	ctrlPod, plugin = planeWorkloads(t, "plane-v")
-	if img := ctrlPod.Spec.Template.Spec.Containers[0].Image; strings.HasPrefix(img, "registry.example/") {
-		t.Errorf("after --reset-values the controller's image is %s, want the chart's default", img)
+	if img := ctrlPod.Spec.Template.Spec.Containers[0].Image; !strings.HasPrefix(img, "other.example/cdplane:") || strings.HasSuffix(img, ":1.2.3") {
+		t.Errorf("after --reset-values the controller's image is %s, want other.example/cdplane at the chart's default tag", img)
 	}
 	if len(ctrlPod.Spec.Template.Spec.ImagePullSecrets) != 0 || strings.Contains(strings.Join(plugin.Spec.Template.Spec.Containers[0].Args, " "), "/run/nvidia/driver") {
 		t.Errorf("after --reset-values, values set at install remain: pull secrets %v, plugin args %v",

@@ -28,7 +28,7 @@ func installPlaneRights(t *testing.T, id string, templates ...string) (driverNS 
 	t.Helper()
 	ctx := testContext(t)
 	release, ns := lifecycle.PlaneRelease(id)
-	ms, err := charts.Render(charts.Plane, release, ns, map[string]any{"controlPlaneID": id})
+	ms, err := charts.Render(charts.Plane, release, ns, testutil.WithImage(map[string]any{"controlPlaneID": id}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"cdplane/internal/controller/secretmirror"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
+	"cdplane/internal/testutil"
 )
 
 // applyPlaneRights is installPlaneRights with chart values: it creates or replaces the plane's
@@ -30,7 +31,7 @@ func applyPlaneRights(t *testing.T, id string, values map[string]any, templates 
 	for k, v := range values {
 		vals[k] = v
 	}
-	ms, err := charts.Render(charts.Plane, release, ns, vals)
+	ms, err := charts.Render(charts.Plane, release, ns, testutil.WithImage(vals))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,9 @@ the full name. The same rule as plane.Name in internal/plane (a Go test compares
 
 {{/* cdplane.validate fails the render on an invalid control-plane id (the schema says the same). */}}
 {{- define "cdplane.validate" -}}
+{{- if not .Values.image.repository -}}
+{{- fail "image.repository is not set: set it to the registry and repository the cdplane image was pushed to, e.g. --set image.repository=registry.example.com/cdplane (docs/installing.md, \"Image\")" -}}
+{{- end -}}
 {{- $id := .Values.controlPlaneID -}}
 {{- if $id -}}
 {{- if gt (len $id) 20 -}}

@@ -56,6 +56,11 @@ func (m *Manager) waitPlaneReady(ctx context.Context, id, ns string) error {
 		status := fmt.Sprintf("controller %d/%d available, kubelet plugin %d/%d nodes ready",
 			d.Status.AvailableReplicas, want, s.Status.NumberAvailable, s.Status.DesiredNumberScheduled)
 		if !rolledOut {
+			// Why the pods that are not Ready are not, as their status says: an image that
+			// cannot be pulled, a crash loop, no node to run on.
+			if why := m.waitingReasons(ctx, d, s); why != "" {
+				status += "; waiting: " + why
+			}
 			return false, status, nil
 		}
 		old, err := m.outdatedPods(ctx, d)

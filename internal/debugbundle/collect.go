@@ -20,7 +20,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -159,7 +161,19 @@ func (c *collector) list(ctx context.Context, name, description string, list cli
 		c.a.Fail(name, err)
 		return nil
 	}
-	return c.a.AddJSON(name, description, list)
+	return c.a.AddJSON(name, description, withoutManagedFields(list))
+}
+
+// withoutManagedFields drops the list's items' managed fields (server-side apply's records:
+// often the larger part of an object, and nothing support reads).
+func withoutManagedFields(list client.ObjectList) client.ObjectList {
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		if a, err := meta.Accessor(o); err == nil {
+			a.SetManagedFields(nil)
+		}
+		return nil
+	})
+	return list
 }
 
 // nodeSummary is what the bundle keeps of a node: the labels the kubelet plugin, the daemons
@@ -193,7 +207,7 @@ func (c *collector) resourceSlices(ctx context.Context) error {
 		return nil
 	}
 	list.Items = slices.DeleteFunc(list.Items, func(s resourcev1.ResourceSlice) bool { return s.Spec.Driver != cdv1beta1.DriverName })
-	return c.a.AddJSON("resourceslices.json", "the ResourceSlices of "+cdv1beta1.DriverName, list)
+	return c.a.AddJSON("resourceslices.json", "the ResourceSlices of "+cdv1beta1.DriverName, withoutManagedFields(list))
 }
 
 // domain writes one domain's status, claims, the pods using them and the events about all of
@@ -215,7 +229,7 @@ func (c *collector) domain(ctx context.Context, cd *cdv1beta1.ComputeDomain) (st
 	claims := &resourcev1.ResourceClaimList{}
 	if err := c.o.Client.List(ctx, claims, client.InNamespace(cd.Namespace), client.MatchingLabels{cdv1beta1.ComputeDomainLabel: string(cd.UID)}); err != nil {
 		c.a.Fail(dir+"resourceclaims.json", err)
-	} else if err := c.a.AddJSON(dir+"resourceclaims.json", "the domain's channel claims", claims); err != nil {
+	} else if err := c.a.AddJSON(dir+"resourceclaims.json", "the domain's channel claims", withoutManagedFields(claims)); err != nil {
 		return "", err
 	}
 	pods := &corev1.PodList{}
@@ -236,7 +250,7 @@ func (c *collector) domain(ctx context.Context, cd *cdv1beta1.ComputeDomain) (st
 			}
 		}
 	}
-	if err := c.a.AddJSON(dir+"pods.json", "the pods the domain's claims are reserved for", pods); err != nil {
+	if err := c.a.AddJSON(dir+"pods.json", "the pods the domain's claims are reserved for", withoutManagedFields(pods)); err != nil {
 		return "", err
 	}
 	events := &corev1.EventList{}
@@ -257,7 +271,7 @@ func (c *collector) driverNamespace(ctx context.Context, ns string) ([]corev1.Po
 	case err != nil:
 		c.a.Fail(dir+"pods.json", err)
 	default:
-		if err := c.a.AddJSON(dir+"pods.json", "the pods of driver namespace "+ns+": controller, kubelet plugins, daemons", pods); err != nil {
+		if err := c.a.AddJSON(dir+"pods.json", "the pods of driver namespace "+ns+": controller, kubelet plugins, daemons", withoutManagedFields(pods)); err != nil {
 			return nil, err
 		}
 	}

@@ -18,6 +18,7 @@ for d in api deployments/helm/cdplane-prerequisites/templates/crds; do
   fi
 done
 go run ./hack/benchindex -check || failed=1
+go run ./hack/valuesdoc -check || failed=1
 
 unformatted="$(gofmt -l $(git -C "${root}" ls-files -co --exclude-standard '*.go' | sed "s|^|${root}/|"))"
 if [[ -n "${unformatted}" ]]; then

@@ -28,8 +28,15 @@ var quietRuntimeLogs sync.Once
 // Main runs the command line and returns the exit code. It may run on several goroutines at once.
 func Main(args []string, stdout, stderr io.Writer) int {
 	root := &cobra.Command{
-		Use:           "cdplane",
-		Short:         "ComputeDomains on Kubernetes: benchmarks, NVML discovery and tools",
+		Use:   "cdplane",
+		Short: "Install, run and inspect cdplane: ComputeDomains (multi-node NVLink IMEX) on Kubernetes",
+		Long: `cdplane runs NVIDIA ComputeDomains on Kubernetes: IMEX daemons started, wired and torn
+down for the pods that claim an IMEX channel through DRA.
+
+This CLI installs and upgrades its Helm releases (install, apply, destroy), assigns
+namespaces and nodes to control planes (assign, unassign), shows what runs (status),
+collects what support needs (debug bundle), runs a simulated GPU cluster (sim) and
+measures (bench).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version.Version,
@@ -45,6 +52,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(newSimCommand())
 	root.AddCommand(newStatusCommand())
 	root.AddCommand(newDebugCommand())
+	root.AddCommand(newVersionCommand())
 	strictArgs(root)
 	ctx, stop := signalContext()
 	defer stop()

@@ -62,3 +62,16 @@ func commit() string {
 	}
 	return rev
 }
+
+// Info is what `cdplane version -o json` prints.
+type Info struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	GoVersion string `json:"goVersion"`
+	Platform  string `json:"platform"`
+}
+
+// Get returns this binary's Info.
+func Get() Info {
+	return Info{Version: Version, Commit: commit(), GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+}

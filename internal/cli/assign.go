@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -16,12 +18,15 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
+	"cdplane/internal/scheme"
 )
 
 // assignFlags are the flags of assign and unassign.
 type assignFlags struct {
 	id         string
 	kubeconfig string
+	context    string
+	selector   string
 	force      bool
 	check      bool
 	timeout    time.Duration
@@ -67,16 +72,20 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 		verb = "unassign"
 	}
 	cmd := &cobra.Command{
-		Use:   string(kind) + " NAME --" + plane.FlagName + " ID",
-		Short: strings.ToUpper(verb[:1]) + verb[1:] + " a " + string(kind),
+		Use:     use(kind),
+		Short:   strings.ToUpper(verb[:1]) + verb[1:] + " a " + string(kind) + map[lifecycle.TargetKind]string{lifecycle.KindNode: " or several"}[kind],
+		Example: example(kind, verb),
 		Args: func(cmd *cobra.Command, args []string) error {
-			if f.check {
-				if len(args) != 0 {
-					return fmt.Errorf("--check takes no %s name, got %d arguments: it checks every recorded node", kind, len(args))
-				}
+			switch {
+			case f.check && (len(args) != 0 || f.selector != ""):
+				return fmt.Errorf("--check takes no %s name or selector, got %d arguments: it checks every recorded node", kind, len(args))
+			case f.check:
 				return nil
-			}
-			if len(args) != 1 {
+			case kind == lifecycle.KindNode && f.selector != "" && len(args) > 0:
+				return fmt.Errorf("name nodes or select them with -l, not both (usage: %s)", cmd.UseLine())
+			case kind == lifecycle.KindNode && f.selector == "" && len(args) == 0:
+				return fmt.Errorf("want at least one node name, or -l SELECTOR (usage: %s)", cmd.UseLine())
+			case kind != lifecycle.KindNode && len(args) != 1:
 				return fmt.Errorf("want exactly one %s name, got %d arguments (usage: %s)", kind, len(args), cmd.UseLine())
 			}
 			return nil
@@ -85,9 +94,19 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 			if f.check {
 				return checkNodes(cmd, f)
 			}
-			t := lifecycle.Target{Kind: kind, Name: args[0]}
-			// The id and the name are checked before the kubeconfig is read.
-			if err := errors.Join(f.validate(), lifecycle.ValidateAssignment(f.id, t)); err != nil {
+			// The id, the names and the selector are checked before the kubeconfig is read.
+			errs := []error{f.validate()}
+			var sel labels.Selector
+			if f.selector != "" {
+				var err error
+				if sel, err = labels.Parse(f.selector); err != nil {
+					errs = append(errs, fmt.Errorf("-l %q: %w", f.selector, err))
+				}
+			}
+			for _, name := range args {
+				errs = append(errs, lifecycle.ValidateAssignment(f.id, lifecycle.Target{Kind: kind, Name: name}))
+			}
+			if err := errors.Join(errs...); err != nil {
 				return refused(verb, err)
 			}
 			c, err := assignClient(cmd, f)
@@ -96,19 +115,47 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 			defer cancel()
-			var res *lifecycle.Result
-			if unassign {
-				res, err = lifecycle.Unassign(ctx, c, f.id, t, f.force)
-			} else {
-				res, err = lifecycle.AssignWithQuota(ctx, c, f.id, t, f.quota)
+			names := args
+			if sel != nil {
+				if names, err = selectedNodes(ctx, c, sel); err != nil {
+					return err
+				}
+				if len(names) == 0 {
+					return fmt.Errorf("-l %q selects no node", f.selector)
+				}
 			}
-			printResult(cmd, verb, t, f.id, res, err)
-			return refused(verb, err)
+			// Each node on its own: one refused (another plane's, live domains) leaves the
+			// others done, and the exit status says something was refused.
+			var failed []error
+			for _, name := range names {
+				t := lifecycle.Target{Kind: kind, Name: name}
+				var res *lifecycle.Result
+				if unassign {
+					res, err = lifecycle.Unassign(ctx, c, f.id, t, f.force)
+				} else {
+					res, err = lifecycle.AssignWithQuota(ctx, c, f.id, t, f.quota)
+				}
+				printResult(cmd, verb, t, f.id, res, err)
+				if err != nil {
+					failed = append(failed, fmt.Errorf("%s: %w", t, refused(verb, err)))
+				}
+			}
+			if len(names) == 1 && len(failed) == 1 {
+				return refused(verb, errors.Unwrap(failed[0]))
+			}
+			if len(failed) > 0 {
+				return fmt.Errorf("%d of %d %ss not %sed: %w", len(failed), len(names), kind, verb, errors.Join(failed...))
+			}
+			return nil
 		},
 	}
 	fs := cmd.Flags()
 	plane.AddFlag(fs, &f.id)
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+	fs.StringVar(&f.context, "context", "", "Kubeconfig context to use")
+	if kind == lifecycle.KindNode {
+		fs.StringVarP(&f.selector, "selector", "l", "", "The nodes to "+verb+", by label selector (kubectl's syntax), instead of names")
+	}
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "How long the command may take, retrying API requests that fail transiently")
 	if kind == lifecycle.KindNode && !unassign {
 		fs.BoolVar(&f.check, "check", false, "Check every recorded node assignment (of the plane given, or of every plane) instead of assigning: report nodes that lost their label (deleted and registered again) with the command that restores it; exit 1 if any did")
@@ -127,6 +174,36 @@ registers again comes back without the label (a kubelet cannot set it): ` + "`" 
 		fs.BoolVar(&f.force, "force", false, "Unassign even though live ComputeDomains of the plane remain (the plane stops reconciling them); never while pods use claims of cdplane's driver there")
 	}
 	return cmd
+}
+
+// use is the usage line of assign/unassign KIND.
+func use(kind lifecycle.TargetKind) string {
+	if kind == lifecycle.KindNode {
+		return "node (NAME... | -l SELECTOR) --" + plane.FlagName + " ID"
+	}
+	return string(kind) + " NAME --" + plane.FlagName + " ID"
+}
+
+// example is the Example section of assign/unassign KIND.
+func example(kind lifecycle.TargetKind, verb string) string {
+	if kind == lifecycle.KindNode {
+		return "  cdplane " + verb + " node gpu-node-1 gpu-node-2 --" + plane.FlagName + " plane-a\n" +
+			"  cdplane " + verb + " node -l example.com/rack=r01 --" + plane.FlagName + " plane-a"
+	}
+	return "  cdplane " + verb + " namespace team-a --" + plane.FlagName + " plane-a"
+}
+
+// selectedNodes lists the names of the nodes sel selects (their metadata only).
+func selectedNodes(ctx context.Context, c client.Client, sel labels.Selector) ([]string, error) {
+	nodes := scheme.MetaList(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := c.List(ctx, nodes, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("listing the nodes -l selects: %w", err)
+	}
+	names := make([]string, 0, len(nodes.Items))
+	for _, n := range nodes.Items {
+		names = append(names, n.Name)
+	}
+	return names, nil
 }
 
 // refused says that an ownership rule refused the command (nothing changed); other errors pass
@@ -178,7 +255,7 @@ func (f *assignFlags) validate() error {
 func assignClient(cmd *cobra.Command, f assignFlags) (client.Client, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = f.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}

@@ -112,7 +112,7 @@ func TestRoot(t *testing.T) {
 		"a flag on a group":            {args: []string{"assign", "--control-plane-id", "plane-a"}, code: 1, stderr: "unknown flag: --control-plane-id"},
 		"typos in bench and sim":       {args: []string{"bench", "registraton"}, code: 1, stderr: `unknown command "registraton" for "cdplane bench"; did you mean registration?`},
 		"a typo under sim":             {args: []string{"sim", "upp"}, code: 1, stderr: `unknown command "upp" for "cdplane sim"; did you mean up?`},
-		"a subcommand's help":          {args: []string{"assign", "node", "--help"}, stdout: "cdplane assign node NAME --control-plane-id ID [flags]"},
+		"a subcommand's help":          {args: []string{"assign", "node", "--help"}, stdout: "cdplane assign node (NAME... | -l SELECTOR) --control-plane-id ID [flags]"},
 		"a subcommand's help, invalid": {args: []string{"install", "plane", "--help", "--control-plane-id", "Plane-A"}, stdout: "--control-plane-id"},
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -20,12 +19,10 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/features"
-	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/checkpoint"
-	"cdplane/internal/kubeletplugin/claimlock"
+	"cdplane/internal/kubeletplugin/claims"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/endpoints"
-	"cdplane/internal/kubeletplugin/readiness"
 	"cdplane/internal/nvml"
 	"cdplane/internal/plane"
 )
@@ -40,6 +37,9 @@ const (
 	// its domain (daemon.CliqueWait).
 	DefaultStatusFallbackAfter = 2 * time.Minute
 	DefaultCliqueRefreshPeriod = time.Minute
+	// DefaultStaleSweepInterval is how often the plugin looks for claims it still holds whose
+	// ResourceClaim is gone, and for CDI specs of claims it does not know.
+	DefaultStaleSweepInterval = 10 * time.Minute
 )
 
 // Options configure the plugin.
@@ -96,7 +96,7 @@ type Options struct {
 	// CliqueRefreshPeriod is how often the clique is discovered again.
 	CliqueRefreshPeriod time.Duration
 	// StaleSweepInterval is how often claims whose ResourceClaim is gone and CDI specs of
-	// unknown claims are removed (sweep.go); DefaultStaleSweepInterval when zero, never when
+	// unknown claims are removed (claims.State.RunStaleSweeps); DefaultStaleSweepInterval when zero, never when
 	// negative.
 	StaleSweepInterval time.Duration
 	// ReadyWaitTimeout bounds how long one prepare call waits for the node's daemon to be Ready
@@ -184,14 +184,12 @@ func (o *Options) defaults() error {
 
 // Driver is the compute-domain.nvidia.com kubelet plugin of one node.
 type Driver struct {
-	opts   Options
-	api    client.Client // uncached: writes and fresh reads
-	view   *readiness.View
-	cp     *checkpoint.Store
-	cdi    *cdi.Writer
-	nodes  devices.Nodes
+	opts Options
+	api  client.Client // uncached: writes and fresh reads
+	// claims prepares and unprepares the node's claims.
+	claims *claims.State
 	clique *devices.CliqueTracker
-	label  nodeLabeler
+	label  claims.NodeLabeler
 	helper *draplugin.Helper
 	events *nodeEvents
 	// podEvents posts on the pods of claims that fail for a reason their author can fix.
@@ -202,14 +200,6 @@ type Driver struct {
 	metrics   *claimMetrics
 	// publisher publishes the node's devices, or none while it cannot serve.
 	publisher *devices.Publisher
-
-	// opMu serializes prepares and unprepares, except while a channel prepare waits for its
-	// daemon: the kubelet calls concurrently (the helper's serialization is off), so that the
-	// daemon claim a waiting channel prepare needs can be prepared meanwhile.
-	opMu sync.Mutex
-	// claims serialises the calls of each claim for their whole run, and keeps a prepare from
-	// completing after an unprepare of its claim. Taken before opMu.
-	claims claimlock.Locks
 
 	cancel context.CancelCauseFunc
 	done   chan struct{}
@@ -228,7 +218,7 @@ func (d *Driver) cliqueChanged(ctx context.Context) func(string) {
 		if !d.opts.CliqueNodeLabel {
 			return
 		}
-		if err := d.label.setClique(ctx, id); err != nil {
+		if err := d.label.SetClique(ctx, id); err != nil {
 			klog.FromContext(ctx).Error(err, "Labelling the node with its clique failed", "cliqueID", id)
 		}
 	}
@@ -282,7 +272,7 @@ func (d *Driver) checkDriverRoot(ctx context.Context) {
 		}
 		return
 	}
-	if err := d.checkIMEXNames(); err != nil {
+	if err := devices.CheckIMEXNames(d.opts.Gates, d.opts.ReadHostFile, d.opts.NodeName); err != nil {
 		klog.FromContext(ctx).Error(err, "Daemon claims on this node will be refused")
 		d.events.Post(ctx, corev1.EventTypeWarning, devices.ReasonDriverTooOld, "CheckDriverVersion",
 			"daemon claims on node %s will be refused: %v", d.opts.NodeName, err)
@@ -319,7 +309,7 @@ func (d *Driver) setErr(cause error) {
 }
 
 // Checkpoint returns a copy of the claims the plugin knows.
-func (d *Driver) Checkpoint() map[types.UID]checkpoint.ClaimEntry { return d.cp.Snapshot() }
+func (d *Driver) Checkpoint() map[types.UID]checkpoint.ClaimEntry { return d.claims.Snapshot() }
 
 // HandleError is called for background errors of the DRA helper (ResourceSlice publishing,
 // gRPC servers). Recoverable ones are logged; others stop the plugin.
@@ -335,6 +325,12 @@ func (d *Driver) WatchHealthStatus(context.Context, chan<- draplugin.DeviceHealt
 	return draplugin.ErrHealthNotSupported
 }
 
-func (d *Driver) domainConfigDir(cdUID string) string {
-	return filepath.Join(d.opts.StateDir, "domains", cdUID)
+// claimsConfig is what the claims' state needs of the options.
+func (d *Driver) claimsConfig() claims.Config {
+	return claims.Config{NodeName: d.opts.NodeName, DriverNamespace: d.opts.DriverNamespace, StateDir: d.opts.StateDir, CDIRoot: d.opts.CDIRoot,
+		NvidiaDriverRoot: d.opts.NvidiaDriverRoot, ContainerDriverRoot: d.opts.ContainerDriverRoot, DevRoot: d.opts.DevRoot,
+		ReadHostFile: d.opts.ReadHostFile, Gates: d.opts.Gates, IMEXMode: d.opts.IMEXMode, HostIMEXSocketPath: d.opts.HostIMEXSocketPath}
 }
+
+// driverRoot is the host driver's root of the options.
+func (d *Driver) driverRoot() devices.DriverRoot { return d.claimsConfig().DriverRoot() }

@@ -1,7 +1,7 @@
 package kubeletplugin
 
-// Driver root fixtures for the command's tests (check-host-imex, NVML under the driver root) and
-// prepare's: copies of those of package devices, whose tests test the driver root itself.
+// Driver root fixtures for the command's tests (check-host-imex, NVML under the driver root):
+// copies of those of package devices, whose tests test the driver root itself.
 
 import (
 	"net"

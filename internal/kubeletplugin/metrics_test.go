@@ -21,6 +21,8 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/checkpoint"
+	"cdplane/internal/kubeletplugin/claimlock"
+	"cdplane/internal/kubeletplugin/claims"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/endpoints"
 	"cdplane/internal/kubeletplugin/failure"
@@ -30,14 +32,14 @@ import (
 
 // metricsDriver is a Driver with only what prepares answered from the checkpoint, prepares
 // failing at planning and daemon unprepares need: a checkpoint and a CDI directory.
-func metricsDriver(t *testing.T, m *metrics.KubeletPluginMetrics, plane string, claims map[types.UID]checkpoint.ClaimEntry) *Driver {
+func metricsDriver(t *testing.T, m *metrics.KubeletPluginMetrics, plane string, entries map[types.UID]checkpoint.ClaimEntry) *Driver {
 	t.Helper()
 	dir := t.TempDir()
 	cp, err := checkpoint.Open(filepath.Join(dir, "state"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for uid, e := range claims {
+	for uid, e := range entries {
 		if err := cp.Put(uid, e); err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +48,8 @@ func metricsDriver(t *testing.T, m *metrics.KubeletPluginMetrics, plane string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Driver{opts: Options{ReadyWaitTimeout: time.Second, StateDir: filepath.Join(dir, "state")}, cp: cp, cdi: cdi,
+	d := &Driver{opts: Options{ReadyWaitTimeout: time.Second, StateDir: filepath.Join(dir, "state")},
+		claims:  claims.New(claims.Config{StateDir: filepath.Join(dir, "state")}, claims.Deps{Checkpoint: cp, Specs: cdi, Locks: &claimlock.Locks{}}),
 		metrics: newClaimMetrics(m, plane)}
 	d.metrics.setPrepared(cp.Snapshot())
 	return d
@@ -71,7 +74,7 @@ func TestClaimMetrics(t *testing.T) {
 	}
 
 	// Two prepares answered from the checkpoint, one refused for its config.
-	bad := device(allocated(), "channel", "channel-0").
+	bad := testutil.MakeResourceClaim("claim", "ns").Allocated().Device("channel", cdv1beta1.DriverName, "n1", "channel-0").
 		AllocatedConfig(resourcev1.AllocationConfigSourceClaim, cdv1beta1.DriverName, `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomainChannelConfig"}`, "channel").
 		UID("bad").Obj()
 	res, err := d.PrepareResourceClaims(context.Background(), []*resourcev1.ResourceClaim{

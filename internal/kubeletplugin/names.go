@@ -7,6 +7,7 @@ import (
 
 	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/checkpoint"
+	"cdplane/internal/kubeletplugin/claims"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/endpoints"
 	"cdplane/internal/kubeletplugin/failure"
@@ -77,6 +78,10 @@ const (
 	MetricsPath           = endpoints.MetricsPath
 	HealthServiceLiveness = endpoints.HealthServiceLiveness
 )
+
+// IMEXConfigTemplateFile is the IMEX config template a daemon claim's config directory holds
+// (package claims).
+const IMEXConfigTemplateFile = claims.IMEXConfigTemplateFile
 
 // CDIKind is the CDI kind of the claims' specs (package cdi).
 const CDIKind = cdi.Kind

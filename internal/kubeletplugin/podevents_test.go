@@ -11,10 +11,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"cdplane/internal/kubeletplugin/claims"
 	"cdplane/internal/kubeletplugin/failure"
 	"cdplane/internal/kubeletplugin/readiness"
 	"cdplane/internal/testutil"
@@ -66,9 +68,16 @@ func podClaim(name string, pods ...string) *resourcev1.ResourceClaim {
 	return w.Obj()
 }
 
+// domainMetaIn is a cached ComputeDomain's metadata.
+func domainMetaIn(ns, name string) *metav1.PartialObjectMetadata {
+	m := readiness.DomainMeta()
+	m.Namespace, m.Name, m.UID = ns, name, testUID
+	return m
+}
+
 var (
-	wrongNamespace = checkDomain("team", "c", testUID, domainMetaIn("other", "cd", false), nil)
-	notFound       = checkDomain("team", "c", testUID, nil, &failure.RetryableError{Err: &readiness.DomainNotFoundError{UID: testUID}})
+	wrongNamespace = claims.CheckDomain("team", "c", testUID, domainMetaIn("other", "cd"), nil)
+	notFound       = claims.CheckDomain("team", "c", testUID, nil, &failure.RetryableError{Err: &readiness.DomainNotFoundError{UID: testUID}})
 )
 
 // TestPodEventsRateLimited: a permanent user-fixable failure posts at once on every pod of the

@@ -17,6 +17,8 @@ import (
 	"cdplane/internal/features"
 	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/checkpoint"
+	"cdplane/internal/kubeletplugin/claimlock"
+	"cdplane/internal/kubeletplugin/claims"
 	"cdplane/internal/kubeletplugin/devices"
 	"cdplane/internal/kubeletplugin/endpoints"
 	"cdplane/internal/kubeletplugin/readiness"
@@ -54,13 +56,14 @@ func Start(ctx context.Context, opts Options) (_ *Driver, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.openState(ctx); err != nil {
+	deps, err := d.openState(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if err := d.discoverClique(ctx); err != nil {
 		return nil, err
 	}
-	if err := d.startCache(ctx, scheme); err != nil {
+	if err := d.startCache(ctx, scheme, deps); err != nil {
 		return nil, err
 	}
 	if err := d.recoverClaims(ctx); err != nil {
@@ -121,18 +124,20 @@ func (d *Driver) connect(_ context.Context, scheme *runtime.Scheme) (kubernetes.
 }
 
 // openState opens what prepares change: the checkpoint, the CDI directory, the device nodes
-// they describe and the node's labels.
-func (d *Driver) openState(ctx context.Context) error {
-	var err error
-	if d.cp, err = checkpoint.NewOpener().Open(ctx, d.opts.StateDir); err != nil {
-		return err
+// they describe and the node's labels. The claims' state is made of them once the watch cache
+// it reads is there (startCache).
+func (d *Driver) openState(ctx context.Context) (claims.Deps, error) {
+	cp, err := checkpoint.NewOpener().Open(ctx, d.opts.StateDir)
+	if err != nil {
+		return claims.Deps{}, err
 	}
-	if d.cdi, err = cdi.NewWriter(d.opts.CDIRoot); err != nil {
-		return err
+	w, err := cdi.NewWriter(d.opts.CDIRoot)
+	if err != nil {
+		return claims.Deps{}, err
 	}
-	d.nodes = devices.Nodes{ProcDevices: d.opts.ProcDevices, MgmtCapFile: d.opts.IMEXMgmtCapability, ReadFile: d.opts.ReadHostFile}
-	d.label = nodeLabeler{api: d.api, node: d.opts.NodeName}
-	return nil
+	d.label = claims.NodeLabeler{API: d.api, Node: d.opts.NodeName}
+	return claims.Deps{API: d.api, Checkpoint: cp, Specs: w, Label: d.label, Locks: &claimlock.Locks{}, Swept: d.metrics.setPrepared,
+		Nodes: devices.Nodes{ProcDevices: d.opts.ProcDevices, MgmtCapFile: d.opts.IMEXMgmtCapability, ReadFile: d.opts.ReadHostFile}}, nil
 }
 
 // discoverClique discovers the node's clique and, with CliqueNodeLabel, labels the node with it.
@@ -144,7 +149,7 @@ func (d *Driver) discoverClique(ctx context.Context) error {
 	id, cliqueErr := d.clique.Current()
 	klog.FromContext(ctx).Info("Discovered the node's clique", "cliqueID", id, "err", cliqueErr)
 	if cliqueErr == nil && d.opts.CliqueNodeLabel {
-		if err := d.label.setClique(ctx, id); err != nil {
+		if err := d.label.SetClique(ctx, id); err != nil {
 			return fmt.Errorf("labelling the node with its clique: %w", err)
 		}
 	}
@@ -152,18 +157,21 @@ func (d *Driver) discoverClique(ctx context.Context) error {
 }
 
 // startCache starts the watch cache the readiness check reads (readiness.NewCache) and the
-// view of domains on it, and waits for it to sync.
-func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
+// view of domains on it, makes the claims' state of deps, the view and the clique, and waits
+// for the cache to sync.
+func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme, deps claims.Deps) error {
 	cliqueID, _ := d.clique.Current()
 	c, err := readiness.NewCache(d.opts.Config, scheme, d.opts.Mapper, d.opts.DriverNamespace, d.opts.ControlPlaneID, cliqueID)
 	if err != nil {
 		return err
 	}
-	d.view = readiness.NewView(c, d.api, d.opts.DriverNamespace, cliqueID,
+	view := readiness.NewView(c, d.api, d.opts.DriverNamespace, cliqueID,
 		d.opts.Gates.Enabled(features.ComputeDomainCliques) && d.opts.IMEXMode == features.IMEXDriverManaged, d.opts.StatusFallbackAfter)
-	if err := d.view.Setup(ctx); err != nil {
+	if err := view.Setup(ctx); err != nil {
 		return err
 	}
+	deps.Domains, deps.Clique = view, d.clique
+	d.claims = claims.New(d.claimsConfig(), deps)
 	// A deleted domain's config directory goes once nothing here uses it any more.
 	inf, err := c.GetInformer(ctx, readiness.DomainMeta())
 	if err != nil {
@@ -173,9 +181,7 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			d.opMu.Lock()
-			defer d.opMu.Unlock()
-			if err := d.sweepDomainDirs(ctx); err != nil {
+			if err := d.claims.SweepDomainDirs(ctx); err != nil {
 				klog.FromContext(ctx).Error(err, "Removing the config directories of deleted ComputeDomains")
 			}
 		}()
@@ -193,16 +199,13 @@ func (d *Driver) startCache(ctx context.Context, scheme *runtime.Scheme) error {
 }
 
 // recoverClaims undoes the claims a previous run left PrepareStarted whose ResourceClaim is gone
-// (recover), and removes the config directories of deleted domains.
+// (claims.State.Recover), and removes the config directories of deleted domains.
 func (d *Driver) recoverClaims(ctx context.Context) error {
-	if err := d.recover(ctx); err != nil {
+	if err := d.claims.Recover(ctx); err != nil {
 		return err
 	}
-	d.metrics.setPrepared(d.cp.Snapshot())
-	d.opMu.Lock()
-	err := d.sweepDomainDirs(ctx)
-	d.opMu.Unlock()
-	if err != nil {
+	d.metrics.setPrepared(d.claims.Snapshot())
+	if err := d.claims.SweepDomainDirs(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Removing the config directories of deleted ComputeDomains")
 	}
 	return nil
@@ -257,7 +260,7 @@ func (d *Driver) runBackground(ctx context.Context) {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			d.runStaleSweeps(ctx, d.opts.StaleSweepInterval)
+			d.claims.RunStaleSweeps(ctx, d.opts.StaleSweepInterval)
 		}()
 	}
 }

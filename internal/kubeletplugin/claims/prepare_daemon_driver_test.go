@@ -1,4 +1,4 @@
-package kubeletplugin
+package claims
 
 import (
 	"os"
@@ -27,11 +27,11 @@ func TestPrepareDaemonWithoutDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := driverRootFixture(t, map[string]bool{"usr/bin/nvidia-imex": true})
-	d := &Driver{opts: Options{StateDir: state, CDIRoot: cdiDir, DriverNamespace: "ns", NvidiaDriverRoot: "/host/driver", ContainerDriverRoot: root}, cp: cp, cdi: w}
+	s := New(Config{StateDir: state, CDIRoot: cdiDir, DriverNamespace: "ns", NvidiaDriverRoot: "/host/driver", ContainerDriverRoot: root}, Deps{Checkpoint: cp, Specs: w})
 	daemonCfg := `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomainDaemonConfig","domainID":"` + testUID + `"}`
 	claim := device(allocated(), "daemon", devices.DaemonDeviceName).
 		AllocatedConfig(resourcev1.AllocationConfigSourceClaim, cdv1beta1.DriverName, daemonCfg, "daemon").Obj()
-	_, err = d.prepareClaim(t.Context(), claim, time.Now())
+	_, err = s.prepareClaim(t.Context(), claim, time.Now())
 	if err == nil || !strings.Contains(err.Error(), "NVIDIA driver root /host/driver") || !strings.Contains(err.Error(), "nvidia-imex-ctl") {
 		t.Fatalf("prepare: %v, want the driver root's missing nvidia-imex-ctl", err)
 	}

@@ -1,4 +1,4 @@
-package kubeletplugin
+package claims
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package kubeletplugin
+package claims
 
 import (
 	"context"
@@ -28,11 +28,11 @@ func checkDomainNamespace(claimNS, claimName, cdNS, cdName string) error {
 	return nil
 }
 
-// checkDomain runs the checks of the claim's ComputeDomain, found in the cache (err from the
+// CheckDomain runs the checks of the claim's ComputeDomain, found in the cache (err from the
 // lookup otherwise): it must exist, be in the claim's namespace and not be being deleted (its
 // daemons are going, and the node label this prepare would add is one the controller is
 // removing). Each refusal is tagged as a failure.UserError; a failed lookup is not.
-func checkDomain(claimNS, claimName, uid string, cd *metav1.PartialObjectMetadata, err error) error {
+func CheckDomain(claimNS, claimName, uid string, cd *metav1.PartialObjectMetadata, err error) error {
 	var notFound *readiness.DomainNotFoundError
 	switch {
 	case errors.As(err, &notFound):
@@ -52,42 +52,42 @@ func checkDomain(claimNS, claimName, uid string, cd *metav1.PartialObjectMetadat
 }
 
 // prepareChannel runs the channel steps in order: the claim's domain must exist, be in the
-// claim's namespace and not be being deleted (checkDomain); the node is labelled for the domain
+// claim's namespace and not be being deleted (CheckDomain); the node is labelled for the domain
 // (refused when it serves another); the node's IMEX must be ready (waitIMEXReady: the domain's daemon, waited for on
 // the watch cache until deadline, or the host service), else a retryable error; then the CDI
 // spec injects the allocated channel (Single) or every channel (All). A node without fabric
 // gets no CDI device at all.
-func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, deadline time.Time) ([]checkpoint.PreparedDevice, string, error) {
+func (s *State) prepareChannel(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, deadline time.Time) ([]checkpoint.PreparedDevice, string, error) {
 	logger := klog.FromContext(ctx)
-	cd, lookupErr := d.view.Domain(ctx, plan.DomainID)
-	if err := checkDomain(claim.Namespace, claim.Name, plan.DomainID, cd, lookupErr); err != nil {
+	cd, lookupErr := s.view.Domain(ctx, plan.DomainID)
+	if err := CheckDomain(claim.Namespace, claim.Name, plan.DomainID, cd, lookupErr); err != nil {
 		reason := failure.DomainNotFound
 		if ue, ok := failure.UserErrorOf(err); ok && ue.Reason == failure.ReasonComputeDomainInOtherNamespace {
 			reason = failure.WrongNamespace
 		}
 		return nil, "", failure.Tag(reason, err)
 	}
-	if err := d.label.addDomain(ctx, plan.DomainID); err != nil {
+	if err := s.label.AddDomain(ctx, plan.DomainID); err != nil {
 		return nil, "", failure.Tag(failure.NodeLabel, labelRefusal(err, cd.Namespace+"/"+cd.Name))
 	}
-	cliqueID, err := d.clique.Current()
+	cliqueID, err := s.clique.Current()
 	if err != nil {
 		return nil, "", failure.Tag(failure.CliqueUnknown, err)
 	}
-	if err := d.waitIMEXReady(ctx, plan.DomainID, cliqueID, deadline); err != nil {
+	if err := s.waitIMEXReady(ctx, plan.DomainID, cliqueID, deadline); err != nil {
 		return nil, "", failure.Tag(failure.IMEXNotReady, err)
 	}
 	if cliqueID == "" {
 		logger.V(1).Info("Node has no NVLink fabric: no channel injected", "computeDomain", klog.KObj(cd))
 		return preparedDevices(claim.UID, plan, nil), "", nil
 	}
-	nodes, err := d.nodes.Channels(channelIDs(plan))
+	nodes, err := s.nodes.Channels(channelIDs(plan))
 	if err != nil {
 		return nil, "", failure.Tag(failure.Driver, failure.Retryablef("channel devices: %w", err))
 	}
 	spec := channelSpec(claim.UID, plan, nodes)
 	name := cdi.SpecName(claim.UID)
-	if err := d.cdi.Write(spec, name); err != nil {
+	if err := s.cdi.Write(spec, name); err != nil {
 		return nil, "", fmt.Errorf("claim %s: %w", claim.UID, err)
 	}
 	logger.V(1).Info("Injecting IMEX channels", "computeDomain", klog.KObj(cd), "mode", plan.AllocationMode, "channels", len(nodes))
@@ -99,18 +99,18 @@ func (d *Driver) prepareChannel(ctx context.Context, claim *resourcev1.ResourceC
 // must answer READY now (a node without a fabric has no IMEX to check); a failure is retryable,
 // the kubelet calls again. Either releases opMu (held by the caller) meanwhile, so that other
 // claims, the daemon's own among them, are prepared while this one waits.
-func (d *Driver) waitIMEXReady(ctx context.Context, domainID, cliqueID string, deadline time.Time) error {
+func (s *State) waitIMEXReady(ctx context.Context, domainID, cliqueID string, deadline time.Time) error {
 	waitCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	d.opMu.Unlock()
-	defer d.opMu.Lock()
-	if d.opts.IMEXMode != features.IMEXHostManaged {
-		return d.view.WaitDaemonReady(waitCtx, domainID, cliqueID, d.opts.NodeName)
+	s.opMu.Unlock()
+	defer s.opMu.Lock()
+	if s.cfg.IMEXMode != features.IMEXHostManaged {
+		return s.view.WaitDaemonReady(waitCtx, domainID, cliqueID, s.cfg.NodeName)
 	}
 	if cliqueID == "" {
 		return nil
 	}
-	h := devices.HostIMEX{Root: d.driverRoot(), Socket: d.opts.HostIMEXSocketPath}
+	h := devices.HostIMEX{Root: s.cfg.DriverRoot(), Socket: s.cfg.HostIMEXSocketPath}
 	if err := h.Check(waitCtx); err != nil {
 		return &failure.RetryableError{Err: err}
 	}

@@ -1,4 +1,4 @@
-package kubeletplugin
+package claims
 
 import (
 	"context"
@@ -17,10 +17,6 @@ import (
 	"cdplane/internal/kubeletplugin/cdi"
 )
 
-// DefaultStaleSweepInterval is how often the plugin looks for claims it still holds whose
-// ResourceClaim is gone, and for CDI specs of claims it does not know.
-const DefaultStaleSweepInterval = 10 * time.Minute
-
 // sweepStale removes what no live claim needs any more, as the kubelet's unprepare would have:
 //   - a checkpoint entry (prepared, being prepared, or aborted) whose ResourceClaim no longer
 //     exists, or exists with another UID: a claim cannot be deleted while a pod reserves it, so
@@ -33,15 +29,15 @@ const DefaultStaleSweepInterval = 10 * time.Minute
 //
 // Entries without a claim name (taken over from a checkpoint that did not record it) are left
 // to the kubelet. It returns how many entries and specs it removed.
-func (d *Driver) sweepStale(ctx context.Context) (entries, specs int, _ error) {
+func (s *State) sweepStale(ctx context.Context) (entries, specs int, _ error) {
 	logger := klog.FromContext(ctx)
 	var errs []error
-	for uid, e := range d.cp.Snapshot() {
+	for uid, e := range s.cp.Snapshot() {
 		if e.Name == "" {
 			continue
 		}
 		claim := &resourcev1.ResourceClaim{}
-		err := d.api.Get(ctx, types.NamespacedName{Namespace: e.Namespace, Name: e.Name}, claim)
+		err := s.api.Get(ctx, types.NamespacedName{Namespace: e.Namespace, Name: e.Name}, claim)
 		switch {
 		case err == nil && claim.UID == uid:
 			continue
@@ -49,10 +45,10 @@ func (d *Driver) sweepStale(ctx context.Context) (entries, specs int, _ error) {
 			errs = append(errs, fmt.Errorf("checking claim %s/%s: %w", e.Namespace, e.Name, err))
 			continue
 		}
-		release := d.claims.Unprepare(uid)
-		d.opMu.Lock()
-		err = d.unprepareClaim(ctx, uid)
-		d.opMu.Unlock()
+		release := s.locks.Unprepare(uid)
+		s.opMu.Lock()
+		err = s.unprepareClaim(ctx, uid)
+		s.opMu.Unlock()
 		release()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("removing claim %s/%s, which no longer exists: %w", e.Namespace, e.Name, err))
@@ -62,11 +58,13 @@ func (d *Driver) sweepStale(ctx context.Context) (entries, specs int, _ error) {
 		logger.Info("Removed a claim the node still held whose ResourceClaim is gone", "claim", klog.KRef(e.Namespace, e.Name),
 			"claimUID", uid, "state", e.State, "kind", e.Kind)
 	}
-	d.metrics.setPrepared(d.cp.Snapshot())
+	if s.swept != nil {
+		s.swept(s.cp.Snapshot())
+	}
 
-	d.opMu.Lock()
-	specs, err := d.sweepCDISpecs(ctx)
-	d.opMu.Unlock()
+	s.opMu.Lock()
+	specs, err := s.sweepCDISpecs(ctx)
+	s.opMu.Unlock()
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -76,18 +74,18 @@ func (d *Driver) sweepStale(ctx context.Context) (entries, specs int, _ error) {
 // sweepCDISpecs removes the CDI specs named as this plugin names a claim's spec (cdi.SpecName)
 // whose claim UID is not in the checkpoint. Called with opMu held: a prepare writes its entry
 // before its spec, under opMu.
-func (d *Driver) sweepCDISpecs(ctx context.Context) (int, error) {
-	files, err := os.ReadDir(d.opts.CDIRoot)
+func (s *State) sweepCDISpecs(ctx context.Context) (int, error) {
+	files, err := os.ReadDir(s.cfg.CDIRoot)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("reading the CDI directory %s: %w", d.opts.CDIRoot, err)
+		return 0, fmt.Errorf("reading the CDI directory %s: %w", s.cfg.CDIRoot, err)
 	}
 	const marker = "@"
 	probe := cdi.SpecName(marker)
 	prefix, suffix, _ := strings.Cut(probe, marker)
-	known := d.cp.Snapshot()
+	known := s.cp.Snapshot()
 	removed := 0
 	var errs []error
 	for _, f := range files {
@@ -99,7 +97,7 @@ func (d *Driver) sweepCDISpecs(ctx context.Context) (int, error) {
 		if _, ok := known[uid]; ok {
 			continue
 		}
-		if err := d.cdi.Remove(name); err != nil {
+		if err := s.cdi.Remove(name); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -109,8 +107,8 @@ func (d *Driver) sweepCDISpecs(ctx context.Context) (int, error) {
 	return removed, errors.Join(errs...)
 }
 
-// runStaleSweeps sweeps every interval until ctx ends.
-func (d *Driver) runStaleSweeps(ctx context.Context, interval time.Duration) {
+// RunStaleSweeps sweeps (sweepStale) every interval until ctx ends.
+func (s *State) RunStaleSweeps(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -119,7 +117,7 @@ func (d *Driver) runStaleSweeps(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		if _, _, err := d.sweepStale(ctx); err != nil {
+		if _, _, err := s.sweepStale(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Sweeping stale claims and CDI specs (trying again next time)")
 		}
 	}

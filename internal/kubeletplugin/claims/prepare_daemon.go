@@ -1,4 +1,4 @@
-package kubeletplugin
+package claims
 
 import (
 	"bytes"
@@ -52,9 +52,13 @@ func checkDaemonNamespace(claimNS, claimName, driverNS string) error {
 	return nil
 }
 
-// driverRoot is the host driver's root of the options.
-func (d *Driver) driverRoot() devices.DriverRoot {
-	return devices.DriverRoot{Root: driverroot.Root{Host: d.opts.NvidiaDriverRoot, Container: d.opts.ContainerDriverRoot}, Dev: d.opts.DevRoot}
+// DriverRoot is the host driver's root of the options.
+func (c Config) DriverRoot() devices.DriverRoot {
+	return devices.DriverRoot{Root: driverroot.Root{Host: c.NvidiaDriverRoot, Container: c.ContainerDriverRoot}, Dev: c.DevRoot}
+}
+
+func (s *State) domainConfigDir(cdUID string) string {
+	return filepath.Join(s.cfg.StateDir, "domains", cdUID)
 }
 
 // prepareDaemon writes the domain's IMEX config template into the domain's directory under the
@@ -63,22 +67,22 @@ func (d *Driver) driverRoot() devices.DriverRoot {
 // nvidia-imex needs from the host driver drv (/dev/nvidiactl, the IMEX binaries and the driver
 // libraries, read-only; IMEX_BINARY, IMEX_CTL_BINARY, NVML_LIBRARY and LD_LIBRARY_PATH name
 // them), and adds the IMEX management device when the node has a clique.
-func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, drv devices.DriverFiles) ([]checkpoint.PreparedDevice, string, error) {
-	if err := checkDaemonNamespace(claim.Namespace, claim.Name, d.opts.DriverNamespace); err != nil {
+func (s *State) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceClaim, plan claimPlan, drv devices.DriverFiles) ([]checkpoint.PreparedDevice, string, error) {
+	if err := checkDaemonNamespace(claim.Namespace, claim.Name, s.cfg.DriverNamespace); err != nil {
 		return nil, "", failure.Tag(failure.WrongNamespace, err)
 	}
-	cd, err := d.view.Domain(ctx, plan.DomainID)
+	cd, err := s.view.Domain(ctx, plan.DomainID)
 	if err != nil {
 		return nil, "", failure.Tag(failure.DomainNotFound, err)
 	}
-	cliqueID, err := d.clique.Current()
+	cliqueID, err := s.clique.Current()
 	if err != nil {
 		return nil, "", failure.Tag(failure.CliqueUnknown, err)
 	}
 	// The directory is bind-mounted read-write into the daemon's container: 0700 keeps every other
 	// user of the node out of it (the daemon runs as root; so does the plugin). Chmod covers a
 	// directory made before this mode was used.
-	dir := d.domainConfigDir(plan.DomainID)
+	dir := s.domainConfigDir(plan.DomainID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", fmt.Errorf("creating the domain's config directory: %w", err)
 	}
@@ -96,27 +100,27 @@ func (d *Driver) prepareDaemon(ctx context.Context, claim *resourcev1.ResourceCl
 		IMEXConfigDir: cdv1beta1.DaemonIMEXConfigDir}
 	// The loaded driver's version decides whether IMEX takes names in its node list; no file
 	// (not a GPU node's /proc): not known, the daemon assumes a current driver.
-	if data, err := d.opts.ReadHostFile(devices.DriverVersionFile); err == nil {
+	if data, err := s.cfg.ReadHostFile(devices.DriverVersionFile); err == nil {
 		env.DriverVersion, _ = devices.KernelDriverVersion(data)
 	}
 	// A node serving without a fabric because its registration failed: the daemon reports it.
-	if block, blockErr := d.clique.Blocked(); block == devices.BlockFabricFailed && blockErr != nil {
+	if block, blockErr := s.clique.Blocked(); block == devices.BlockFabricFailed && blockErr != nil {
 		env.FabricError = truncateRunes(blockErr.Error(), 256)
 	}
-	driverMounts, driverDevices := d.driverRoot().Edits(drv, &env)
-	if d.opts.NvidiaDriverRoot != "" {
-		env.HostIMEXService = d.driverRoot().HostIMEXService()
+	driverMounts, driverDevices := s.cfg.DriverRoot().Edits(drv, &env)
+	if s.cfg.NvidiaDriverRoot != "" {
+		env.HostIMEXService = s.cfg.DriverRoot().HostIMEXService()
 	}
 	var mgmtDev *cdispec.DeviceNode
 	if cliqueID != "" {
-		if mgmtDev, err = d.nodes.IMEXMgmt(); err != nil {
+		if mgmtDev, err = s.nodes.IMEXMgmt(); err != nil {
 			return nil, "", failure.Tag(failure.Driver, failure.Retryablef("IMEX management device: %w", err))
 		}
 	}
 	// A node publishes one daemon device, so a daemon claim holds exactly one.
 	device := plan.Devices[0].Device
 	name := cdi.SpecName(claim.UID)
-	if err := d.cdi.Write(daemonSpec(claim.UID, device, env, dir, driverMounts, driverDevices, mgmtDev), name); err != nil {
+	if err := s.cdi.Write(daemonSpec(claim.UID, device, env, dir, driverMounts, driverDevices, mgmtDev), name); err != nil {
 		return nil, "", err
 	}
 	withCDI := map[string]bool{device: true}

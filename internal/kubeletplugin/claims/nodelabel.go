@@ -1,4 +1,4 @@
-package kubeletplugin
+package claims
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func addLabelDecision(node, current, want string) (bool, error) {
 	}
 }
 
-// labelRefusal tags addDomain's refusal of a claim of domain ("<namespace>/<name>") because the
+// labelRefusal tags AddDomain's refusal of a claim of domain ("<namespace>/<name>") because the
 // node serves another as a failure.UserError; other errors (reading or patching the node) pass as they
 // are.
 func labelRefusal(err error, domain string) error {
@@ -66,17 +66,19 @@ func removeLabelDecision(current, domain string, self types.UID, claims map[type
 	return true
 }
 
-// nodeLabeler edits this node's labels with fresh reads and optimistic concurrency.
-type nodeLabeler struct {
-	api  client.Client
-	node string
+// NodeLabeler edits this node's labels with fresh reads and optimistic concurrency.
+type NodeLabeler struct {
+	// API is uncached: fresh reads and writes.
+	API client.Client
+	// Node is this node's name.
+	Node string
 }
 
 // change reads the node, lets decide compute the wanted value of the label key (ok false:
 // leave it), and patches it with the read resourceVersion, retrying on conflicts. With cached,
 // the first read is served from the apiserver's watch cache (resourceVersion "0"), the ones
 // after a conflict from etcd; without, every read is from etcd.
-func (l nodeLabeler) change(ctx context.Context, key string, cached bool, decide func(current string) (value string, ok bool, err error)) error {
+func (l NodeLabeler) change(ctx context.Context, key string, cached bool, decide func(current string) (value string, ok bool, err error)) error {
 	fromCache := cached
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n := &corev1.Node{}
@@ -85,8 +87,8 @@ func (l nodeLabeler) change(ctx context.Context, key string, cached bool, decide
 			opts = append(opts, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}})
 			fromCache = false
 		}
-		if err := l.api.Get(ctx, types.NamespacedName{Name: l.node}, n, opts...); err != nil {
-			return fmt.Errorf("reading node %s: %w", l.node, err)
+		if err := l.API.Get(ctx, types.NamespacedName{Name: l.Node}, n, opts...); err != nil {
+			return fmt.Errorf("reading node %s: %w", l.Node, err)
 		}
 		value, ok, err := decide(n.Labels[key])
 		if err != nil || !ok {
@@ -101,35 +103,35 @@ func (l nodeLabeler) change(ctx context.Context, key string, cached bool, decide
 			}
 			n.Labels[key] = value
 		}
-		return l.api.Patch(ctx, n, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		return l.API.Patch(ctx, n, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	})
 }
 
-// addDomain labels the node for the domain, or refuses when it serves another. Its first read
+// AddDomain labels the node for the domain, or refuses when it serves another. Its first read
 // of the node is from the watch cache: a channel prepare waiting for its daemon is retried by
 // the kubelet every few seconds and comes here each time (a no-op once the label is there), and
 // in a large burst such reads from etcd would load it for nothing. A write is still based on
 // the version it read (optimistic lock), and a cache just behind an edit of the label is caught
 // up at the prepare's next try: a label seen that is gone, or one not seen yet, only delays
 // that prepare.
-func (l nodeLabeler) addDomain(ctx context.Context, domain string) error {
+func (l NodeLabeler) AddDomain(ctx context.Context, domain string) error {
 	return l.change(ctx, cdv1beta1.ComputeDomainLabel, true, func(current string) (string, bool, error) {
-		add, err := addLabelDecision(l.node, current, domain)
+		add, err := addLabelDecision(l.Node, current, domain)
 		return domain, add, err
 	})
 }
 
-// removeDomain removes the node's label when removeLabelDecision allows it. It reads from
+// RemoveDomain removes the node's label when removeLabelDecision allows it. It reads from
 // etcd: a cache behind the label's write would let the label stay after the node's last claim.
-func (l nodeLabeler) removeDomain(ctx context.Context, domain string, self types.UID, claims map[types.UID]checkpoint.ClaimEntry) error {
+func (l NodeLabeler) RemoveDomain(ctx context.Context, domain string, self types.UID, claims map[types.UID]checkpoint.ClaimEntry) error {
 	return l.change(ctx, cdv1beta1.ComputeDomainLabel, false, func(current string) (string, bool, error) {
 		return "", removeLabelDecision(current, domain, self, claims), nil
 	})
 }
 
-// setClique sets the optional nvidia.com/gpu.clique label, removing it on a node without a
+// SetClique sets the optional nvidia.com/gpu.clique label, removing it on a node without a
 // fabric.
-func (l nodeLabeler) setClique(ctx context.Context, cliqueID string) error {
+func (l NodeLabeler) SetClique(ctx context.Context, cliqueID string) error {
 	return l.change(ctx, cdv1beta1.GPUCliqueNodeLabel, false, func(current string) (string, bool, error) {
 		return cliqueID, current != cliqueID, nil
 	})

@@ -1,4 +1,4 @@
-package kubeletplugin
+package claims
 
 import (
 	"os"
@@ -20,7 +20,7 @@ const (
 // A claim taken over from NVIDIA's checkpoint is unprepared: the CDI spec NVIDIA's plugin wrote
 // for it is removed and its entry goes; the other claims stay.
 func TestUnprepareClaimTakenOverFromNVIDIA(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("checkpoint", "testdata", "checkpoints", "nvidia-v2.json"))
+	data, err := os.ReadFile(filepath.Join("..", "checkpoint", "testdata", "checkpoints", "nvidia-v2.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +44,8 @@ func TestUnprepareClaimTakenOverFromNVIDIA(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := &Driver{opts: Options{StateDir: state, CDIRoot: cdiDir}, cp: cp, cdi: w}
-	if err := d.unprepareClaim(t.Context(), fxDaemon); err != nil {
+	s := New(Config{StateDir: state, CDIRoot: cdiDir}, Deps{Checkpoint: cp, Specs: w})
+	if err := s.unprepareClaim(t.Context(), fxDaemon); err != nil {
 		t.Fatalf("unprepare: %v", err)
 	}
 	if _, err := os.Stat(nvidiaSpec); !os.IsNotExist(err) {

@@ -1,4 +1,4 @@
-package kubeletplugin
+package claims
 
 import (
 	"errors"
@@ -46,22 +46,22 @@ func TestUserFixableFailures(t *testing.T) {
 		wantMsg    string
 	}{
 		"domain in another namespace": {
-			err:        checkDomain("ns", "c", testUID, domainMetaIn("other", "cd", false), nil),
+			err:        CheckDomain("ns", "c", testUID, domainMetaIn("other", "cd", false), nil),
 			wantReason: failure.ReasonComputeDomainInOtherNamespace, wantDomain: "other/cd",
 			wantMsg: "permanent error: claim ns/c is in namespace ns, but its ComputeDomain cd is in namespace other",
 		},
 		"domain not found": {
-			err:        checkDomain("ns", "c", testUID, nil, &failure.RetryableError{Err: &readiness.DomainNotFoundError{UID: testUID}}),
+			err:        CheckDomain("ns", "c", testUID, nil, &failure.RetryableError{Err: &readiness.DomainNotFoundError{UID: testUID}}),
 			wantReason: failure.ReasonComputeDomainNotFound, wantDomain: "with UID " + testUID, retryable: true,
 			wantMsg: "retryable error: ComputeDomain with UID " + testUID + " not found",
 		},
 		"domain being deleted": {
-			err:        checkDomain("ns", "c", testUID, domainMetaIn("ns", "cd", true), nil),
+			err:        CheckDomain("ns", "c", testUID, domainMetaIn("ns", "cd", true), nil),
 			wantReason: failure.ReasonComputeDomainDeleting, wantDomain: "ns/cd",
 			wantMsg: "permanent error: ComputeDomain ns/cd (UID " + testUID + ") is being deleted (since 2026-01-02T03:04:05Z)",
 		},
 		"domain lookup failed": {
-			err:     checkDomain("ns", "c", testUID, nil, failure.Retryablef("looking up ComputeDomain %s: %w", testUID, errors.New("cache stopped"))),
+			err:     CheckDomain("ns", "c", testUID, nil, failure.Retryablef("looking up ComputeDomain %s: %w", testUID, errors.New("cache stopped"))),
 			wantMsg: "retryable error: looking up ComputeDomain", retryable: true,
 		},
 		"node serves another domain": {
@@ -166,7 +166,7 @@ func TestUserFixableKeepsNil(t *testing.T) {
 	if err := failure.UserFixable(nil, failure.ReasonComputeDomainNotFound, ""); err != nil {
 		t.Errorf("failure.UserFixable(nil) = %v", err)
 	}
-	if err := checkDomain("ns", "c", testUID, domainMetaIn("ns", "cd", false), nil); err != nil {
+	if err := CheckDomain("ns", "c", testUID, domainMetaIn("ns", "cd", false), nil); err != nil {
 		t.Errorf("a live domain of the claim's namespace: %v", err)
 	}
 }

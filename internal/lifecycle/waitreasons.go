@@ -136,4 +136,3 @@ func firstLine(s string) string {
 	}
 	return line
 }
-

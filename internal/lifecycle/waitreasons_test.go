@@ -32,7 +32,9 @@ func waitingFor(reason, message string) func(*corev1.Pod) {
 }
 
 func TestPodWaitReason(t *testing.T) {
-	lastLog := func(container string) string { return "fatal: cannot open /driver-root/usr/lib/libnvidia-ml.so.1 (" + container + ")" }
+	lastLog := func(container string) string {
+		return "fatal: cannot open /driver-root/usr/lib/libnvidia-ml.so.1 (" + container + ")"
+	}
 	for name, tc := range map[string]struct {
 		pod  *corev1.Pod
 		want string

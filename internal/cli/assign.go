@@ -94,59 +94,7 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 			if f.check {
 				return checkNodes(cmd, f)
 			}
-			// The id, the names and the selector are checked before the kubeconfig is read.
-			errs := []error{f.validate()}
-			var sel labels.Selector
-			if f.selector != "" {
-				var err error
-				if sel, err = labels.Parse(f.selector); err != nil {
-					errs = append(errs, fmt.Errorf("-l %q: %w", f.selector, err))
-				}
-			}
-			for _, name := range args {
-				errs = append(errs, lifecycle.ValidateAssignment(f.id, lifecycle.Target{Kind: kind, Name: name}))
-			}
-			if err := errors.Join(errs...); err != nil {
-				return refused(verb, err)
-			}
-			c, err := assignClient(cmd, f)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
-			names := args
-			if sel != nil {
-				if names, err = selectedNodes(ctx, c, sel); err != nil {
-					return err
-				}
-				if len(names) == 0 {
-					return fmt.Errorf("-l %q selects no node", f.selector)
-				}
-			}
-			// Each node on its own: one refused (another plane's, live domains) leaves the
-			// others done, and the exit status says something was refused.
-			var failed []error
-			for _, name := range names {
-				t := lifecycle.Target{Kind: kind, Name: name}
-				var res *lifecycle.Result
-				if unassign {
-					res, err = lifecycle.Unassign(ctx, c, f.id, t, f.force)
-				} else {
-					res, err = lifecycle.AssignWithQuota(ctx, c, f.id, t, f.quota)
-				}
-				printResult(cmd, verb, t, f.id, res, err)
-				if err != nil {
-					failed = append(failed, fmt.Errorf("%s: %w", t, refused(verb, err)))
-				}
-			}
-			if len(names) == 1 && len(failed) == 1 {
-				return refused(verb, errors.Unwrap(failed[0]))
-			}
-			if len(failed) > 0 {
-				return fmt.Errorf("%d of %d %ss not %sed: %w", len(failed), len(names), kind, verb, errors.Join(failed...))
-			}
-			return nil
+			return f.run(cmd, kind, verb, args)
 		},
 	}
 	fs := cmd.Flags()
@@ -174,6 +122,64 @@ registers again comes back without the label (a kubelet cannot set it): ` + "`" 
 		fs.BoolVar(&f.force, "force", false, "Unassign even though live ComputeDomains of the plane remain (the plane stops reconciling them); never while pods use claims of cdplane's driver there")
 	}
 	return cmd
+}
+
+// run assigns (or unassigns, by verb) the targets of kind named in args or selected by
+// f.selector.
+func (f *assignFlags) run(cmd *cobra.Command, kind lifecycle.TargetKind, verb string, args []string) error {
+	// The id, the names and the selector are checked before the kubeconfig is read.
+	errs := []error{f.validate()}
+	var sel labels.Selector
+	if f.selector != "" {
+		var err error
+		if sel, err = labels.Parse(f.selector); err != nil {
+			errs = append(errs, fmt.Errorf("-l %q: %w", f.selector, err))
+		}
+	}
+	for _, name := range args {
+		errs = append(errs, lifecycle.ValidateAssignment(f.id, lifecycle.Target{Kind: kind, Name: name}))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return refused(verb, err)
+	}
+	c, err := assignClient(cmd, *f)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	defer cancel()
+	names := args
+	if sel != nil {
+		if names, err = selectedNodes(ctx, c, sel); err != nil {
+			return err
+		}
+		if len(names) == 0 {
+			return fmt.Errorf("-l %q selects no node", f.selector)
+		}
+	}
+	// Each node on its own: one refused (another plane's, live domains) leaves the
+	// others done, and the exit status says something was refused.
+	var failed []error
+	for _, name := range names {
+		t := lifecycle.Target{Kind: kind, Name: name}
+		var res *lifecycle.Result
+		if verb == "unassign" {
+			res, err = lifecycle.Unassign(ctx, c, f.id, t, f.force)
+		} else {
+			res, err = lifecycle.AssignWithQuota(ctx, c, f.id, t, f.quota)
+		}
+		printResult(cmd, verb, t, f.id, res, err)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", t, refused(verb, err)))
+		}
+	}
+	if len(names) == 1 && len(failed) == 1 {
+		return refused(verb, errors.Unwrap(failed[0]))
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d %ss not %sed: %w", len(failed), len(names), kind, verb, errors.Join(failed...))
+	}
+	return nil
 }
 
 // use is the usage line of assign/unassign KIND.

@@ -130,7 +130,7 @@ func (s *State) Recover(ctx context.Context) error {
 		}
 		claim := &resourcev1.ResourceClaim{}
 		key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
-		err := untilDefinite(ctx, "Reading a claim left checkpoint.PrepareStarted", time.Second, func() error {
+		err := untilDefinite(ctx, "Reading a claim left PrepareStarted", time.Second, func() error {
 			return s.api.Get(ctx, key, claim)
 		})
 		switch {
@@ -139,7 +139,7 @@ func (s *State) Recover(ctx context.Context) error {
 				"claim", klog.KRef(e.Namespace, e.Name), "claimUID", uid)
 			continue
 		case err != nil && !apierrors.IsNotFound(err):
-			return fmt.Errorf("checking claim %s/%s left checkpoint.PrepareStarted: %w", e.Namespace, e.Name, err)
+			return fmt.Errorf("checking claim %s/%s left PrepareStarted: %w", e.Namespace, e.Name, err)
 		}
 		if err := s.undo(ctx, uid, e); err != nil {
 			return fmt.Errorf("aborting claim %s/%s: %w", e.Namespace, e.Name, err)
@@ -148,7 +148,7 @@ func (s *State) Recover(ctx context.Context) error {
 		if err := s.cp.Put(uid, e); err != nil {
 			return err
 		}
-		logger.Info("Claim left checkpoint.PrepareStarted is gone: unprepared it and marked it aborted",
+		logger.Info("Claim left PrepareStarted is gone: unprepared it and marked it aborted",
 			"claim", klog.KRef(e.Namespace, e.Name), "claimUID", uid)
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	"cdplane/internal/controller"
 	cdmetrics "cdplane/internal/metrics"
+	"cdplane/internal/testutil/cluster"
 )
 
 // reconciles reads controller-runtime's count of finished ComputeDomain reconciles.
@@ -66,9 +67,9 @@ func apiserverSum(t *testing.T, match map[string]string) float64 {
 	return v
 }
 
-// statusWritesEnded reads how many of the controller's status writes have ended: each one the
-// controller hands over to run apart from its pass, whether or not it had to send anything,
-// observes the status step of cdplane_computedomain_reconcile_step_seconds when it ends.
+// statusWritesEnded reads how many of the controller's status writes have ended: each pass's,
+// whether or not it had to send anything, observes the status step of
+// cdplane_computedomain_reconcile_step_seconds when it ends.
 func statusWritesEnded(t *testing.T) uint64 {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
@@ -137,18 +138,16 @@ func (t *controllerWireTransport) RoundTrip(req *http.Request) (*http.Response, 
 // newEnvVia is newEnv with the manager reaching the apiserver through cfg.
 func newEnvVia(t *testing.T, cliques bool, cfg *rest.Config, opts ...func(*controller.Options)) *env {
 	t.Helper()
-	e := &env{t: t, c: testCluster.Client, opts: opts}
-	e.ns = testCluster.Namespace(t, nil)
-	e.driverNS = testCluster.Namespace(t, nil)
+	e := &env{Env: cluster.NewEnv(t, testCluster), t: t, c: testCluster.Client, opts: opts}
+	e.ns, e.driverNS = e.Namespace(nil), e.Namespace(nil)
 	e.selector = e.ns
 	e.startManagerWith(cliques, cfg)
 	return e
 }
 
 // TestWritesOnlyOnChange: a reconcile that finds membership and status as they are writes
-// nothing. The status is written apart from the pass that computed it, so the writes are read
-// only once the pass that an event started and the status write it handed over have both ended,
-// and no write of the controller's is waiting for its answer. Not parallel, so that the reconcile
+// nothing. The writes are read only once the pass that an event started has ended and no write
+// of the controller's is waiting for its answer. Not parallel, so that the reconcile
 // and status-write counts are this test's own.
 func TestWritesOnlyOnChange(t *testing.T) {
 	wire := &controllerWire{}
@@ -168,8 +167,7 @@ func TestWritesOnlyOnChange(t *testing.T) {
 		return e.getCD(cd).ResourceVersion, clique.ResourceVersion
 	}
 	// touch changes nothing membership depends on, a daemon pod's unrelated label, and waits
-	// until the pass it started has ended (a reconcile counted), the status write the pass
-	// handed over has ended too (or the one it found running: it writes the same status), and
+	// until the pass it started has ended (a reconcile counted) with its status write, and
 	// nothing the controller sent to ComputeDomains or cliques is still unanswered.
 	touch := func(value string) {
 		t.Helper()

@@ -19,6 +19,7 @@ import (
 	"cdplane/internal/imex"
 	"cdplane/internal/sim/imexsim"
 	"cdplane/internal/sim/nodehost"
+	"cdplane/internal/testutil"
 )
 
 // node is one simulated IMEX run on the files the product renders.
@@ -107,13 +108,7 @@ func (n *node) status() imexsim.Status {
 // eventually polls cond every 100 ms until it holds or the (generous) deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(t, 60*time.Second, what, func() (bool, error) { return cond(), nil })
 }
 
 func settings(uid, self string) imex.Settings {

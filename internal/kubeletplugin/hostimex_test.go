@@ -8,14 +8,15 @@ import (
 	"testing"
 
 	"cdplane/internal/component"
+	"cdplane/internal/testutil"
 )
 
 // The readiness probe reads what the chart puts in the environment, and prints READY.
 func TestCheckHostIMEXCommand(t *testing.T) {
-	root, _ := hostIMEXFixture(t, "READY", 0, true)
+	root, _ := testutil.HostIMEXFixture(t, "READY", 0, true)
 	if os.Geteuid() == 0 {
 		// Run as root, the probe chroots into the root, where a shell script finds no shell.
-		staticCtl(t, root)
+		testutil.StaticIMEXCtl(t, root)
 	}
 	env := map[string]string{NvidiaDriverRootEnv: "/", ContainerDriverRootEnv: root, HostIMEXSocketPathEnv: "/s.sock", IMEXModeEnv: "hostManaged"}
 	var out bytes.Buffer

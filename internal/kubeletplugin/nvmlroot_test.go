@@ -10,6 +10,7 @@ import (
 
 	"cdplane/internal/component"
 	"cdplane/internal/nvml"
+	"cdplane/internal/testutil"
 )
 
 // recordingBackend stands for the real NVML backend: it records the library paths it is asked
@@ -42,7 +43,7 @@ func (f discovererFunc) Discover(ctx context.Context) (nvml.Result, error) { ret
 // the plugin reads it: the image has no driver library, so the loader's own search by bare
 // name would find nothing on a GPU node.
 func TestNVMLFromDriverRoot(t *testing.T) {
-	root := driverRootFixture(t, map[string]bool{"usr/lib64/libnvidia-ml.so.580.82.07": false})
+	root := testutil.DriverRootFixture(t, map[string]bool{"usr/lib64/libnvidia-ml.so.580.82.07": false})
 	env := map[string]string{"NODE_NAME": "n1", "POD_NAMESPACE": "ns", "NVIDIA_DRIVER_ROOT": "/run/nvidia/driver", "CONTAINER_DRIVER_ROOT": root}
 	inv := component.Invocation{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
 	o := NewCommandOptions(inv)

@@ -12,6 +12,7 @@ import (
 	"cdplane/internal/kubeletplugin/cdi"
 	"cdplane/internal/kubeletplugin/checkpoint"
 	"cdplane/internal/kubeletplugin/devices"
+	"cdplane/internal/testutil"
 )
 
 // A daemon claim on a node whose driver root lacks IMEX fails before anything is written: no
@@ -26,7 +27,7 @@ func TestPrepareDaemonWithoutDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := driverRootFixture(t, map[string]bool{"usr/bin/nvidia-imex": true})
+	root := testutil.DriverRootFixture(t, map[string]bool{"usr/bin/nvidia-imex": true})
 	s := New(Config{StateDir: state, CDIRoot: cdiDir, DriverNamespace: "ns", NvidiaDriverRoot: "/host/driver", ContainerDriverRoot: root}, Deps{Checkpoint: cp, Specs: w})
 	daemonCfg := `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"ComputeDomainDaemonConfig","domainID":"` + testUID + `"}`
 	claim := device(allocated(), "daemon", devices.DaemonDeviceName).

@@ -13,27 +13,8 @@ import (
 
 	"cdplane/internal/daemonenv"
 	"cdplane/internal/driverroot"
+	"cdplane/internal/testutil"
 )
-
-// driverRootFixture lays out files (relative path: executable) under a new directory.
-func driverRootFixture(t *testing.T, files map[string]bool) string {
-	t.Helper()
-	root := t.TempDir()
-	for rel, exec := range files {
-		p := filepath.Join(root, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		mode := os.FileMode(0o644)
-		if exec {
-			mode = 0o755
-		}
-		if err := os.WriteFile(p, nil, mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
-}
 
 // completeRoot is a driver root with everything a daemon container needs: libnvidia-ml.so.1 a
 // link to the versioned library, as the driver installs it, and the control device.
@@ -94,11 +75,11 @@ func TestDriverRootEdits(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			root := driverRootFixture(t, tc.files)
+			root := testutil.DriverRootFixture(t, tc.files)
 			linkNVML(t, root)
 			r := DriverRoot{Root: driverroot.Root{Host: "/host/driver", Container: root}}
 			if tc.hostDev {
-				r.Dev = driverRootFixture(t, map[string]bool{"nvidiactl": false})
+				r.Dev = testutil.DriverRootFixture(t, map[string]bool{"nvidiactl": false})
 			}
 			f, err := r.Locate()
 			if err != nil {
@@ -118,7 +99,7 @@ func TestDriverRootEdits(t *testing.T) {
 		})
 	}
 	// The host path of the default root "/".
-	root := driverRootFixture(t, completeRoot)
+	root := testutil.DriverRootFixture(t, completeRoot)
 	linkNVML(t, root)
 	r := DriverRoot{Root: driverroot.Root{Host: "/", Container: root}}
 	f, err := r.Locate()
@@ -155,7 +136,7 @@ func TestDriverRootMissing(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			root := driverRootFixture(t, tc.files)
+			root := testutil.DriverRootFixture(t, tc.files)
 			if tc.noRoot {
 				root = filepath.Join(root, "absent")
 			} else if _, ok := tc.files["usr/lib64/libnvidia-ml.so.580.82.07"]; ok {
@@ -201,7 +182,7 @@ func TestKernelDriverVersion(t *testing.T) {
 // The driver root must hold the loaded driver: its NVML library's version (the name the
 // driver's libnvidia-ml.so.1 links to) against the kernel module's.
 func TestDriverRootVersionCheck(t *testing.T) {
-	root := driverRootFixture(t, map[string]bool{"usr/bin/nvidia-imex": true, "usr/bin/nvidia-imex-ctl": true, "usr/lib64/libnvidia-ml.so.570.133.20": false, "dev/nvidiactl": false})
+	root := testutil.DriverRootFixture(t, map[string]bool{"usr/bin/nvidia-imex": true, "usr/bin/nvidia-imex-ctl": true, "usr/lib64/libnvidia-ml.so.570.133.20": false, "dev/nvidiactl": false})
 	if err := os.Symlink("libnvidia-ml.so.570.133.20", filepath.Join(root, "usr/lib64/libnvidia-ml.so.1")); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +213,7 @@ func TestDriverRootVersionCheck(t *testing.T) {
 // A daemon whose IMEX cannot get the node's session names an enabled host service when the
 // driver root has one.
 func TestHostIMEXService(t *testing.T) {
-	r := DriverRoot{Root: driverroot.Root{Host: "/", Container: driverRootFixture(t, completeRoot)}}
+	r := DriverRoot{Root: driverroot.Root{Host: "/", Container: testutil.DriverRootFixture(t, completeRoot)}}
 	if got := r.HostIMEXService(); got != "" {
 		t.Errorf("no unit: %q", got)
 	}

@@ -2,45 +2,14 @@ package devices
 
 import (
 	"context"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"cdplane/internal/driverroot"
+	"cdplane/internal/testutil"
 )
-
-// hostIMEXFixture is a driver root whose nvidia-imex-ctl is a shell script answering answer
-// (with exit status code) and recording its arguments, and, when listen, a Unix socket at
-// /s.sock that stands for the host daemon's command socket.
-func hostIMEXFixture(t *testing.T, answer string, code int, listen bool) (root, argsFile string) {
-	t.Helper()
-	// Short: a Unix socket path is limited to 107 bytes.
-	root, err := os.MkdirTemp("", "hi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	argsFile = filepath.Join(root, "args")
-	script := "#!/bin/sh\necho \"$@\" > " + argsFile + "\necho '" + answer + "'\nexit " + string(rune('0'+code)) + "\n"
-	ctl := filepath.Join(root, "usr/bin/nvidia-imex-ctl")
-	if err := os.MkdirAll(filepath.Dir(ctl), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(ctl, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if listen {
-		l, err := net.Listen("unix", filepath.Join(root, "s.sock"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-	}
-	return root, argsFile
-}
 
 func TestHostIMEXCheck(t *testing.T) {
 	cases := map[string]struct {
@@ -61,7 +30,7 @@ func TestHostIMEXCheck(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			root, argsFile := hostIMEXFixture(t, tc.answer, tc.code, tc.listen)
+			root, argsFile := testutil.HostIMEXFixture(t, tc.answer, tc.code, tc.listen)
 			if tc.socket == "/args" {
 				if err := os.WriteFile(argsFile, nil, 0o644); err != nil {
 					t.Fatal(err)
@@ -108,8 +77,8 @@ func TestHostIMEXCheckChrooted(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("chroot needs root (the chart runs the plugin privileged)")
 	}
-	root, _ := hostIMEXFixture(t, "", 0, true)
-	staticCtl(t, root)
+	root, _ := testutil.HostIMEXFixture(t, "", 0, true)
+	testutil.StaticIMEXCtl(t, root)
 	h := HostIMEX{Root: DriverRoot{Root: driverroot.Root{Host: "/host", Container: root}}, Socket: "/s.sock"}
 	if err := h.Check(context.Background()); err != nil {
 		t.Fatal(err)
@@ -120,33 +89,5 @@ func TestHostIMEXCheckChrooted(t *testing.T) {
 	}
 	if string(args) != "-q --u=/s.sock" {
 		t.Errorf("nvidia-imex-ctl got %q, want the socket's path in the root", args)
-	}
-}
-
-// staticCtl replaces the root's nvidia-imex-ctl with a static C program that records its
-// arguments in /args and answers READY; the test is skipped where none can be built.
-func staticCtl(t *testing.T, root string) {
-	t.Helper()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler")
-	}
-	src := filepath.Join(t.TempDir(), "ctl.c")
-	prog := `#include <stdio.h>
-int main(int argc, char **argv) {
-	FILE *f = fopen("/args", "w");
-	if (!f) return 2;
-	for (int i = 1; i < argc; i++) fprintf(f, "%s%s", i > 1 ? " " : "", argv[i]);
-	fclose(f);
-	printf("READY\n");
-	return 0;
-}
-`
-	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctl := filepath.Join(root, "usr/bin/nvidia-imex-ctl")
-	if out, err := exec.Command(cc, "-static", "-o", ctl, src).CombinedOutput(); err != nil {
-		t.Skipf("no static C build here: %v\n%s", err, out)
 	}
 }

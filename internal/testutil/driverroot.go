@@ -1,7 +1,7 @@
-package kubeletplugin
+package testutil
 
-// Driver root fixtures for the command's tests (check-host-imex, NVML under the driver root):
-// copies of those of package devices, whose tests test the driver root itself.
+// Driver root fixtures for the kubelet plugin's tests (its devices, claims and command
+// packages): files laid out as a GPU node's driver root has them.
 
 import (
 	"net"
@@ -11,8 +11,8 @@ import (
 	"testing"
 )
 
-// driverRootFixture lays out files (relative path: executable) under a new directory.
-func driverRootFixture(t *testing.T, files map[string]bool) string {
+// DriverRootFixture lays out files (relative path: executable) under a new directory.
+func DriverRootFixture(t *testing.T, files map[string]bool) string {
 	t.Helper()
 	root := t.TempDir()
 	for rel, exec := range files {
@@ -31,10 +31,10 @@ func driverRootFixture(t *testing.T, files map[string]bool) string {
 	return root
 }
 
-// hostIMEXFixture is a driver root whose nvidia-imex-ctl is a shell script answering answer
+// HostIMEXFixture is a driver root whose nvidia-imex-ctl is a shell script answering answer
 // (with exit status code) and recording its arguments, and, when listen, a Unix socket at
 // /s.sock that stands for the host daemon's command socket.
-func hostIMEXFixture(t *testing.T, answer string, code int, listen bool) (root, argsFile string) {
+func HostIMEXFixture(t *testing.T, answer string, code int, listen bool) (root, argsFile string) {
 	t.Helper()
 	// Short: a Unix socket path is limited to 107 bytes.
 	root, err := os.MkdirTemp("", "hi")
@@ -61,9 +61,9 @@ func hostIMEXFixture(t *testing.T, answer string, code int, listen bool) (root, 
 	return root, argsFile
 }
 
-// staticCtl replaces the root's nvidia-imex-ctl with a static C program that records its
+// StaticIMEXCtl replaces the root's nvidia-imex-ctl with a static C program that records its
 // arguments in /args and answers READY; the test is skipped where none can be built.
-func staticCtl(t *testing.T, root string) {
+func StaticIMEXCtl(t *testing.T, root string) {
 	t.Helper()
 	cc, err := exec.LookPath("cc")
 	if err != nil {

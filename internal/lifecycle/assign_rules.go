@@ -45,6 +45,9 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("%s: %s", e.Target, e.Reason)
 }
 
+// Refusal marks a RefusedError as a refusal (refusal.Is): the CLI exits with its refusal code.
+func (e *RefusedError) Refusal() {}
+
 // IsRefused reports whether err is, or wraps, a RefusedError.
 func IsRefused(err error) bool {
 	var r *RefusedError

@@ -17,6 +17,7 @@ import (
 
 	cdv1beta1 "cdplane/api/v1beta1"
 	charts "cdplane/deployments/helm"
+	"cdplane/internal/refusal"
 )
 
 // InstallPrerequisites installs the shared prerequisites release and waits until the API is
@@ -176,7 +177,7 @@ func (m *Manager) DestroyPrerequisites(ctx context.Context) error {
 			}
 			names = append(names, fmt.Sprintf("%s (release %s/%s)", describePlane(id), r.Namespace, r.Name))
 		}
-		return fmt.Errorf("control planes are still installed: %s; destroy them first (`cdplane destroy plane`); nothing was changed", strings.Join(names, ", "))
+		return refusal.Errorf("control planes are still installed: %s; destroy them first (`cdplane destroy plane`); nothing was changed", strings.Join(names, ", "))
 	}
 	if err := noDomainsLeft(ctx, m.c); err != nil {
 		return err
@@ -250,7 +251,7 @@ func noDomainsLeft(ctx context.Context, c client.Reader) error {
 	case err != nil:
 		return fmt.Errorf("cannot tell whether ComputeDomains still exist (%w); refusing to remove the CRDs, which would delete them; nothing was changed", err)
 	case len(cds.Items) > 0:
-		return fmt.Errorf("ComputeDomains still exist (e.g. %s/%s): removing the CRDs would delete them; nothing was changed", cds.Items[0].Namespace, cds.Items[0].Name)
+		return refusal.Errorf("ComputeDomains still exist (e.g. %s/%s): removing the CRDs would delete them; nothing was changed", cds.Items[0].Namespace, cds.Items[0].Name)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	cdv1beta1 "cdplane/api/v1beta1"
 	charts "cdplane/deployments/helm"
 	"cdplane/internal/plane"
+	"cdplane/internal/refusal"
 )
 
 // Helm's ownership annotations on the objects of a release.
@@ -38,13 +39,13 @@ func CheckNamespace(id, name string, ns metav1.Object) error {
 		if v == "" {
 			owner = "an empty control-plane id"
 		}
-		return fmt.Errorf("namespace %s is labelled %s=%s for %s, not %s; nothing was changed",
+		return refusal.Errorf("namespace %s is labelled %s=%s for %s, not %s; nothing was changed",
 			name, cdv1beta1.ControlPlaneLabel, v, owner, describePlane(id))
 	case id != "":
-		return fmt.Errorf("namespace %s exists without the label %s=%s; if it is meant for control plane %q, label it (as a cluster administrator) and run again; nothing was changed",
+		return refusal.Errorf("namespace %s exists without the label %s=%s; if it is meant for control plane %q, label it (as a cluster administrator) and run again; nothing was changed",
 			name, cdv1beta1.ControlPlaneLabel, id, id)
 	case ns.GetLabels()[partOfLabel] != partOfValue:
-		return fmt.Errorf("namespace %s exists and was not created for the legacy control plane (no label %s=%s); if it is meant for it, label it and run again; nothing was changed",
+		return refusal.Errorf("namespace %s exists and was not created for the legacy control plane (no label %s=%s); if it is meant for it, label it and run again; nothing was changed",
 			name, partOfLabel, partOfValue)
 	}
 	return nil
@@ -66,7 +67,7 @@ func CheckClusterScoped(release, namespace, kind string, existing metav1.Object)
 	if r != "" {
 		owner = fmt.Sprintf("owned by Helm release %s/%s", rns, r)
 	}
-	return fmt.Errorf("%s %s exists and is %s, not by release %s/%s; nothing was changed",
+	return refusal.Errorf("%s %s exists and is %s, not by release %s/%s; nothing was changed",
 		kind, existing.GetName(), owner, namespace, release)
 }
 
@@ -118,7 +119,7 @@ func DomainsBlockingDestroy(id string, domains []cdv1beta1.ComputeDomain) error 
 	if len(names) > most {
 		list = strings.Join(names[:most], ", ") + fmt.Sprintf(" and %d more", len(names)-most)
 	}
-	return fmt.Errorf("%s still has %d ComputeDomains: %s; delete them first, or pass --delete-domains to delete them and wait for their clean-up; nothing was changed",
+	return refusal.Errorf("%s still has %d ComputeDomains: %s; delete them first, or pass --delete-domains to delete them and wait for their clean-up; nothing was changed",
 		describePlane(id), len(domains), list)
 }
 

@@ -10,9 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdv1beta1 "cdplane/api/v1beta1"
@@ -23,14 +20,13 @@ import (
 
 // assignFlags are the flags of assign and unassign.
 type assignFlags struct {
-	id         string
-	kubeconfig string
-	context    string
-	selector   string
-	force      bool
-	check      bool
-	timeout    time.Duration
-	quota      lifecycle.Quota
+	id       string
+	kube     *kubeFlags
+	selector string
+	force    bool
+	check    bool
+	timeout  time.Duration
+	quota    lifecycle.Quota
 }
 
 func newAssignCommand() *cobra.Command {
@@ -99,8 +95,8 @@ func newAssignKindCommand(kind lifecycle.TargetKind, unassign bool) *cobra.Comma
 	}
 	fs := cmd.Flags()
 	plane.AddFlag(fs, &f.id)
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
-	fs.StringVar(&f.context, "context", "", "Kubeconfig context to use")
+	f.kube = newKubeFlags(false)
+	f.kube.add(cmd)
 	if kind == lifecycle.KindNode {
 		fs.StringVarP(&f.selector, "selector", "l", "", "The nodes to "+verb+", by label selector (kubectl's syntax), instead of names")
 	}
@@ -255,29 +251,10 @@ func (f *assignFlags) validate() error {
 	return nil
 }
 
-// assignClient builds a client from a kubeconfig (the given file, or the usual loading rules)
-// whose requests are retried while they fail transiently, within --timeout, saying so on the
-// command's output.
+// assignClient builds a client from the kubeconfig flags whose requests are retried while they
+// fail transiently, within --timeout, saying so on the command's output.
 func assignClient(cmd *cobra.Command, f assignFlags) (client.Client, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
-	}
-	cfg = lifecycle.WithRetries(cfg, cmd.OutOrStdout(), f.timeout)
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := cdv1beta1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, fmt.Errorf("creating a client: %w", err)
-	}
-	return c, nil
+	return f.kube.client(cmd.OutOrStdout(), f.timeout)
 }
 
 // checkNodes reports the recorded node assignments that do not hold (lifecycle.CheckNodeAssignments):

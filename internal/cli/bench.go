@@ -13,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"cdplane/internal/bench"
@@ -26,11 +25,11 @@ import (
 func newBenchCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks against a real apiserver"}
 	var (
-		o          bench.Options
-		modes      string
-		kubeconfig string
-		asJSON     bool
-		plotPath   string
+		o        bench.Options
+		modes    string
+		kube     = newKubeFlags(false)
+		asJSON   bool
+		plotPath string
 		// controllerWhere: process (its own, as in a cluster) or in-process.
 		controllerWhere string
 		nodesNice       int
@@ -107,13 +106,13 @@ cluster, one after the other, each on fresh objects.`,
 			// Thousands of in-process watches log every reconnect; keep the figures readable.
 			silenceKlog()
 			var cfg *rest.Config
-			if kubeconfig == "" {
+			if !kube.given(cmd) {
 				// Its own control plane for the floor and for each mode: every one starts on
 				// the same empty cluster.
-				o.FreshCluster = func(context.Context) (*rest.Config, func(), error) { return benchCluster(cmd, "") }
+				o.FreshCluster = func(context.Context) (*rest.Config, func(), error) { return benchCluster(cmd, nil) }
 			} else {
 				var stop func()
-				if cfg, stop, err = benchCluster(cmd, kubeconfig); err != nil {
+				if cfg, stop, err = benchCluster(cmd, kube); err != nil {
 					return err
 				}
 				defer stop()
@@ -145,7 +144,7 @@ cluster, one after the other, each on fresh objects.`,
 	f.StringVar(&modes, "modes", strings.Join(bench.AllModes, ","), "Modes to run, comma-separated")
 	f.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "Longest wait for one mode's domain to be Ready; a mode that takes longer is reported with this as a lower bound")
 	f.Float64Var(&o.MaxRSSGiB, "max-rss-gib", 12, "Stop a mode once this process and the controller process use this much resident memory together, and report how many had joined; 0: no limit")
-	f.StringVar(&kubeconfig, "kubeconfig", "", "Use this cluster instead of starting one")
+	kube.add(reg)
 	f.BoolVar(&asJSON, "json", false, "Print the figures as JSON")
 	f.StringVar(&plotPath, "plot", "", "Write a picture (.svg) of daemons joined over time, one line per mode and the floor")
 	f.StringVar(&o.ProfileDir, "profile", "", "Write CPU profiles per mode into this directory: this process (the daemon instances; the controller too with --controller in-process), the controller process and the kube-apiserver")
@@ -176,8 +175,8 @@ func newBenchControllerCommand() *cobra.Command {
 
 func newMemoryCommand() *cobra.Command {
 	var (
-		o          bench.MemoryOptions
-		kubeconfig string
+		o    bench.MemoryOptions
+		kube = newKubeFlags(false)
 	)
 	mem := &cobra.Command{
 		Use:   "memory",
@@ -189,7 +188,11 @@ which does cache those objects. Without --kubeconfig it starts its own etcd and 
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			silenceKlog()
 			o.Progress = cmd.ErrOrStderr()
-			cfg, stop, err := benchCluster(cmd, kubeconfig)
+			var given *kubeFlags
+			if kube.given(cmd) {
+				given = kube
+			}
+			cfg, stop, err := benchCluster(cmd, given)
 			if err != nil {
 				return err
 			}
@@ -204,7 +207,7 @@ which does cache those objects. Without --kubeconfig it starts its own etcd and 
 		},
 	}
 	mem.Flags().IntVar(&o.Objects, "objects", 10000, "Secrets, pods and cliques of the other plane (each)")
-	mem.Flags().StringVar(&kubeconfig, "kubeconfig", "", "Use this cluster instead of starting one")
+	kube.add(mem)
 	return mem
 }
 
@@ -218,9 +221,11 @@ func splitModes(s string) []string {
 	return out
 }
 
-func benchCluster(cmd *cobra.Command, kubeconfig string) (*rest.Config, func(), error) {
-	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+// benchCluster is the cluster kube selects, or, with nil, a control plane of its own started
+// for the run (stop stops it).
+func benchCluster(cmd *cobra.Command, kube *kubeFlags) (*rest.Config, func(), error) {
+	if kube != nil {
+		cfg, err := kube.restConfig()
 		return cfg, func() {}, err
 	}
 	fmt.Fprintln(cmd.ErrOrStderr(), "== starting etcd and kube-apiserver (builds them on first use)")
@@ -311,10 +316,10 @@ func printReport(cmd *cobra.Command, rep *bench.Report) {
 
 func newSlicesCommand() *cobra.Command {
 	var (
-		o          bench.SlicesOptions
-		channels   string
-		kubeconfig string
-		asJSON     bool
+		o        bench.SlicesOptions
+		channels string
+		kube     = newKubeFlags(false)
+		asJSON   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "slices",
@@ -359,7 +364,7 @@ printing the figures.
 			}
 			o.Progress = cmd.ErrOrStderr()
 			silenceKlog()
-			clusters, err := slicesClusters(cmd, kubeconfig)
+			clusters, err := slicesClusters(cmd, kube)
 			if err != nil {
 				return err
 			}
@@ -383,15 +388,16 @@ printing the figures.
 	f.StringVar(&channels, "num-channels", strconv.Itoa(kubeletplugin.MaxChannels), "Channels per node to measure, comma-separated, one run each (1 to 2048)")
 	f.DurationVar(&o.SettleTimeout, "settle-timeout", 5*time.Minute, "Longest wait for the scheduler to catch up after creating the objects")
 	f.Float64Var(&o.MaxRSSGiB, "max-rss-gib", 12, "Stop creating once etcd, kube-apiserver and kube-scheduler use this much resident memory together, and measure what is there; 0: no limit (not checked with --kubeconfig)")
-	f.StringVar(&kubeconfig, "kubeconfig", "", "Use this cluster instead of starting one per count")
+	kube.add(cmd)
 	f.BoolVar(&asJSON, "json", false, "Print the figures as JSON")
 	return cmd
 }
 
-// slicesClusters is the cluster at kubeconfig, or a fresh control plane for each count.
-func slicesClusters(cmd *cobra.Command, kubeconfig string) (bench.SliceClusterFunc, error) {
-	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+// slicesClusters is the cluster the kubeconfig flags select, when one is given, or a fresh
+// control plane for each count.
+func slicesClusters(cmd *cobra.Command, kube *kubeFlags) (bench.SliceClusterFunc, error) {
+	if kube.given(cmd) {
+		cfg, err := kube.restConfig()
 		if err != nil {
 			return nil, err
 		}

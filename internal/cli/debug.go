@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"cdplane/internal/debugbundle"
 	"cdplane/internal/kubeletplugin"
@@ -18,11 +17,10 @@ import (
 
 // debugBundleFlags are the flags of debug bundle.
 type debugBundleFlags struct {
-	output     string
-	kubeconfig string
-	context    string
-	logLines   int64
-	timeout    time.Duration
+	output   string
+	kube     *kubeFlags
+	logLines int64
+	timeout  time.Duration
 }
 
 func newDebugCommand() *cobra.Command {
@@ -58,8 +56,8 @@ Tokens such as service account tokens) are replaced by REDACTED in every file.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVarP(&f.output, "output", "o", "", "File to write (default cdplane-debug-<UTC time>.tar.gz in the current directory)")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
-	fs.StringVar(&f.context, "context", "", "Kubeconfig context to use")
+	f.kube = newKubeFlags(false)
+	f.kube.add(cmd)
 	fs.Int64Var(&f.logLines, "log-lines", debugbundle.DefaultLogLines, "Lines kept of each container's log (current and previous)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "How long one API request may take, retrying requests that fail transiently")
 	return cmd
@@ -99,19 +97,19 @@ func runDebugBundle(cmd *cobra.Command, f debugBundleFlags) (err error) {
 		}
 	}()
 
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: f.context}).ClientConfig()
+	cfg, err := f.kube.restConfig()
 	if err != nil {
-		return fmt.Errorf("loading the kubeconfig: %w", err)
+		return err
 	}
 	cfg.QPS, cfg.Burst = 50, 100
-	cfg.Timeout = f.timeout
+	if !cmd.Flags().Changed("request-timeout") {
+		cfg.Timeout = f.timeout
+	}
 	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("creating a client: %w", err)
 	}
-	c, err := statusClient(cmd, statusFlags{kubeconfig: f.kubeconfig, context: f.context, timeout: f.timeout})
+	c, err := f.kube.client(cmd.ErrOrStderr(), f.timeout)
 	if err != nil {
 		return err
 	}

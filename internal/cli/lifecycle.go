@@ -17,20 +17,20 @@ import (
 
 // lifecycleFlags are the flags of install, apply and destroy.
 type lifecycleFlags struct {
-	kubeconfig, context string
-	id                  string
-	valueFiles          []string
-	sets                []string
-	wait                bool
-	timeout             time.Duration
-	deleteDomains       bool
-	verbose             bool
-	resetValues         bool
+	kube          *kubeFlags
+	id            string
+	valueFiles    []string
+	sets          []string
+	wait          bool
+	timeout       time.Duration
+	deleteDomains bool
+	verbose       bool
+	resetValues   bool
 }
 
 func (f *lifecycleFlags) addCommon(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "Path to the kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
-	cmd.Flags().StringVar(&f.context, "context", "", "Kubeconfig context to use")
+	f.kube = newKubeFlags(false)
+	f.kube.add(cmd)
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 5*time.Minute, "How long to wait for each step")
 	cmd.Flags().BoolVar(&f.verbose, "verbose", false, "Print Helm's own log too")
 }
@@ -67,7 +67,7 @@ func (f *lifecycleFlags) validateID() error {
 
 func (f *lifecycleFlags) manager(cmd *cobra.Command) (*lifecycle.Manager, error) {
 	return lifecycle.New(lifecycle.Options{
-		Kubeconfig: f.kubeconfig, Context: f.context, Out: cmd.OutOrStdout(),
+		Getter: f.kube.getter(), Out: cmd.OutOrStdout(),
 		Timeout: f.timeout, Wait: f.wait, Verbose: f.verbose,
 	})
 }

@@ -11,8 +11,6 @@ import (
 	rcommon "helm.sh/helm/v4/pkg/release/common"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/storage/driver"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/rest"
 
 	charts "cdplane/deployments/helm"
 )
@@ -20,20 +18,12 @@ import (
 // helmFor returns a Helm action configuration acting in namespace (all namespaces when empty),
 // storing releases as Secrets like the helm CLI does, so `helm list` shows them.
 func (m *Manager) helmFor(namespace string) (*action.Configuration, error) {
-	flags := genericclioptions.NewConfigFlags(true)
-	flags.KubeConfig = &m.opts.Kubeconfig
-	if m.opts.Context != "" {
-		flags.Context = &m.opts.Context
-	}
-	ns := namespace
-	flags.Namespace = &ns
-	flags.WrapConfigFn = func(cfg *rest.Config) *rest.Config { return WithRetries(cfg, m.out, m.opts.Timeout) }
 	handler := slog.Handler(slog.DiscardHandler)
 	if m.opts.Verbose {
 		handler = slog.NewTextHandler(m.out, &slog.HandlerOptions{Level: slog.LevelDebug})
 	}
 	cfg := action.NewConfiguration(action.ConfigurationSetLogger(handler))
-	if err := cfg.Init(flags, namespace, "secret"); err != nil {
+	if err := cfg.Init(m.getter.inNamespace(namespace), namespace, "secret"); err != nil {
 		return nil, fmt.Errorf("setting up Helm: %w", err)
 	}
 	return cfg, nil

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	charts "cdplane/deployments/helm"
@@ -33,9 +33,9 @@ const (
 
 // Options configure a Manager.
 type Options struct {
-	// Kubeconfig and Context select the cluster (empty: the usual rules, $KUBECONFIG).
-	Kubeconfig string
-	Context    string
+	// Getter selects the cluster and how to reach it (the CLI's kubeconfig flags, or
+	// KubeconfigGetter); nil: the usual rules ($KUBECONFIG, ~/.kube/config, in-cluster).
+	Getter genericclioptions.RESTClientGetter
 	// Out receives progress lines (nil: discarded).
 	Out io.Writer
 	// Timeout bounds each wait (default 5m), and the retries of each request that fails
@@ -52,10 +52,11 @@ type Options struct {
 
 // Manager runs lifecycle commands against one cluster.
 type Manager struct {
-	opts Options
-	out  io.Writer
-	cfg  *rest.Config
-	c    client.Client
+	opts   Options
+	out    io.Writer
+	getter *clusterGetter
+	cfg    *rest.Config
+	c      client.Client
 }
 
 // New returns a Manager for the cluster the options select.
@@ -67,15 +68,14 @@ func New(opts Options) (*Manager, error) {
 		opts.Poll = time.Second
 	}
 	out := syncWriter(opts.Out)
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = opts.Kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: opts.Context}).ClientConfig()
+	if opts.Getter == nil {
+		opts.Getter = KubeconfigGetter("", "")
+	}
+	getter := newClusterGetter(opts.Getter, out, opts.Timeout)
+	cfg, err := getter.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}
-	cfg.QPS, cfg.Burst = 50, 100
-	cfg = WithRetries(cfg, out, opts.Timeout)
 	scheme := scheme.New()
 	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func New(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the API client: %w", err)
 	}
-	return &Manager{opts: opts, out: out, cfg: cfg, c: c}, nil
+	return &Manager{opts: opts, out: out, getter: getter, cfg: cfg, c: c}, nil
 }
 
 // PlaneRelease returns the release name and namespace of plane id: both the derived name of

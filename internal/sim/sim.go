@@ -509,7 +509,7 @@ func startKubelet(ctx context.Context, o *Options, st *State) error {
 // install installs the prerequisites and the planes through the charts, each plane's nodes
 // assigned to it first, and one namespace per plane ("<id>-workloads") assigned for users.
 func install(ctx context.Context, o *Options, st *State) error {
-	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: st.ControlPlane.Kubeconfig, Out: o.Out, Timeout: o.Timeout, Wait: true})
+	m, err := lifecycle.New(lifecycle.Options{Getter: lifecycle.KubeconfigGetter(st.ControlPlane.Kubeconfig, ""), Out: o.Out, Timeout: o.Timeout, Wait: true})
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ func TestGateFlipWithLiveDomains(t *testing.T) {
 	daemons, err := liveDaemons(t, planeB, cd)
 	must(t, err)
 
-	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
+	m, err := lifecycle.New(lifecycle.Options{Getter: lifecycle.KubeconfigGetter(simState.ControlPlane.Kubeconfig, ""), Timeout: 3 * time.Minute, Wait: true})
 	must(t, err)
 	t.Cleanup(func() {
 		if err := m.ApplyPlane(ctx(), planeB, simState.PlaneValues(), lifecycle.ResetValues); err != nil {

@@ -64,7 +64,7 @@ func TestHostManagedIMEX(t *testing.T) {
 		start(n)
 	}
 
-	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
+	m, err := lifecycle.New(lifecycle.Options{Getter: lifecycle.KubeconfigGetter(simState.ControlPlane.Kubeconfig, ""), Timeout: 3 * time.Minute, Wait: true})
 	must(t, err)
 	t.Cleanup(func() {
 		if err := m.ApplyPlane(ctx(), planeB, simState.PlaneValues(), lifecycle.ResetValues); err != nil {

@@ -70,7 +70,7 @@ func TestLogLevelsHold(t *testing.T) {
 	const id = planeB
 	waitPlanesIdle(t, id)
 	driverNS := plane.Name(id, plane.DriverNamespaceLegacyName)
-	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
+	m, err := lifecycle.New(lifecycle.Options{Getter: lifecycle.KubeconfigGetter(simState.ControlPlane.Kubeconfig, ""), Timeout: 3 * time.Minute, Wait: true})
 	must(t, err)
 	t.Cleanup(func() {
 		if err := m.ApplyPlane(ctx(), id, simState.PlaneValues(), lifecycle.ResetValues); err != nil {

@@ -215,7 +215,7 @@ func restoreMigratedRack(t *testing.T, ns string, nodes []string) {
 		}
 	}
 	var log bytes.Buffer
-	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Out: &log})
+	m, err := lifecycle.New(lifecycle.Options{Getter: lifecycle.KubeconfigGetter(simState.ControlPlane.Kubeconfig, ""), Timeout: 3 * time.Minute, Out: &log})
 	if err == nil {
 		err = m.DestroyPlane(bg, legacyPlane, false)
 		if err != nil && strings.Contains(err.Error(), "is not installed") {

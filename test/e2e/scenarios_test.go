@@ -159,7 +159,7 @@ func TestStatusFollowsWorkloadAndDaemonsShutDown(t *testing.T) {
 // and restores the default afterwards (and waits for that too).
 func setCliquesGate(t *testing.T, id string, on bool) {
 	t.Helper()
-	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
+	m, err := lifecycle.New(lifecycle.Options{Getter: lifecycle.KubeconfigGetter(simState.ControlPlane.Kubeconfig, ""), Timeout: 3 * time.Minute, Wait: true})
 	must(t, err)
 	t.Cleanup(func() {
 		if err := m.ApplyPlane(ctx(), id, simState.PlaneValues(), lifecycle.ResetValues); err != nil {

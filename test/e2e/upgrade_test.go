@@ -31,7 +31,7 @@ import (
 func TestStagedUpgradeWithLiveDomains(t *testing.T) {
 	e2eOnly(t)
 	waitPlanesIdle(t, planeA, planeB)
-	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: simState.ControlPlane.Kubeconfig, Timeout: 3 * time.Minute, Wait: true})
+	m, err := lifecycle.New(lifecycle.Options{Getter: lifecycle.KubeconfigGetter(simState.ControlPlane.Kubeconfig, ""), Timeout: 3 * time.Minute, Wait: true})
 	must(t, err)
 	for _, id := range []string{planeA, planeB} {
 		t.Cleanup(func() {

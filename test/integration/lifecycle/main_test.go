@@ -60,7 +60,7 @@ func newManager(t *testing.T) (*lifecycle.Manager, *testutil.SyncBuffer) {
 		t.Fatal(err)
 	}
 	out := &testutil.SyncBuffer{}
-	m, err := lifecycle.New(lifecycle.Options{Kubeconfig: kubeconfig, Out: out, Timeout: 2 * time.Minute, Poll: 200 * time.Millisecond})
+	m, err := lifecycle.New(lifecycle.Options{Getter: lifecycle.KubeconfigGetter(kubeconfig, ""), Out: out, Timeout: 2 * time.Minute, Poll: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,11 +69,15 @@ type ComputeDomainStatus struct {
 	// +kubebuilder:validation:Enum=Ready;NotReady
 	Status string `json:"status,omitempty"`
 
-	// Nodes lists every node of the domain. Omitted for domains larger than the limit, whose
-	// per-node data lives in their ComputeDomainCliques only.
+	// Nodes lists every node of the domain, one entry per node name. Omitted for domains larger
+	// than the limit, whose per-node data lives in their ComputeDomainCliques only.
+	//
+	// An atomic list, where NVIDIA's CRD has a map keyed by name: the controller is its only
+	// writer and writes it whole, so per-entry ownership in server-side apply buys nothing and
+	// its managedFields (an entry per node) were half of a large domain's bytes. Names are unique
+	// by construction (membership.Compute); the API server no longer checks it.
 	// +optional
-	// +listType=map
-	// +listMapKey=name
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=4096
 	Nodes []ComputeDomainNode `json:"nodes,omitempty"`
 

@@ -30,10 +30,12 @@ type ComputeDomainClique struct {
 	// +kubebuilder:validation:Minimum=0
 	TotalDaemons int32 `json:"totalDaemons,omitempty"`
 
-	// Daemons lists the daemons of the clique, keyed by node.
+	// Daemons lists the daemons of the clique, one entry per node name.
+	//
+	// An atomic list, where NVIDIA's CRD has a map keyed by nodeName, for the reasons given on
+	// ComputeDomainStatus.Nodes: one writer, written whole, unique by construction.
 	// +optional
-	// +listType=map
-	// +listMapKey=nodeName
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
 	Daemons []ComputeDomainDaemonInfo `json:"daemons,omitempty"`
 }

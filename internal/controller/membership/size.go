@@ -9,8 +9,11 @@ import (
 )
 
 // What one status entry costs in the stored ComputeDomain, as JSON (CRDs are stored as JSON)
-// plus the entry server-side apply records for it in metadata.managedFields. The figures are
-// upper bounds of the measured ones (test/integration/controller, TestStatusSizeMeasured):
+// plus the entry server-side apply records for it in metadata.managedFields where status.nodes
+// is a map-typed list. This release's CRD makes it atomic (no such entry), but the estimate
+// keeps the map's cost: a controller may run against an older CRD, or NVIDIA's, until the
+// prerequisites are upgraded, and the bound must hold there too. The figures are upper bounds
+// of the measured ones (test/integration/controller, TestStatusSizeMeasured):
 //
 //	{"cliqueID":"","index":,"ipAddress":"","name":"","status":""},           62 bytes
 //	"k:{\"name\":\"\"}":{".":{},"f:cliqueID":{},"f:index":{},

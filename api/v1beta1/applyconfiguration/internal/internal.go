@@ -62,9 +62,7 @@ var schemaYAML = typed.YAMLObject(`types:
         list:
           elementType:
             namedType: cdplane.api.v1beta1.ComputeDomainDaemonInfo
-          elementRelationship: associative
-          keys:
-          - nodeName
+          elementRelationship: atomic
     - name: kind
       type:
         scalar: string
@@ -167,9 +165,7 @@ var schemaYAML = typed.YAMLObject(`types:
         list:
           elementType:
             namedType: cdplane.api.v1beta1.ComputeDomainNode
-          elementRelationship: associative
-          keys:
-          - name
+          elementRelationship: atomic
     - name: readyNodes
       type:
         scalar: numeric

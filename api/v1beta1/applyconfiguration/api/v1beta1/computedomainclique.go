@@ -25,7 +25,10 @@ type ComputeDomainCliqueApplyConfiguration struct {
 	ReadyDaemons *int32 `json:"readyDaemons,omitempty"`
 	// TotalDaemons counts the entries of Daemons.
 	TotalDaemons *int32 `json:"totalDaemons,omitempty"`
-	// Daemons lists the daemons of the clique, keyed by node.
+	// Daemons lists the daemons of the clique, one entry per node name.
+	//
+	// An atomic list, where NVIDIA's CRD has a map keyed by nodeName, for the reasons given on
+	// ComputeDomainStatus.Nodes: one writer, written whole, unique by construction.
 	Daemons []ComputeDomainDaemonInfoApplyConfiguration `json:"daemons,omitempty"`
 }
 

@@ -13,8 +13,13 @@ import (
 type ComputeDomainStatusApplyConfiguration struct {
 	// Status is Ready once at least numNodes nodes joined and every one of them is Ready.
 	Status *string `json:"status,omitempty"`
-	// Nodes lists every node of the domain. Omitted for domains larger than the limit, whose
-	// per-node data lives in their ComputeDomainCliques only.
+	// Nodes lists every node of the domain, one entry per node name. Omitted for domains larger
+	// than the limit, whose per-node data lives in their ComputeDomainCliques only.
+	//
+	// An atomic list, where NVIDIA's CRD has a map keyed by name: the controller is its only
+	// writer and writes it whole, so per-entry ownership in server-side apply buys nothing and
+	// its managedFields (an entry per node) were half of a large domain's bytes. Names are unique
+	// by construction (membership.Compute); the API server no longer checks it.
 	Nodes []ComputeDomainNodeApplyConfiguration `json:"nodes,omitempty"`
 	// Cliques summarises each clique of the domain.
 	Cliques []ComputeDomainCliqueSummaryApplyConfiguration `json:"cliques,omitempty"`

@@ -203,7 +203,7 @@ func podCIDR(shard int) string {
 // cfg: discovery is the same for every identity, and a mapper per instance was an eighth of a
 // simulated node's memory.
 func router(st *State, cfg *rest.Config) (kubelet.Runner, error) {
-	r := kubelet.NewProcessRouter(map[string]string{"cdplane": st.BinDir})
+	r := kubelet.NewProcessRouter(map[string]string{"cdplane": st.BinDir}, st.ImagesDir())
 	if !st.InProcess {
 		return r, nil
 	}

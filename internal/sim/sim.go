@@ -386,25 +386,13 @@ func build(ctx context.Context, o *Options, st *State) error {
 	}
 	st.BinDir = filepath.Join(o.StateDir, "bin")
 	o.progress("Building cdplane's binaries into %s", st.BinDir)
-	// The simulated image: the product's controller and daemon, and the kubelet plugin on the
-	// simulated node's host (nodehost).
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", st.BinDir+"/",
-		"./cmd/cdplane", "./cmd/cdplane-controller", "./cmd/cdplane-daemon",
-		"./internal/sim/cmd/cdplane-kubelet-plugin")
-	cmd.Dir, cmd.Stdout, cmd.Stderr = o.Repo, o.Out, o.Out
-	cmd.Env = os.Environ()
-	if os.Getenv("CGO_CFLAGS") == "" {
-		// go-nvml's C headers declare deprecated functions: without this a first build prints
-		// some 150 lines of warnings about code that is not ours (the Makefile sets the same).
-		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-	}
-	if err := cmd.Run(); err != nil {
+	if err := buildImageBinaries(ctx, o.Repo, st.BinDir, "", o.Out); err != nil {
 		return fmt.Errorf("building cdplane: %w", err)
 	}
 	// The simulated IMEX for the nodes' driver root, static (no cgo): the kubelet plugin runs a
 	// host-managed node's nvidia-imex-ctl chrooted into the driver root, where no C library of
 	// this machine's is, as it runs the real one.
-	cmd = exec.CommandContext(ctx, "go", "build", "-o", st.BinDir+"/", "./internal/sim/cmd/imex-sim")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", st.BinDir+"/", "./internal/sim/cmd/imex-sim")
 	cmd.Dir, cmd.Stdout, cmd.Stderr = o.Repo, o.Out, o.Out
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if err := cmd.Run(); err != nil {
@@ -414,6 +402,28 @@ func build(ctx context.Context, o *Options, st *State) error {
 	// root holds as libnvidia-ml.so.1 for the kubelet plugin to load (nodehost.InstallDriverRoot).
 	o.progress("Building the simulated NVML library")
 	return nvmlsim.BuildLibrary(ctx, filepath.Join(st.BinDir, nvmlsim.LibraryFile))
+}
+
+// buildImageBinaries builds, from the source tree src into dir, the simulated image: the
+// product's CLI, controller and daemon, and the kubelet plugin on the simulated node's host
+// (nodehost). commit, when set, is recorded in the binaries (as `make` records it; a tree
+// extracted from git history has no VCS information of its own).
+func buildImageBinaries(ctx context.Context, src, dir, commit string, out io.Writer) error {
+	args := []string{"build", "-o", dir + "/"}
+	if commit != "" {
+		args = append(args, "-ldflags", "-X cdplane/internal/version.Commit="+commit)
+	}
+	args = append(args, "./cmd/cdplane", "./cmd/cdplane-controller", "./cmd/cdplane-daemon",
+		"./internal/sim/cmd/cdplane-kubelet-plugin")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = src, out, out
+	cmd.Env = os.Environ()
+	if os.Getenv("CGO_CFLAGS") == "" {
+		// go-nvml's C headers declare deprecated functions: without this a first build prints
+		// some 150 lines of warnings about code that is not ours (the Makefile sets the same).
+		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	}
+	return cmd.Run()
 }
 
 // script runs a build script, its progress on Out, and returns the last line it prints.

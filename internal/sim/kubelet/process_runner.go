@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -22,14 +24,53 @@ import (
 // node's processes do not share another node's. In a large sim the controller, run as a process
 // in the kubelet's session, was starved with it, missed its liveness probes and was restarted
 // over and over.
+//
+// Images, when set, is a directory of loaded images (LoadedImageDir): an image found there
+// runs its own binaries, before Binaries, so that two versions of one repository (an upgrade
+// from the previous release) run side by side, each pod the version its image names, as a
+// node's container runtime runs what was pulled.
 type ProcessRunner struct {
 	Binaries map[string]string
+	Images   string
 }
 
 var _ Runner = (*ProcessRunner)(nil)
 
+// LoadedImageDir is where image's binaries are in a directory of loaded images:
+// <images>/<repository, path-escaped>/<tag>. An image without a tag is "latest", as a
+// container runtime reads it; a digest is ignored (a loaded image is named by its tag).
+func LoadedImageDir(images, image string) string {
+	return filepath.Join(images, url.PathEscape(ImageRepository(image)), imageTag(image))
+}
+
+// imageTag returns an image reference's tag, "latest" without one.
+func imageTag(image string) string {
+	if i := strings.IndexByte(image, '@'); i >= 0 {
+		image = image[:i]
+	}
+	if i := strings.LastIndexByte(image, ':'); i >= 0 && !strings.Contains(image[i:], "/") {
+		return image[i+1:]
+	}
+	return "latest"
+}
+
+// loaded returns the directory of image's binaries when it was loaded.
+func (r *ProcessRunner) loaded(image string) (string, bool) {
+	if r.Images == "" {
+		return "", false
+	}
+	dir := LoadedImageDir(r.Images, image)
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return dir, true
+	}
+	return "", false
+}
+
 func (r *ProcessRunner) binary(image string, command []string) (string, string, error) {
-	dir, ok := r.Binaries[ImageRepository(image)]
+	dir, ok := r.loaded(image)
+	if !ok {
+		dir, ok = r.Binaries[ImageRepository(image)]
+	}
 	if !ok {
 		return "", "", fmt.Errorf("no binaries for image %s", image)
 	}

@@ -79,8 +79,10 @@ type Runner interface {
 	Exec(ctx context.Context, spec *ContainerSpec, command []string) (ExecResult, error)
 }
 
-// Router picks a runner by image repository (ImageRepository), falling back to Default.
+// Router picks a runner: Loaded for an image loaded into it (ProcessRunner.Images), else by
+// image repository (ImageRepository), falling back to Default.
 type Router struct {
+	Loaded       *ProcessRunner
 	ByRepository map[string]Runner
 	Default      Runner
 }
@@ -88,6 +90,11 @@ type Router struct {
 var _ Runner = (*Router)(nil)
 
 func (r *Router) runner(image string) Runner {
+	if r.Loaded != nil {
+		if _, ok := r.Loaded.loaded(image); ok {
+			return r.Loaded
+		}
+	}
 	if rr, ok := r.ByRepository[ImageRepository(image)]; ok {
 		return rr
 	}
@@ -108,10 +115,11 @@ func (r *Router) Exec(ctx context.Context, spec *ContainerSpec, command []string
 }
 
 // NewProcessRouter routes the images named in binaries (image repository to directory of
-// binaries) to a ProcessRunner and every other image to NoopRunner.
-func NewProcessRouter(binaries map[string]string) *Router {
-	pr := &ProcessRunner{Binaries: binaries}
-	r := &Router{ByRepository: map[string]Runner{}, Default: NoopRunner{}}
+// binaries) and the images loaded into the directory images (LoadedImageDir; "" for none) to a
+// ProcessRunner, and every other image to NoopRunner.
+func NewProcessRouter(binaries map[string]string, images string) *Router {
+	pr := &ProcessRunner{Binaries: binaries, Images: images}
+	r := &Router{Loaded: pr, ByRepository: map[string]Runner{}, Default: NoopRunner{}}
 	for repo := range binaries {
 		r.ByRepository[repo] = pr
 	}

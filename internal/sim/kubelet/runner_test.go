@@ -22,7 +22,7 @@ func toolRouter(t *testing.T, script string) (*Router, string) {
 	if err := os.WriteFile(filepath.Join(dir, "tool"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return NewProcessRouter(map[string]string{"example.com/tool": dir}), dir
+	return NewProcessRouter(map[string]string{"example.com/tool": dir}, ""), dir
 }
 
 func waitDone(t *testing.T, h Handle) int {
@@ -167,5 +167,53 @@ func TestProcessRunnerSessionOfItsOwn(t *testing.T) {
 	}
 	if bytes.Equal(ours, theirs) || !strings.HasSuffix(strings.TrimSpace(string(theirs)), "nice 0") {
 		t.Errorf("container's autogroup %q (the test's %q), want one of its own at nice 0", theirs, ours)
+	}
+}
+
+// TestLoadedImagesRunTheirOwnBinaries: an image loaded into the images directory runs its own
+// binaries, another tag of the same repository the built ones, and a loaded image of a
+// repository the router does not know runs too: two versions of one image side by side, as an
+// upgrade runs them.
+func TestLoadedImagesRunTheirOwnBinaries(t *testing.T) {
+	built, images := t.TempDir(), t.TempDir()
+	write := func(dir, says string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "tool"), []byte("#!/bin/sh\necho "+says+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(built, "built")
+	write(LoadedImageDir(images, "example.com/tool:0.1.0"), "loaded-0.1.0")
+	write(LoadedImageDir(images, "registry.local:5000/team/tool"), "loaded-latest")
+	r := NewProcessRouter(map[string]string{"example.com/tool": built}, images)
+	for image, want := range map[string]string{
+		"example.com/tool:sim":                       "built",
+		"example.com/tool:0.1.0":                     "loaded-0.1.0",
+		"example.com/tool:0.1.0@sha256:0123456789ab": "loaded-0.1.0",
+		"registry.local:5000/team/tool":              "loaded-latest",
+		"registry.local:5000/team/tool:latest":       "loaded-latest",
+	} {
+		var log bytes.Buffer
+		h, err := r.Start(context.Background(), &ContainerSpec{Image: image, Command: []string{"tool"}, Log: &log})
+		if err != nil {
+			t.Fatalf("%s: %v", image, err)
+		}
+		waitDone(t, h)
+		if got := strings.TrimSpace(log.String()); got != want {
+			t.Errorf("image %s ran %q, want %q", image, got, want)
+		}
+	}
+	// Not loaded and not built: the stand-in, which records what it was given.
+	var log bytes.Buffer
+	h, err := r.Start(context.Background(), &ContainerSpec{Image: "registry.local:5000/team/tool:2.0", Command: []string{"tool"}, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Kill() }()
+	if strings.Contains(log.String(), "loaded") {
+		t.Errorf("an image that was not loaded ran a loaded one's binaries: %q", log.String())
 	}
 }

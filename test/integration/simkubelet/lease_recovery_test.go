@@ -48,7 +48,7 @@ func TestReadyRestoredAfterALapsedLease(t *testing.T) {
 		RESTConfig: cfg, StateDir: dir,
 		Nodes: []kubelet.NodeSpec{{Name: name, InternalIP: "127.10.0.9", Capacity: corev1.ResourceList{
 			corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourcePods: resource.MustParse("10")}}},
-		Runner:             kubelet.NewProcessRouter(map[string]string{kubelet.ImageRepository(sleeperImage): binDir}),
+		Runner:             kubelet.NewProcessRouter(map[string]string{kubelet.ImageRepository(sleeperImage): binDir}, ""),
 		LeaseRenewInterval: time.Second,
 	})
 	if err != nil {

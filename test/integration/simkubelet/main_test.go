@@ -94,7 +94,7 @@ func runKubelet(m *testing.M) int {
 			{Name: nodeA, InternalIP: "127.10.0.1", Capacity: capacity, Labels: map[string]string{"sim.cdplane.io/test": "a"}},
 			{Name: nodeB, InternalIP: "127.10.0.2", Capacity: capacity},
 		},
-		Runner:             kubelet.NewProcessRouter(map[string]string{kubelet.ImageRepository(sleeperImage): binDir}),
+		Runner:             kubelet.NewProcessRouter(map[string]string{kubelet.ImageRepository(sleeperImage): binDir}, ""),
 		LeaseRenewInterval: 2 * time.Second,
 		RestartBackoff:     wait.Backoff{Duration: 200 * time.Millisecond, Cap: time.Second},
 		PrepareBackoff:     wait.Backoff{Duration: 200 * time.Millisecond, Cap: 2 * time.Second},

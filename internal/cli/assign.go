@@ -136,7 +136,7 @@ func (f *assignFlags) run(cmd *cobra.Command, kind lifecycle.TargetKind, verb st
 		errs = append(errs, lifecycle.ValidateAssignment(f.id, lifecycle.Target{Kind: kind, Name: name}))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return refused(verb, err)
+		return usage(refused(verb, err))
 	}
 	c, err := assignClient(cmd, *f)
 	if err != nil {
@@ -173,7 +173,12 @@ func (f *assignFlags) run(cmd *cobra.Command, kind lifecycle.TargetKind, verb st
 		return refused(verb, errors.Unwrap(failed[0]))
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("%d of %d %ss not %sed: %w", len(failed), len(names), kind, verb, errors.Join(failed...))
+		err := fmt.Errorf("%d of %d %ss not %sed: %w", len(failed), len(names), kind, verb, errors.Join(failed...))
+		if !allRefused(failed) {
+			// Something else went wrong too: the exit code says failed, not refused.
+			err = fmt.Errorf("%d of %d %ss not %sed: %v", len(failed), len(names), kind, verb, errors.Join(failed...))
+		}
+		return err
 	}
 	return nil
 }
@@ -206,6 +211,16 @@ func selectedNodes(ctx context.Context, c client.Client, sel labels.Selector) ([
 		names = append(names, n.Name)
 	}
 	return names, nil
+}
+
+// allRefused reports whether every error is a refusal.
+func allRefused(errs []error) bool {
+	for _, err := range errs {
+		if !lifecycle.IsRefused(err) {
+			return false
+		}
+	}
+	return true
 }
 
 // refused says that an ownership rule refused the command (nothing changed); other errors pass
@@ -262,11 +277,11 @@ func assignClient(cmd *cobra.Command, f assignFlags) (client.Client, error) {
 // is not recorded; a recorded node that does not exist is only reported.
 func checkNodes(cmd *cobra.Command, f assignFlags) error {
 	if err := f.validate(); err != nil {
-		return err
+		return usage(err)
 	}
 	if f.id != "" {
 		if err := plane.ValidateID(f.id); err != nil {
-			return err
+			return usage(err)
 		}
 	}
 	c, err := assignClient(cmd, f)

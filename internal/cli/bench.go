@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -28,6 +28,7 @@ func newBenchCommand() *cobra.Command {
 		o        bench.Options
 		modes    string
 		kube     = newKubeFlags(false)
+		output   outputFlags
 		asJSON   bool
 		plotPath string
 		// controllerWhere: process (its own, as in a cluster) or in-process.
@@ -35,7 +36,10 @@ func newBenchCommand() *cobra.Command {
 		nodesNice       int
 	)
 	reg := &cobra.Command{
-		Use:   "registration",
+		Use: "registration",
+		Example: `  cdplane bench registration --nodes 288
+  cdplane bench registration --nodes 2304 --modes cdplane -o json --plot /tmp/registration.svg
+  cdplane bench registration --kubeconfig ~/.kube/bench --modes cdplane`,
 		Short: "N daemons joining one ComputeDomain: this design against the original's protocols and the floor",
 		Long: `Creates a ComputeDomain, N nodes and N daemon pods, then runs N daemon instances in this process
 (daemon service-account identity, the daemon's client QPS/burst) while the benchmark plays each
@@ -54,11 +58,15 @@ that every mode starts on the same empty cluster; with --kubeconfig every mode r
 cluster, one after the other, each on fresh objects.`,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			o.Modes = splitModes(modes)
+			p, err := jsonAlias(&output, asJSON)
+			if err != nil {
+				return usage(err)
+			}
 			if err := o.Validate(); err != nil {
-				return err
+				return usage(err)
 			}
 			if nodesNice < 0 || nodesNice > 19 {
-				return fmt.Errorf("--nodes-nice must be between 0 and 19, got %d", nodesNice)
+				return usage(fmt.Errorf("--nodes-nice must be between 0 and 19, got %d", nodesNice))
 			}
 			if nodesNice > 0 && !loweredCopy() {
 				// Again, in a session of its own: lowering this one would lower the terminal's.
@@ -93,18 +101,18 @@ cluster, one after the other, each on fresh objects.`,
 				o.ControllerCommand = []string{self, "bench", "controller"}
 			case "in-process":
 			default:
-				return fmt.Errorf("--controller must be process or in-process, got %q", controllerWhere)
+				return usage(fmt.Errorf("--controller must be process or in-process, got %q", controllerWhere))
 			}
 			if plotPath != "" {
 				if err := plot.CheckPath(plotPath); err != nil {
-					return err
+					return usage(err)
 				}
 			}
-			// Progress goes to stderr, also with --json (the figures go to stdout): a run at
+			// Progress goes to stderr, also with -o json (the figures go to stdout): a run at
 			// tens of thousands of nodes takes many minutes.
 			o.Progress = cmd.ErrOrStderr()
 			// Thousands of in-process watches log every reconnect; keep the figures readable.
-			silenceKlog()
+			silenceKlog(cmd)
 			var cfg *rest.Config
 			if !kube.given(cmd) {
 				// Its own control plane for the floor and for each mode: every one starts on
@@ -127,10 +135,8 @@ cluster, one after the other, each on fresh objects.`,
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "Wrote the plot of daemons joined over time to %s\n", plotPath)
 			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+			if p != nil {
+				return p.PrintObj(newDocument(kindBenchReport, rep), cmd.OutOrStdout())
 			}
 			printReport(cmd, rep)
 			return nil
@@ -145,7 +151,8 @@ cluster, one after the other, each on fresh objects.`,
 	f.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "Longest wait for one mode's domain to be Ready; a mode that takes longer is reported with this as a lower bound")
 	f.Float64Var(&o.MaxRSSGiB, "max-rss-gib", 12, "Stop a mode once this process and the controller process use this much resident memory together, and report how many had joined; 0: no limit")
 	kube.add(reg)
-	f.BoolVar(&asJSON, "json", false, "Print the figures as JSON")
+	output.add(reg)
+	addJSONAlias(reg, &asJSON)
 	f.StringVar(&plotPath, "plot", "", "Write a picture (.svg) of daemons joined over time, one line per mode and the floor")
 	f.StringVar(&o.ProfileDir, "profile", "", "Write CPU profiles per mode into this directory: this process (the daemon instances; the controller too with --controller in-process), the controller process and the kube-apiserver")
 	f.IntVar(&o.ProfileSeconds, "profile-seconds", 30, "Length of the kube-apiserver's profile (it is taken from the start of each mode)")
@@ -165,7 +172,7 @@ func newBenchControllerCommand() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			silenceKlog()
+			silenceKlog(cmd)
 			return bench.ServeController(cmd.Context(), a, cmd.InOrStdin(), cmd.OutOrStdout())
 		},
 	}
@@ -175,18 +182,25 @@ func newBenchControllerCommand() *cobra.Command {
 
 func newMemoryCommand() *cobra.Command {
 	var (
-		o    bench.MemoryOptions
-		kube = newKubeFlags(false)
+		o      bench.MemoryOptions
+		kube   = newKubeFlags(false)
+		output outputFlags
 	)
 	mem := &cobra.Command{
-		Use:   "memory",
+		Use: "memory",
+		Example: `  cdplane bench memory
+  cdplane bench memory --objects 1000 -o json`,
 		Short: "A plane controller's heap on an empty cluster and with another plane's objects present",
 		Long: `Runs plane-a's controller (ComputeDomains, cleanup, Secret mirroring) in this process until its
 caches synced and reads the Go heap after two GCs: first on an empty cluster, then with --objects
 Secrets, daemon pods and cliques of plane-b present. As a control it measures plane-b's controller,
 which does cache those objects. Without --kubeconfig it starts its own etcd and kube-apiserver.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			silenceKlog()
+			p, err := output.printer()
+			if err != nil {
+				return usage(err)
+			}
+			silenceKlog(cmd)
 			o.Progress = cmd.ErrOrStderr()
 			var given *kubeFlags
 			if kube.given(cmd) {
@@ -201,13 +215,16 @@ which does cache those objects. Without --kubeconfig it starts its own etcd and 
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(rep)
+			if p != nil {
+				return p.PrintObj(newDocument(kindBenchMemory, rep), cmd.OutOrStdout())
+			}
+			printMemoryReport(cmd.OutOrStdout(), rep)
+			return nil
 		},
 	}
 	mem.Flags().IntVar(&o.Objects, "objects", 10000, "Secrets, pods and cliques of the other plane (each)")
 	kube.add(mem)
+	output.add(mem)
 	return mem
 }
 
@@ -319,10 +336,13 @@ func newSlicesCommand() *cobra.Command {
 		o        bench.SlicesOptions
 		channels string
 		kube     = newKubeFlags(false)
+		output   outputFlags
 		asJSON   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "slices",
+		Use: "slices",
+		Example: `  cdplane bench slices --nodes 1000 --num-channels 2048,1
+  cdplane bench slices --nodes 20016 --num-channels 2048 -o json`,
 		Short: "What the kubelet plugin's ResourceSlices cost kube-apiserver, etcd and kube-scheduler, per count of channels",
 		Long: `A slice-only load: for each count in --num-channels it creates --nodes Nodes and, for each, exactly the
 ResourceSlices the kubelet plugin publishes with that --num-channels (channel-0 … channel-(C-1) and
@@ -354,27 +374,29 @@ printing the figures.
 
   cdplane bench slices --nodes 20016 --num-channels 2048,1`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := jsonAlias(&output, asJSON)
+			if err != nil {
+				return usage(err)
+			}
 			counts, err := bench.ParseChannelCounts(channels)
 			if err != nil {
-				return err
+				return usage(err)
 			}
 			o.NumChannels = counts
 			if err := o.Validate(); err != nil {
-				return err
+				return usage(err)
 			}
 			o.Progress = cmd.ErrOrStderr()
-			silenceKlog()
+			silenceKlog(cmd)
 			clusters, err := slicesClusters(cmd, kube)
 			if err != nil {
 				return err
 			}
 			rep, err := bench.Slices(cmd.Context(), clusters, o)
 			if rep != nil && len(rep.Runs) > 0 {
-				if asJSON {
-					enc := json.NewEncoder(cmd.OutOrStdout())
-					enc.SetIndent("", "  ")
-					if jerr := enc.Encode(rep); jerr != nil {
-						return jerr
+				if p != nil {
+					if perr := p.PrintObj(newDocument(kindBenchSlices, rep), cmd.OutOrStdout()); perr != nil {
+						return perr
 					}
 				} else {
 					printSlicesReport(cmd.OutOrStdout(), rep)
@@ -389,7 +411,8 @@ printing the figures.
 	f.DurationVar(&o.SettleTimeout, "settle-timeout", 5*time.Minute, "Longest wait for the scheduler to catch up after creating the objects")
 	f.Float64Var(&o.MaxRSSGiB, "max-rss-gib", 12, "Stop creating once etcd, kube-apiserver and kube-scheduler use this much resident memory together, and measure what is there; 0: no limit (not checked with --kubeconfig)")
 	kube.add(cmd)
-	f.BoolVar(&asJSON, "json", false, "Print the figures as JSON")
+	output.add(cmd)
+	addJSONAlias(cmd, &asJSON)
 	return cmd
 }
 
@@ -502,7 +525,38 @@ func joinedChart(rep *bench.Report) plot.Chart {
 // silenceKlog discards what the Kubernetes libraries log through klog, errors included: the
 // benchmarks report what failed themselves. Output and stderr settings alone still let errors
 // through (klog copies them to stderr above its threshold), such as client-go's "Unexpected
-// error when reading response body" from every watch a mode's deadline cancels.
-func silenceKlog() {
+// error when reading response body" from every watch a mode's deadline cancels. With -v the
+// user asked for those logs, and klog keeps them.
+func silenceKlog(cmd *cobra.Command) {
+	if verbosity(cmd) > 0 {
+		return
+	}
 	klog.SetLogger(logr.Discard())
+}
+
+// addJSONAlias adds --json, the old spelling of -o json, hidden: scripts written for it keep
+// working, and say on stderr what to write instead.
+func addJSONAlias(cmd *cobra.Command, asJSON *bool) {
+	cmd.Flags().BoolVar(asJSON, "json", false, "Print the figures as JSON")
+	_ = cmd.Flags().MarkDeprecated("json", "use -o json")
+}
+
+// jsonAlias is the printer of -o, or of --json.
+func jsonAlias(output *outputFlags, asJSON bool) (printers.ResourcePrinter, error) {
+	if asJSON {
+		if !output.text() && output.format != "json" {
+			return nil, fmt.Errorf("--json and --output %q: give one", output.format)
+		}
+		output.format = "json"
+	}
+	return output.printer()
+}
+
+// printMemoryReport prints bench memory's figures, one a line.
+func printMemoryReport(w io.Writer, rep *bench.MemoryReport) {
+	mib := func(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+	fmt.Fprintf(w, "memory: %d objects of each kind of the other plane\n", rep.Objects)
+	fmt.Fprintf(w, "%-40s %s\n", "plane-a heap, empty cluster", mib(rep.EmptyHeapBytes))
+	fmt.Fprintf(w, "%-40s %s (%.2fx empty)\n", "plane-a heap, plane-b's objects present", mib(rep.LoadedHeapBytes), rep.Ratio)
+	fmt.Fprintf(w, "%-40s %s (%.2fx empty)\n", "plane-b heap (caches those objects)", mib(rep.OwnerHeapBytes), rep.OwnerRatioToEmpty)
 }

@@ -35,7 +35,10 @@ func newDebugCommand() *cobra.Command {
 func newDebugBundleCommand() *cobra.Command {
 	var f debugBundleFlags
 	cmd := &cobra.Command{
-		Use:   "bundle [-o FILE]",
+		Use: "bundle [-o FILE]",
+		Example: `  cdplane debug bundle
+  cdplane debug bundle -o /tmp/cdplane-debug.tar.gz --context prod
+  cdplane debug bundle --log-lines 5000 --as admin --as-group system:masters`,
 		Short: "Write a tar.gz of the planes' and domains' state, events, logs and node files",
 		Long: `Writes one gzipped tar (default cdplane-debug-<UTC time>.tar.gz in the current directory) with:
 status/planes.json and domains/<ns>/<name>/status.json (cdplane status -o json of every plane and
@@ -66,16 +69,16 @@ Tokens such as service account tokens) are replaced by REDACTED in every file.`,
 func runDebugBundle(cmd *cobra.Command, f debugBundleFlags) (err error) {
 	switch {
 	case f.logLines <= 0:
-		return fmt.Errorf("--log-lines must be positive, got %d", f.logLines)
+		return usage(fmt.Errorf("--log-lines must be positive, got %d", f.logLines))
 	case f.timeout <= 0:
-		return fmt.Errorf("--timeout must be positive, got %s", f.timeout)
+		return usage(fmt.Errorf("--timeout must be positive, got %s", f.timeout))
 	}
 	now := time.Now().UTC()
 	if f.output == "" {
 		f.output = "cdplane-debug-" + now.Format("20060102T150405Z") + ".tar.gz"
 	}
 	if info, statErr := os.Stat(f.output); statErr == nil && info.IsDir() {
-		return fmt.Errorf("cannot write the bundle to %s: it is a directory", f.output)
+		return usage(fmt.Errorf("cannot write the bundle to %s: it is a directory", f.output))
 	}
 	// Written beside the output and renamed at the end: a failure leaves no half bundle, and
 	// an existing file is replaced only by a complete one.

@@ -13,6 +13,7 @@ import (
 
 	"cdplane/internal/lifecycle"
 	"cdplane/internal/plane"
+	"cdplane/internal/refusal"
 )
 
 // lifecycleFlags are the flags of install, apply and destroy.
@@ -32,7 +33,9 @@ func (f *lifecycleFlags) addCommon(cmd *cobra.Command) {
 	f.kube = newKubeFlags(false)
 	f.kube.add(cmd)
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 5*time.Minute, "How long to wait for each step")
+	// --verbose was the switch for Helm's log before -v; kept so that scripts still work.
 	cmd.Flags().BoolVar(&f.verbose, "verbose", false, "Print Helm's own log too")
+	_ = cmd.Flags().MarkDeprecated("verbose", "use -v 1")
 }
 
 func (f *lifecycleFlags) addValues(cmd *cobra.Command, upgrade bool) {
@@ -65,11 +68,14 @@ func (f *lifecycleFlags) validateID() error {
 	return plane.ValidateID(f.id)
 }
 
+// manager is a lifecycle Manager on the cluster the kubeconfig flags select. Helm's own log goes
+// to stderr with -v 1 or more (or --verbose), apart from the progress on stdout.
 func (f *lifecycleFlags) manager(cmd *cobra.Command) (*lifecycle.Manager, error) {
-	return lifecycle.New(lifecycle.Options{
-		Getter: f.kube.getter(), Out: cmd.OutOrStdout(),
-		Timeout: f.timeout, Wait: f.wait, Verbose: f.verbose,
-	})
+	opts := lifecycle.Options{Getter: f.kube.getter(), Out: cmd.OutOrStdout(), Timeout: f.timeout, Wait: f.wait}
+	if f.verbose || verbosity(cmd) >= 1 {
+		opts.HelmLog = cmd.ErrOrStderr()
+	}
+	return lifecycle.New(opts)
 }
 
 // values merges the value files and --set flags as helm does.
@@ -108,20 +114,22 @@ func newDeployCommand(verb, short string, upgrade bool) *cobra.Command {
 	prereq := &cobra.Command{
 		Use:   "prerequisites",
 		Short: "The CRDs, DeviceClasses and admission policies every plane shares (once per cluster)",
+		Example: "  cdplane " + verb + " prerequisites\n" +
+			"  cdplane " + verb + " prerequisites --set adminGroups={system:masters} --context prod",
 		Long: `Installs (or upgrades) Helm release ` + lifecycle.PrerequisitesRelease + ` in namespace ` + lifecycle.PrerequisitesNamespace + `,
 then waits until the ComputeDomain API is served and its admission policies admit writes. An
 existing object with one of its names that the release does not own stops it before any change.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := pf.validate(); err != nil {
-				return err
+				return usage(err)
 			}
 			vals, err := pf.values()
 			if err != nil {
-				return err
+				return usage(err)
 			}
 			if _, err := lifecycle.RenderPrerequisites(vals); err != nil {
-				return err
+				return usage(err)
 			}
 			m, err := pf.manager(cmd)
 			if err != nil {
@@ -138,8 +146,9 @@ existing object with one of its names that the release does not own stops it bef
 
 	var f lifecycleFlags
 	planeCmd := &cobra.Command{
-		Use:   "plane --" + plane.FlagName + " ID",
-		Short: "One control plane: controller, kubelet plugin, service accounts, RBAC",
+		Use:     "plane --" + plane.FlagName + " ID",
+		Short:   "One control plane: controller, kubelet plugin, service accounts, RBAC",
+		Example: deployPlaneExample(verb),
 		Long: `Installs (or upgrades) control plane ID as Helm release <ID>-cdplane in namespace
 <ID>-cdplane (the legacy plane, with an empty id: release and namespace "cdplane"). Before any
 change it checks that every namespace the plane will use is absent or already labelled for it,
@@ -150,18 +159,18 @@ waits for the controller and the kubelet plugin to be ready, printing progress.`
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := errors.Join(f.validate(), f.validateID()); err != nil {
-				return err
+				return usage(err)
 			}
 			vals, err := f.values()
 			if err != nil {
-				return err
+				return usage(err)
 			}
 			mode := lifecycle.ResetValues // an install starts from the chart's defaults
 			if upgrade {
 				mode = f.valuesMode()
 			}
 			if err := lifecycle.CheckPlaneValues(f.id, vals, mode); err != nil {
-				return err
+				return usage(err)
 			}
 			m, err := f.manager(cmd)
 			if err != nil {
@@ -185,12 +194,13 @@ func newDestroyCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "destroy", Short: "Remove one control plane, or the shared prerequisites once no plane is left"}
 	var pf lifecycleFlags
 	prereq := &cobra.Command{
-		Use:   "prerequisites",
-		Short: "Uninstall the shared prerequisites (refused while any plane or ComputeDomain exists)",
-		Args:  cobra.NoArgs,
+		Use:     "prerequisites",
+		Short:   "Uninstall the shared prerequisites (refused while any plane or ComputeDomain exists)",
+		Example: "  cdplane destroy prerequisites",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := pf.validate(); err != nil {
-				return err
+				return usage(err)
 			}
 			m, err := pf.manager(cmd)
 			if err != nil {
@@ -204,6 +214,9 @@ func newDestroyCommand() *cobra.Command {
 	planeCmd := &cobra.Command{
 		Use:   "plane --" + plane.FlagName + " ID",
 		Short: "Remove control plane ID and everything it created, nothing else",
+		Example: "  cdplane destroy plane --" + plane.FlagName + " plane-a\n" +
+			"  cdplane destroy plane --" + plane.FlagName + " plane-a --delete-domains\n" +
+			"  cdplane destroy plane --" + plane.FlagName + "=   # the legacy plane",
 		Long: `Refused while the plane has ComputeDomains, unless --delete-domains: then each is deleted
 (re-checked right before) and destroy waits until the controller has run its finalizer. Then the
 plane's namespaces and nodes are unassigned (labels, RoleBindings, mirrored Secrets), its Helm
@@ -213,7 +226,7 @@ one of its canonical cluster-scoped names afterwards is reported, never swept. T
 (--` + plane.FlagName + `=): without the flag or $` + plane.EnvVar + `, destroy refuses.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := errors.Join(f.validate(), explicitID(cmd), f.validateID()); err != nil {
+			if err := errors.Join(usage(f.validate()), explicitID(cmd), usage(f.validateID())); err != nil {
 				return err
 			}
 			m, err := f.manager(cmd)
@@ -230,13 +243,23 @@ one of its canonical cluster-scoped names afterwards is reported, never swept. T
 	return cmd
 }
 
+// deployPlaneExample is the Example of install plane and apply plane.
+func deployPlaneExample(verb string) string {
+	if verb == "install" {
+		return "  cdplane install plane --" + plane.FlagName + " plane-a --set image.repository=registry.example/cdplane\n" +
+			"  cdplane install plane --" + plane.FlagName + " plane-a -f values.yaml -v 1"
+	}
+	return "  cdplane apply plane --" + plane.FlagName + " plane-a --set logVerbosity=4\n" +
+		"  cdplane apply plane --" + plane.FlagName + " plane-a --reset-values -f values.yaml"
+}
+
 // explicitID refuses a destructive command whose plane was not named: neither the flag nor the
 // environment variable gave an id, so the default, the legacy plane, would be destroyed.
 func explicitID(cmd *cobra.Command) error {
 	if cmd.Flags().Changed(plane.FlagName) || os.Getenv(plane.EnvVar) != "" {
 		return nil
 	}
-	return fmt.Errorf("name the control plane to destroy: --%s ID, or --%s= for the legacy plane", plane.FlagName, plane.FlagName)
+	return refusal.Errorf("name the control plane to destroy: --%s ID, or --%s= for the legacy plane", plane.FlagName, plane.FlagName)
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"cdplane/internal/refusal"
 	"cdplane/internal/version"
 )
 
@@ -25,8 +26,26 @@ import (
 // promise unlocked), and tests run commands from parallel tests.
 var quietRuntimeLogs sync.Once
 
-// Main runs the command line and returns the exit code. It may run on several goroutines at once.
+// Main runs the command line and returns the exit code: 0 done, 1 failed, 2 a usage error,
+// 3 refused by a safety check (exitOK and the others). It may run on several goroutines at once.
 func Main(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	ctx, stop := signalContext()
+	defer stop()
+	err := root.ExecuteContext(context.WithValue(ctx, argsKey{}, args))
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code) // the child that did the work has said what went wrong
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "cdplane:", err)
+	}
+	return exitCodeOf(err)
+}
+
+// newRoot builds the command tree, writing to stdout and stderr.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "cdplane",
 		Short: "Install, run and inspect cdplane: ComputeDomains (multi-node NVLink IMEX) on Kubernetes",
@@ -37,13 +56,19 @@ This CLI installs and upgrades its Helm releases (install, apply, destroy), assi
 namespaces and nodes to control planes (assign, unassign), shows what runs (status),
 collects what support needs (debug bundle), runs a simulated GPU cluster (sim) and
 measures (bench).`,
+		Example: `  cdplane install prerequisites
+  cdplane install plane --control-plane-id plane-a --set image.repository=registry.example/cdplane
+  cdplane status -n team-a`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version.Version,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return usage(setVerbosity(verbosity(cmd)))
+		},
 	}
+	addVerbosity(root)
 	root.SetVersionTemplate(version.String("cdplane") + "\n")
 	quietRuntimeLogs.Do(func() { ctrl.SetLogger(logr.Discard()) })
-	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newBenchCommand())
@@ -53,18 +78,36 @@ measures (bench).`,
 	root.AddCommand(newStatusCommand())
 	root.AddCommand(newDebugCommand())
 	root.AddCommand(newVersionCommand())
+	root.Args = func(cmd *cobra.Command, args []string) error { return usage(unknownSubcommand(cmd, args)) }
+	root.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 	strictArgs(root)
-	ctx, stop := signalContext()
-	defer stop()
-	if err := root.ExecuteContext(context.WithValue(ctx, argsKey{}, args)); err != nil {
-		var code exitCode
-		if errors.As(err, &code) {
-			return int(code) // the child that did the work has said what went wrong
-		}
-		fmt.Fprintln(stderr, "cdplane:", err)
-		return 1
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	flagNoticesTo(root, stderr)
+	return root
+}
+
+// exitCodeOf is the exit code for what a command returned. A refusal wins over a usage error:
+// a check that refused (the plane's own driver namespace given to assign) is one even when it
+// needs no cluster to say so.
+func exitCodeOf(err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case refusal.Is(err):
+		return exitRefused
+	case isUsage(err):
+		return exitUsage
 	}
-	return 0
+	return exitError
+}
+
+// flagNoticesTo sends what pflag prints while parsing (a deprecated flag's notice) to stderr:
+// cobra would print it on the command's output, which is stdout here, inside -o json.
+func flagNoticesTo(cmd *cobra.Command, stderr io.Writer) {
+	cmd.Flags().SetOutput(stderr)
+	for _, c := range cmd.Commands() {
+		flagNoticesTo(c, stderr)
+	}
 }
 
 // signalContext returns the context commands run in. The first SIGINT or SIGTERM ends it: a
@@ -91,7 +134,8 @@ func signalContext() (context.Context, context.CancelFunc) {
 	}
 }
 
-// strictArgs makes every command below the root refuse arguments it does not take. Cobra
+// strictArgs makes every command below the root refuse arguments it does not take, as usage
+// errors (the argument checks of the commands themselves included). Cobra
 // would print a group's help and exit 0 for `cdplane assign nmespace x`, so a typo would pass
 // for success; a group now refuses the unknown subcommand, and without arguments still prints
 // its help. A command that declares no argument rule takes no arguments, instead of ignoring
@@ -106,6 +150,8 @@ func strictArgs(cmd *cobra.Command) {
 		case c.Args == nil:
 			c.Args = cobra.NoArgs
 		}
+		check := c.Args
+		c.Args = func(cmd *cobra.Command, args []string) error { return usage(check(cmd, args)) }
 		strictArgs(c)
 	}
 }

@@ -28,7 +28,7 @@ const reachedCluster = "loading the kubeconfig"
 type cliCase struct {
 	args []string
 	env  string // $CDPLANE_CONTROL_PLANE_ID; unset when empty
-	code int    // wanted exit status (0 or 1)
+	code int    // wanted exit status: 0, 1, 2 (usage) or 3 (refused)
 	// stderr: wanted on stderr (after "cdplane: " when code is 1); stdout: wanted on stdout.
 	stderr, stdout string
 }
@@ -103,15 +103,15 @@ func TestRoot(t *testing.T) {
 	runCases(t, map[string]cliCase{
 		"no command prints help":       {args: nil, stdout: "Available Commands:"},
 		"help":                         {args: []string{"--help"}, stdout: "Available Commands:"},
-		"unknown command":              {args: []string{"frobnicate"}, code: 1, stderr: `unknown command "frobnicate" for "cdplane"`},
-		"unknown flag":                 {args: []string{"--frobnicate"}, code: 1, stderr: "unknown flag: --frobnicate"},
+		"unknown command":              {args: []string{"frobnicate"}, code: 2, stderr: `unknown command "frobnicate" for "cdplane"`},
+		"unknown flag":                 {args: []string{"--frobnicate"}, code: 2, stderr: "unknown flag: --frobnicate"},
 		"a group alone prints help":    {args: []string{"assign"}, stdout: "Available Commands:"},
 		"a group's help":               {args: []string{"install", "--help"}, stdout: "prerequisites"},
-		"a typo in a group":            {args: []string{"assign", "nmespace", "team-a"}, code: 1, stderr: `unknown command "nmespace" for "cdplane assign"; did you mean namespace?`},
-		"no suggestion when far":       {args: []string{"destroy", "everything"}, code: 1, stderr: `unknown command "everything" for "cdplane destroy"` + "\n"},
-		"a flag on a group":            {args: []string{"assign", "--control-plane-id", "plane-a"}, code: 1, stderr: "unknown flag: --control-plane-id"},
-		"typos in bench and sim":       {args: []string{"bench", "registraton"}, code: 1, stderr: `unknown command "registraton" for "cdplane bench"; did you mean registration?`},
-		"a typo under sim":             {args: []string{"sim", "upp"}, code: 1, stderr: `unknown command "upp" for "cdplane sim"; did you mean up?`},
+		"a typo in a group":            {args: []string{"assign", "nmespace", "team-a"}, code: 2, stderr: `unknown command "nmespace" for "cdplane assign"; did you mean namespace?`},
+		"no suggestion when far":       {args: []string{"destroy", "everything"}, code: 2, stderr: `unknown command "everything" for "cdplane destroy"` + "\n"},
+		"a flag on a group":            {args: []string{"assign", "--control-plane-id", "plane-a"}, code: 2, stderr: "unknown flag: --control-plane-id"},
+		"typos in bench and sim":       {args: []string{"bench", "registraton"}, code: 2, stderr: `unknown command "registraton" for "cdplane bench"; did you mean registration?`},
+		"a typo under sim":             {args: []string{"sim", "upp"}, code: 2, stderr: `unknown command "upp" for "cdplane sim"; did you mean up?`},
 		"a subcommand's help":          {args: []string{"assign", "node", "--help"}, stdout: "cdplane assign node (NAME... | -l SELECTOR) --control-plane-id ID [flags]"},
 		"a subcommand's help, invalid": {args: []string{"install", "plane", "--help", "--control-plane-id", "Plane-A"}, stdout: "--control-plane-id"},
 	})
@@ -121,18 +121,18 @@ func TestRoot(t *testing.T) {
 // anything (the commands are another package's; these cases only read them).
 func TestBenchAndSimValidation(t *testing.T) {
 	runCases(t, map[string]cliCase{
-		"bench: no nodes":                           {args: []string{"bench", "registration", "--nodes", "0"}, code: 1, stderr: "--nodes must be at least 1, got 0"},
-		"bench: clique size":                        {args: []string{"bench", "registration", "--clique-size", "0"}, code: 1, stderr: "--clique-size must be between 1 and"},
-		"bench: arrival":                            {args: []string{"bench", "registration", "--arrival", "sometimes"}, code: 1, stderr: `--arrival must be burst or ramp, got "sometimes"`},
-		"bench: unknown mode":                       {args: []string{"bench", "registration", "--modes", "cdplane,fast"}, code: 1, stderr: `unknown mode "fast"`},
-		"bench: nodes nice":                         {args: []string{"bench", "registration", "--nodes-nice", "20"}, code: 1, stderr: "--nodes-nice must be between 0 and 19, got 20"},
-		"bench: controller":                         {args: []string{"bench", "registration", "--controller", "elsewhere"}, code: 1, stderr: `--controller must be process or in-process, got "elsewhere"`},
+		"bench: no nodes":                           {args: []string{"bench", "registration", "--nodes", "0"}, code: 2, stderr: "--nodes must be at least 1, got 0"},
+		"bench: clique size":                        {args: []string{"bench", "registration", "--clique-size", "0"}, code: 2, stderr: "--clique-size must be between 1 and"},
+		"bench: arrival":                            {args: []string{"bench", "registration", "--arrival", "sometimes"}, code: 2, stderr: `--arrival must be burst or ramp, got "sometimes"`},
+		"bench: unknown mode":                       {args: []string{"bench", "registration", "--modes", "cdplane,fast"}, code: 2, stderr: `unknown mode "fast"`},
+		"bench: nodes nice":                         {args: []string{"bench", "registration", "--nodes-nice", "20"}, code: 2, stderr: "--nodes-nice must be between 0 and 19, got 20"},
+		"bench: controller":                         {args: []string{"bench", "registration", "--controller", "elsewhere"}, code: 2, stderr: `--controller must be process or in-process, got "elsewhere"`},
 		"bench: controller process without its run": {args: []string{"bench", "controller", "--kubeconfig", "{missing}", "--driver-namespace", "ns"}, code: 1, stderr: "--run is required"},
 		// --nodes 0 keeps a regression from starting a benchmark: the arguments are refused first.
-		"bench: arguments":        {args: []string{"bench", "registration", "288", "--nodes", "0"}, code: 1, stderr: `unknown command "288" for "cdplane bench registration"`},
+		"bench: arguments":        {args: []string{"bench", "registration", "288", "--nodes", "0"}, code: 2, stderr: `unknown command "288" for "cdplane bench registration"`},
 		"sim up: no nodes":        {args: []string{"sim", "up", "--nodes", "0", "--state-dir", "{dir}"}, code: 1, stderr: "--nodes 0: want 1..20000"},
 		"sim up: invalid plane":   {args: []string{"sim", "up", "--planes", "plane-a,Plane-B", "--state-dir", "{dir}"}, code: 1, stderr: `--planes: invalid control-plane id "Plane-B"`},
-		"sim up: arguments":       {args: []string{"sim", "up", "36"}, code: 1, stderr: `unknown command "36" for "cdplane sim up"`},
+		"sim up: arguments":       {args: []string{"sim", "up", "36"}, code: 2, stderr: `unknown command "36" for "cdplane sim up"`},
 		"sim down: nothing there": {args: []string{"sim", "down", "--state-dir", "{missing}"}, stdout: "No simulated cluster in"},
 		"sim job: nothing there":  {args: []string{"sim", "job", "--state-dir", "{dir}"}, code: 1, stderr: "no simulated cluster in"},
 	})

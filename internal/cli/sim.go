@@ -21,6 +21,9 @@ func newSimCommand() *cobra.Command {
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Start a simulated cluster in the background and install cdplane on it",
+		Example: `  cdplane sim up
+  cdplane sim up --nodes 72 --planes plane-a,plane-b
+  cdplane sim up --nodes 1152 --runner in-process`,
 		Long: `Builds (once, cached) etcd, the Kubernetes control plane and kubectl from source, and
 cdplane's binaries; starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
 loopback, then the simulated kubelet for --nodes nodes in racks of --rack-size (one NVLink clique
@@ -61,9 +64,10 @@ stopped one is removed first.`,
 
 	var downDir string
 	down := &cobra.Command{
-		Use:   "down",
-		Short: "Stop everything `sim up` started and remove its state",
-		Args:  cobra.NoArgs,
+		Use:     "down",
+		Short:   "Stop everything `sim up` started and remove its state",
+		Example: "  cdplane sim down",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := sim.Load(downDir)
 			if err != nil {
@@ -86,6 +90,9 @@ stopped one is removed first.`,
 	job := &cobra.Command{
 		Use:   "job",
 		Short: "Run a ComputeDomain job across the sim's nodes and report time to Ready and peak memory",
+		Example: `  cdplane sim job
+  cdplane sim job --nodes 18 --keep
+  cdplane sim job --plot /tmp/job.svg`,
 		Long: `Creates a ComputeDomain with numNodes --nodes and an Indexed Job of --nodes pods (one per
 node, each claiming the domain's channel, as in the README sample) on the running sim, waits with
 progress for the domain to be Ready and every pod Running, prints both times, where the time

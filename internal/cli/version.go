@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -12,28 +11,25 @@ import (
 // newVersionCommand prints the CLI's version, which is also the version of the charts it
 // installs and of the image they run (internal/version).
 func newVersionCommand() *cobra.Command {
-	var output string
+	var output outputFlags
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version of this CLI, of the charts it installs and of the image they run",
 		Example: `  cdplane version
-  cdplane version -o json`,
+  cdplane version -o json
+  cdplane version -o jsonpath='{.version}'`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch output {
-			case "":
-				fmt.Fprintln(cmd.OutOrStdout(), version.String("cdplane"))
-			case "json":
-				b, err := json.MarshalIndent(version.Get(), "", "  ")
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), string(b))
-			default:
-				return fmt.Errorf("--output %q: must be json or empty", output)
+			p, err := output.printer()
+			if err != nil {
+				return usage(err)
 			}
-			return nil
+			if p == nil {
+				fmt.Fprintln(cmd.OutOrStdout(), version.String("cdplane"))
+				return nil
+			}
+			return p.PrintObj(newDocument(kindVersion, version.Get()), cmd.OutOrStdout())
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: json (default: one line)")
+	output.add(cmd)
 	return cmd
 }

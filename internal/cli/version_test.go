@@ -12,8 +12,9 @@ func TestVersionCommand(t *testing.T) {
 	runCases(t, map[string]cliCase{
 		"one line":       {args: []string{"version"}, stdout: "cdplane " + version.Version + " (commit "},
 		"the root flag":  {args: []string{"--version"}, stdout: "cdplane " + version.Version + " (commit "},
-		"unknown output": {args: []string{"version", "-o", "yaml"}, code: 1, stderr: `--output "yaml": must be json or empty`},
-		"takes no args":  {args: []string{"version", "now"}, code: 1, stderr: `unknown command "now" for "cdplane version"`},
+		"unknown output": {args: []string{"version", "-o", "wide"}, code: 2, stderr: `--output "wide": want one of text, json, yaml, jsonpath=TEMPLATE, jsonpath-file=FILE`},
+		"yaml":           {args: []string{"version", "-o", "yaml"}, stdout: "kind: Version\n"},
+		"takes no args":  {args: []string{"version", "now"}, code: 2, stderr: `unknown command "now" for "cdplane version"`},
 	})
 	code, stdout, stderr := run(t, "", "version", "-o", "json")
 	if code != 0 {

@@ -19,8 +19,8 @@ import (
 // storing releases as Secrets like the helm CLI does, so `helm list` shows them.
 func (m *Manager) helmFor(namespace string) (*action.Configuration, error) {
 	handler := slog.Handler(slog.DiscardHandler)
-	if m.opts.Verbose {
-		handler = slog.NewTextHandler(m.out, &slog.HandlerOptions{Level: slog.LevelDebug})
+	if m.opts.HelmLog != nil {
+		handler = slog.NewTextHandler(m.opts.HelmLog, &slog.HandlerOptions{Level: slog.LevelDebug})
 	}
 	cfg := action.NewConfiguration(action.ConfigurationSetLogger(handler))
 	if err := cfg.Init(m.getter.inNamespace(namespace), namespace, "secret"); err != nil {

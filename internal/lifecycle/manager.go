@@ -44,8 +44,8 @@ type Options struct {
 	// Wait waits for the plane's controller and kubelet plugin to be ready after install or
 	// apply (the prerequisites are always waited for).
 	Wait bool
-	// Verbose passes Helm's own log to Out.
-	Verbose bool
+	// HelmLog receives Helm's own log (nil: discarded).
+	HelmLog io.Writer
 	// Poll is how often waits look again (default 1s).
 	Poll time.Duration
 }

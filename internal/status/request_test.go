@@ -10,24 +10,26 @@ import (
 func TestValidateRequest(t *testing.T) {
 	cases := map[string]struct {
 		namespace string
+		all       bool
 		args      []string
-		output    string
 		wantErr   string
 	}{
-		"planes":                  {output: "text"},
-		"planes as JSON":          {output: "json"},
-		"a domain":                {namespace: "team-a", args: []string{"train.v2"}, output: "text"},
-		"an unknown format":       {output: "yaml", wantErr: `--output "yaml": want text or json`},
-		"a name without -n":       {args: []string{"train"}, output: "text", wantErr: `ComputeDomain "train": give its namespace too (cdplane status -n NAMESPACE train)`},
-		"-n without a name":       {namespace: "team-a", output: "text", wantErr: "-n team-a: give the ComputeDomain's name too"},
-		"two names":               {namespace: "team-a", args: []string{"a", "b"}, output: "text", wantErr: "want at most one ComputeDomain name, got 2 arguments"},
-		"an invalid namespace":    {namespace: "Team_A", args: []string{"train"}, output: "text", wantErr: `invalid namespace name "Team_A"`},
-		"an invalid name":         {namespace: "team-a", args: []string{"../x"}, output: "text", wantErr: `invalid ComputeDomain name "../x"`},
-		"every problem is listed": {namespace: "team-a", args: []string{"X"}, output: "yml", wantErr: `--output "yml": want text or json` + "\n" + `invalid ComputeDomain name "X"`},
+		"planes":                       {},
+		"a namespace's domains":        {namespace: "team-a"},
+		"every namespace's domains":    {all: true},
+		"a domain":                     {namespace: "team-a", args: []string{"train.v2"}},
+		"a domain in the context's ns": {args: []string{"train"}},
+		"two names":                    {namespace: "team-a", args: []string{"a", "b"}, wantErr: "want at most one ComputeDomain name, got 2 arguments"},
+		"a name with -A":               {all: true, args: []string{"train"}, wantErr: `ComputeDomain "train": -A lists every namespace's domains`},
+		"-n with -A":                   {namespace: "team-a", all: true, wantErr: "-n team-a and -A: give one namespace or every namespace, not both"},
+		"an invalid namespace":         {namespace: "Team_A", args: []string{"train"}, wantErr: `invalid namespace name "Team_A"`},
+		"an invalid namespace alone":   {namespace: "Team_A", wantErr: `invalid namespace name "Team_A"`},
+		"an invalid name":              {namespace: "team-a", args: []string{"../x"}, wantErr: `invalid ComputeDomain name "../x"`},
+		"every problem is listed":      {namespace: "Team", args: []string{"X"}, wantErr: `invalid ComputeDomain name "X"` + ": a lowercase RFC 1123 subdomain"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			err := ValidateRequest(tc.namespace, tc.args, tc.output)
+			err := ValidateRequest(tc.namespace, tc.all, tc.args)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Errorf("unexpected error: %v", err)
@@ -35,6 +37,9 @@ func TestValidateRequest(t *testing.T) {
 				t.Errorf("error %v, want it to contain %q", err, tc.wantErr)
 			}
 		})
+	}
+	if err := ValidateRequest("Team", false, []string{"X"}); err == nil || !strings.Contains(err.Error(), `invalid namespace name "Team"`) {
+		t.Errorf("an invalid name and namespace: %v, want both named", err)
 	}
 }
 
@@ -45,10 +50,10 @@ func FuzzValidateRequest(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, ns, name string) {
-		if ValidateRequest(ns, []string{name}, OutputText) != nil {
+		if ValidateRequest(ns, false, []string{name}) != nil {
 			return
 		}
-		if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		if (ns != "" && len(validation.IsDNS1123Label(ns)) > 0) || len(validation.IsDNS1123Subdomain(name)) > 0 {
 			t.Errorf("accepted namespace %q, name %q", ns, name)
 		}
 	})

@@ -206,21 +206,23 @@ current-context: x
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// code: 2 for what the command line got wrong, found before any request; 1 for the rest.
 	cases := map[string]struct {
 		args []string
 		want string
+		code int
 	}{
-		"output directory missing": {[]string{"-o", filepath.Join(dir, "missing", "b.tar.gz"), "--kubeconfig", unreachable}, "cannot write the bundle to " + filepath.Join(dir, "missing", "b.tar.gz")},
-		"output is a directory":    {[]string{"-o", dir, "--kubeconfig", unreachable}, "cannot write the bundle to " + dir + ": it is a directory"},
-		"cluster unreachable":      {[]string{"-o", filepath.Join(dir, "b.tar.gz"), "--kubeconfig", unreachable}, "the cluster at https://127.0.0.1:1 cannot be reached"},
-		"log lines":                {[]string{"--log-lines", "0"}, "--log-lines must be positive"},
+		"output directory missing": {[]string{"-o", filepath.Join(dir, "missing", "b.tar.gz"), "--kubeconfig", unreachable}, "cannot write the bundle to " + filepath.Join(dir, "missing", "b.tar.gz"), 1},
+		"output is a directory":    {[]string{"-o", dir, "--kubeconfig", unreachable}, "cannot write the bundle to " + dir + ": it is a directory", 2},
+		"cluster unreachable":      {[]string{"-o", filepath.Join(dir, "b.tar.gz"), "--kubeconfig", unreachable}, "the cluster at https://127.0.0.1:1 cannot be reached", 1},
+		"log lines":                {[]string{"--log-lines", "0"}, "--log-lines must be positive", 2},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			code := cli.Main(append([]string{"debug", "bundle", "--timeout", "5s"}, tc.args...), &stdout, &stderr)
-			if code != 1 || !strings.Contains(stderr.String(), tc.want) {
-				t.Errorf("exit %d, stderr %q, want 1 and %q", code, stderr.String(), tc.want)
+			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q, want %d and %q", code, stderr.String(), tc.code, tc.want)
 			}
 		})
 	}

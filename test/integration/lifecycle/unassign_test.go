@@ -70,7 +70,7 @@ func TestForcedUnassignRefusedWhileClaimsPrepared(t *testing.T) {
 		if force {
 			args = append(args, "--force")
 		}
-		out := cliSays(t, 1, []string{"refused", ns + "/in-use (reserved for pods/worker-0)"}, args...)
+		out := cliSays(t, 3, []string{"refused", ns + "/in-use (reserved for pods/worker-0)"}, args...)
 		for _, not := range []string{"idle", "other-driver"} {
 			if strings.Contains(out, ns+"/"+not) {
 				t.Errorf("the refusal names claim %s, which does not block:\n%s", not, out)

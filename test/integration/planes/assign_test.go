@@ -62,11 +62,12 @@ func mustCLI(t *testing.T, want []string, args ...string) {
 	}
 }
 
-// refusedCLI runs the CLI and fails the test unless it exits 1 naming every want.
+// refusedCLI runs the CLI and fails the test unless it exits 3 (refused by a safety check)
+// naming every want.
 func refusedCLI(t *testing.T, want []string, args ...string) {
 	t.Helper()
 	code, out := runCLI(t, args...)
-	if code != 1 || !strings.Contains(out, "refused") {
+	if code != 3 || !strings.Contains(out, "refused") {
 		t.Fatalf("cdplane %s: exit %d, want a refusal:\n%s", strings.Join(args, " "), code, out)
 	}
 	for _, w := range want {
@@ -336,8 +337,8 @@ func TestAssignRefusedWhenAnotherPlaneOwns(t *testing.T) {
 		"unassign node " + node + " --control-plane-id=":         "a control-plane id is required",
 	} {
 		code, out := runCLI(t, strings.Fields(args)...)
-		if code != 1 || !strings.Contains(out, want) {
-			t.Errorf("cdplane %s: exit %d, output %q; want exit 1 naming %q", args, code, out, want)
+		if code != 2 || !strings.Contains(out, want) {
+			t.Errorf("cdplane %s: exit %d, output %q; want exit 2 (usage) naming %q", args, code, out, want)
 		}
 	}
 }

@@ -170,7 +170,7 @@ func (f *assignFlags) run(cmd *cobra.Command, kind lifecycle.TargetKind, verb st
 		}
 	}
 	if len(names) == 1 && len(failed) == 1 {
-		return refused(verb, errors.Unwrap(failed[0]))
+		return errors.Unwrap(failed[0]) // already says "refused", once
 	}
 	if len(failed) > 0 {
 		err := fmt.Errorf("%d of %d %ss not %sed: %w", len(failed), len(names), kind, verb, errors.Join(failed...))

@@ -106,6 +106,7 @@ interrupted.`,
 	}
 	fs := cmd.Flags()
 	f.kube.add(cmd)
+	fs.Lookup("namespace").Usage = "List the ComputeDomains of this namespace, or look NAME up in it (default for NAME: the kubeconfig context's namespace)"
 	fs.BoolVarP(&f.allNamespaces, "all-namespaces", "A", false, "List the ComputeDomains of every namespace")
 	f.output.add(cmd)
 	fs.BoolVarP(&f.watch, "watch", "w", false, "Draw again every 2 s until interrupted")

@@ -70,6 +70,9 @@ func refusedCLI(t *testing.T, want []string, args ...string) {
 	if code != 3 || !strings.Contains(out, "refused") {
 		t.Fatalf("cdplane %s: exit %d, want a refusal:\n%s", strings.Join(args, " "), code, out)
 	}
+	if n := strings.Count(out, "refused:"); n != 1 {
+		t.Errorf("cdplane %s says refused %d times, want once:\n%s", strings.Join(args, " "), n, out)
+	}
 	for _, w := range want {
 		if !strings.Contains(out, w) {
 			t.Fatalf("cdplane %s: refusal does not name %q:\n%s", strings.Join(args, " "), w, out)

@@ -15,6 +15,17 @@ import (
 	charts "cdplane/deployments/helm"
 )
 
+// FieldManager is the field manager of every object Helm writes for cdplane. Helm names it
+// after the running binary otherwise: an install by `cdplane`, an upgrade by a renamed binary
+// (`cdplane-0.2.0`) or by a program embedding the library were different managers of the
+// same fields, and the upgrade's server-side apply failed on conflicts.
+const FieldManager = "cdplane"
+
+func init() {
+	// Helm reads it at every write; set once, before anything runs.
+	kube.ManagedFieldsManager = FieldManager
+}
+
 // helmFor returns a Helm action configuration acting in namespace (all namespaces when empty),
 // storing releases as Secrets like the helm CLI does, so `helm list` shows them.
 func (m *Manager) helmFor(namespace string) (*action.Configuration, error) {
@@ -132,6 +143,10 @@ func (m *Manager) installOrUpgrade(ctx context.Context, chartName, name, namespa
 		u := action.NewUpgrade(cfg)
 		u.Namespace = namespace
 		u.ServerSideApply = "true"
+		// The release's objects are the release's: a field set since by another manager (a
+		// `helm upgrade` by hand, an older CLI, a kubectl edit) is taken back, as Helm's
+		// three-way merge took it back before server-side apply, instead of failing.
+		u.ForceConflicts = true
 		u.WaitStrategy = kube.HookOnlyStrategy
 		u.Timeout = m.opts.Timeout
 		u.MaxHistory = 10

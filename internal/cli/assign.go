@@ -176,7 +176,7 @@ func (f *assignFlags) run(cmd *cobra.Command, kind lifecycle.TargetKind, verb st
 		err := fmt.Errorf("%d of %d %ss not %sed: %w", len(failed), len(names), kind, verb, errors.Join(failed...))
 		if !allRefused(failed) {
 			// Something else went wrong too: the exit code says failed, not refused.
-			err = fmt.Errorf("%d of %d %ss not %sed: %v", len(failed), len(names), kind, verb, errors.Join(failed...))
+			err = fmt.Errorf("%d of %d %ss not %sed: %s", len(failed), len(names), kind, verb, errors.Join(failed...).Error())
 		}
 		return err
 	}

@@ -40,6 +40,10 @@ func TestUsageExitCode(t *testing.T) {
 		"no -n where it means none":                {args: []string{"assign", "namespace", "team-a", "--control-plane-id", "plane-a", "-n", "x"}, code: 2, stderr: "unknown shorthand flag: 'n'"},
 		"a valid status reaches the cluster":       {args: []string{"status", "-n", "team-a", "-o", "name", "--kubeconfig", "{missing}"}, code: 1, stderr: reachedCluster},
 		"a domain without -n reads the kubeconfig": {args: []string{"status", "train", "--kubeconfig", "{missing}"}, code: 1, stderr: reachedCluster},
+		// bench starts a control plane of its own unless a kubeconfig flag names a cluster.
+		"bench memory on the cluster given":      {args: []string{"bench", "memory", "--kubeconfig", "{missing}"}, code: 1, stderr: reachedCluster},
+		"bench slices on the context given":      {args: []string{"bench", "slices", "--context", "elsewhere"}, code: 1, stderr: reachedCluster},
+		"bench registration on the server given": {args: []string{"bench", "registration", "--server", "https://127.0.0.1:1", "--kubeconfig", "{missing}"}, code: 1, stderr: reachedCluster},
 	})
 }
 
@@ -65,7 +69,7 @@ func TestExitCodeOf(t *testing.T) {
 		"a refusal":                 {err: refusal.Errorf("still has 1 ComputeDomains"), want: exitRefused},
 		"lifecycle's refusal":       {err: fmt.Errorf("assign refused: %w", refused), want: exitRefused},
 		"a refusal among usage":     {err: usage(errors.Join(errors.New("bad timeout"), refused)), want: exitRefused},
-		"a refusal only as message": {err: fmt.Errorf("%v", refused), want: exitError},
+		"a refusal only as message": {err: errors.New(refused.Error()), want: exitError},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -117,6 +119,41 @@ func TestStatus(t *testing.T) {
 		}
 		if d.ControlPlaneID != planeID || d.DriverNamespace != f.driverNS || d.Membership != status.MembershipCliques || len(d.Cliques) != 1 || d.Cliques[0].Total != 3 {
 			t.Errorf("domain %+v", d)
+		}
+	})
+
+	// kubectl's namespace habits: -n lists the namespace's domains, -A every namespace's, and a
+	// NAME without -n is looked up in the kubeconfig context's namespace.
+	t.Run("a namespace's domains", func(t *testing.T) {
+		// NAME STATUS NODES CLIQUES AGE: one clique of three entries, ready 1 of numNodes 4.
+		row := strings.Fields(lineWith(t, mustCLI(t, f, "status", "-n", f.ns), f.cd.Name+" "))
+		if len(row) != 5 || strings.Join(row[:4], " ") != f.cd.Name+" NotReady 1/4 1" {
+			t.Errorf("row %q, want %s NotReady 1/4 1 AGE", row, f.cd.Name)
+		}
+		if row := strings.Fields(lineWith(t, mustCLI(t, f, "status", "-A"), " "+f.cd.Name+" ")); len(row) != 6 || row[0] != f.ns {
+			t.Errorf("-A: row %q, want the namespace %s first", row, f.ns)
+		}
+		if out := mustCLI(t, f, "status", "-n", f.ns, "-o", "name"); out != "computedomain.resource.nvidia.com/"+f.cd.Name+"\n" {
+			t.Errorf("-o name: %q", out)
+		}
+		if out := mustCLI(t, f, "status", "-A", "-o", "jsonpath={.kind} {.domains[?(@.name==\""+f.cd.Name+"\")].readyNodes}"); out != "DomainStatusList 1" {
+			t.Errorf("-o jsonpath: %q", out)
+		}
+	})
+
+	t.Run("a domain in the context's namespace", func(t *testing.T) {
+		cfg, err := clientcmd.LoadFromFile(f.kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Contexts[cfg.CurrentContext].Namespace = f.ns
+		inNS := filepath.Join(t.TempDir(), "in-ns.kubeconfig")
+		if err := clientcmd.WriteToFile(*cfg, inNS); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := cli.Main([]string{"status", f.cd.Name, "--kubeconfig", inNS}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "ComputeDomain "+f.ns+"/"+f.cd.Name+" ") {
+			t.Errorf("status %s with the context's namespace %s: exit %d\n%s%s", f.cd.Name, f.ns, code, stdout.String(), stderr.String())
 		}
 	})
 

@@ -99,7 +99,7 @@ func (m *Manager) deployPlane(ctx context.Context, id string, values map[string]
 	} else if err != nil {
 		return fmt.Errorf("looking for the ComputeDomain CRD: %w", err)
 	}
-	if err := m.checkPlaneSkew(ctx); err != nil {
+	if err := m.checkPlaneSkew(); err != nil {
 		return err
 	}
 	rel, err := m.release(release, ns)

@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/Masterminds/semver/v3"
@@ -18,7 +17,7 @@ import (
 // state between the two steps of every upgrade, and where a plane goes back to the previous
 // release. Without a prerequisites release (CRDs installed by hand or by NVIDIA's chart) there
 // is no version to compare, and nothing is refused.
-func (m *Manager) checkPlaneSkew(ctx context.Context) error {
+func (m *Manager) checkPlaneSkew() error {
 	rel, err := m.release(PrerequisitesRelease, PrerequisitesNamespace)
 	if err != nil || rel == nil || rel.Chart == nil || rel.Chart.Metadata == nil {
 		return err

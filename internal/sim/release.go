@@ -151,7 +151,7 @@ func BuildRelease(ctx context.Context, repo string, r Release, out io.Writer) (s
 	}
 	check := exec.CommandContext(ctx, "git", "-C", repo, "cat-file", "-e", r.Commit+"^{commit}")
 	if msg, err := check.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("release %s (commit %s) is not in the history of %s (%v: %s): a shallow clone? git fetch --unshallow, or fetch tag v%s",
+		return "", fmt.Errorf("release %s (commit %s) is not in the history of %s (%w: %s): a shallow clone? git fetch --unshallow, or fetch tag v%s",
 			r.Version, r.Commit[:12], repo, err, strings.TrimSpace(string(msg)), r.Version)
 	}
 	src, err := os.MkdirTemp("", "cdplane-release-src-")

@@ -261,7 +261,8 @@ func hasPerEntryFields(t *testing.T, cd *cdv1beta1.ComputeDomain, cq *cdv1beta1.
 		u.SetGroupVersionKind(cdv1beta1.GroupVersion.WithKind(map[bool]string{true: "ComputeDomain", false: "ComputeDomainClique"}[obj == client.Object(cd)]))
 		must(t, testCluster.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), u))
 		for _, mf := range u.GetManagedFields() {
-			if mf.FieldsV1 != nil && (strings.Contains(string(mf.FieldsV1.Raw), `k:{\"name\"`) || strings.Contains(string(mf.FieldsV1.Raw), `k:{\"nodeName\"`)) {
+			raw := mf.FieldsV1.GetRawString()
+			if strings.Contains(raw, `k:{\"name\"`) || strings.Contains(raw, `k:{\"nodeName\"`) {
 				return true
 			}
 		}

@@ -35,6 +35,9 @@ stopped one is removed first.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Planes = sim.ParsePlanes(planes)
 			o.Out = cmd.OutOrStdout()
+			if err := o.Check(); err != nil {
+				return usage(err)
+			}
 			st, err := sim.Up(cmd.Context(), o)
 			if err != nil {
 				return err

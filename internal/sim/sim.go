@@ -246,6 +246,24 @@ func (o *Options) checkShards(inProcess bool) (bool, error) {
 	return inProcess, nil
 }
 
+// Check refuses options no sim can be started with (the topology, the runner, the IMEX mode),
+// before anything is built or started: what the command line got wrong, which the CLI reports
+// as a usage error.
+func (o *Options) Check() error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if _, err := o.inProcess(); err != nil {
+		return err
+	}
+	switch features.IMEXMode(o.IMEXMode) {
+	case "", features.IMEXDriverManaged, features.IMEXHostManaged:
+		return nil
+	default:
+		return fmt.Errorf("--imex-mode %q: want %s or %s", o.IMEXMode, features.IMEXDriverManaged, features.IMEXHostManaged)
+	}
+}
+
 // DefaultStateDir is short on purpose: node directories hold Unix sockets, whose paths are
 // limited to 108 bytes.
 func DefaultStateDir() string { return fmt.Sprintf("/tmp/cdplane-sim-%d", os.Getuid()) }
@@ -257,17 +275,12 @@ func (o *Options) progress(format string, args ...any) {
 // Up builds what is missing, starts the cluster in the background and installs the
 // prerequisites and the planes; it returns with everything running.
 func Up(ctx context.Context, o Options) (_ *State, err error) {
-	if err := o.Validate(); err != nil {
+	if err := o.Check(); err != nil {
 		return nil, err
 	}
 	inProcess, err := o.inProcess()
 	if err != nil {
 		return nil, err
-	}
-	switch features.IMEXMode(o.IMEXMode) {
-	case "", features.IMEXDriverManaged, features.IMEXHostManaged:
-	default:
-		return nil, fmt.Errorf("--imex-mode %q: want %s or %s", o.IMEXMode, features.IMEXDriverManaged, features.IMEXHostManaged)
 	}
 	if o.StateDir == "" {
 		o.StateDir = DefaultStateDir()

@@ -130,8 +130,8 @@ func TestBenchAndSimValidation(t *testing.T) {
 		"bench: controller process without its run": {args: []string{"bench", "controller", "--kubeconfig", "{missing}", "--driver-namespace", "ns"}, code: 1, stderr: "--run is required"},
 		// --nodes 0 keeps a regression from starting a benchmark: the arguments are refused first.
 		"bench: arguments":        {args: []string{"bench", "registration", "288", "--nodes", "0"}, code: 2, stderr: `unknown command "288" for "cdplane bench registration"`},
-		"sim up: no nodes":        {args: []string{"sim", "up", "--nodes", "0", "--state-dir", "{dir}"}, code: 1, stderr: "--nodes 0: want 1..20000"},
-		"sim up: invalid plane":   {args: []string{"sim", "up", "--planes", "plane-a,Plane-B", "--state-dir", "{dir}"}, code: 1, stderr: `--planes: invalid control-plane id "Plane-B"`},
+		"sim up: no nodes":        {args: []string{"sim", "up", "--nodes", "0", "--state-dir", "{dir}"}, code: 2, stderr: "--nodes 0: want 1..20000"},
+		"sim up: invalid plane":   {args: []string{"sim", "up", "--planes", "plane-a,Plane-B", "--state-dir", "{dir}"}, code: 2, stderr: `--planes: invalid control-plane id "Plane-B"`},
 		"sim up: arguments":       {args: []string{"sim", "up", "36"}, code: 2, stderr: `unknown command "36" for "cdplane sim up"`},
 		"sim down: nothing there": {args: []string{"sim", "down", "--state-dir", "{missing}"}, stdout: "No simulated cluster in"},
 		"sim job: nothing there":  {args: []string{"sim", "job", "--state-dir", "{dir}"}, code: 1, stderr: "no simulated cluster in"},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -183,6 +184,91 @@ This is the scale smoke: cdplane sim up --nodes 1152 && cdplane sim job.`,
 	kubeletCmd.Flags().StringVar(&kubeletDir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
 	kubeletCmd.Flags().IntVar(&shard, "shard", 0, "Which share of the nodes this process serves")
 	kubeletCmd.Flags().IntVar(&shards, "shards", 1, "How many processes share the nodes")
-	cmd.AddCommand(up, down, job, kubeletCmd)
+	cmd.AddCommand(up, down, job, kubeletCmd, newSimLoadImageCommand(), newSimPreviousReleaseCommand())
+	return cmd
+}
+
+// loadedSim returns the running sim of dir, or an error saying to start one.
+func loadedSim(dir string) (*sim.State, error) {
+	st, err := sim.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return nil, fmt.Errorf("no simulated cluster in %s: start one with cdplane sim up", dir)
+	}
+	return st, nil
+}
+
+func newSimLoadImageCommand() *cobra.Command {
+	var dir, from string
+	cmd := &cobra.Command{
+		Use:   "load-image IMAGE --from DIR",
+		Short: "Make the simulated nodes run DIR's binaries for IMAGE, as kind load puts an image on its nodes",
+		Long: `Copies the binaries in DIR (what the sim builds for its own image: cdplane, cdplane-controller,
+cdplane-daemon and the simulated node's cdplane-kubelet-plugin) into the sim as IMAGE
+(repository[:tag], "latest" without a tag). From then on every container of that image starts
+those binaries, whatever other tag of the repository runs beside it: an upgrade between two
+versions runs both at once. Loading an image again replaces it. A container of an image neither
+loaded nor the sim's own runs a stand-in that only records what it was given.`,
+		Example: `  cdplane sim load-image registry.example.com/cdplane:0.2.0 --from /tmp/cdplane-0.2.0-sim/
+  cdplane apply plane --control-plane-id plane-a --set image.repository=registry.example.com/cdplane --set image.tag=0.2.0`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if from == "" {
+				return usage(errors.New("--from DIR: the directory of the image's binaries"))
+			}
+			st, err := loadedSim(dir)
+			if err != nil {
+				return err
+			}
+			if err := st.LoadImage(args[0], from); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Loaded %s from %s\n", args[0], from)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "Directory of the image's binaries")
+	cmd.Flags().StringVar(&dir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
+	return cmd
+}
+
+func newSimPreviousReleaseCommand() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "previous-release",
+		Short: "Build the previous release from git history and load its image, to try an upgrade",
+		Long: `Builds the release recorded in hack/releases/previous from the repository's history (its CLI, and
+its image's binaries as the sim runs them; cached by commit), loads the image into the sim as
+cdplane:<version>, and prints the release's CLI. With it, go back to that release and up again
+as docs/upgrading.md says; the end-to-end suite does the same (TestUpgradeFromThePreviousReleaseAndBack).`,
+		Example: `  cdplane sim previous-release                      # its last line is the release's CLI
+  cdplane sim previous-release --state-dir /tmp/my-sim`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := loadedSim(dir)
+			if err != nil {
+				return err
+			}
+			r, err := sim.PreviousRelease(st.Repo)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			bin, err := sim.BuildRelease(cmd.Context(), st.Repo, r, out)
+			if err != nil {
+				return err
+			}
+			image := "cdplane:" + r.Version
+			if err := st.LoadImage(image, bin); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "Loaded %s into the sim: a plane runs it with --set image.tag=%s.\nRelease %s's CLI (it carries that release's charts):\n%s\n",
+				image, r.Version, r.Version, filepath.Join(bin, "cdplane"))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "state-dir", sim.DefaultStateDir(), "The sim's state directory")
 	return cmd
 }

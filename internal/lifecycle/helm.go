@@ -163,6 +163,10 @@ func (m *Manager) installOrUpgrade(ctx context.Context, chartName, name, namespa
 	in.ReleaseName = name
 	in.Namespace = namespace
 	in.ServerSideApply = true
+	// What an install finds in place is only what it was told to take: CRDs installed outside
+	// Helm (NVIDIA's chart creates them as manager "helm", whose fields the new schema changes)
+	// and the objects of an install that failed halfway. Both become the release's.
+	in.ForceConflicts = true
 	in.WaitStrategy = kube.HookOnlyStrategy
 	in.Timeout = m.opts.Timeout
 	if _, err := in.RunWithContext(ctx, ch, values); err != nil {

@@ -48,10 +48,12 @@ func TestMembershipListsConvertWithEveryEntry(t *testing.T) {
 	})
 	c := testCluster.Client
 
-	// The CRDs as they were: this release's, with the two lists map-typed.
+	// The CRDs as they were: this release's, with the two lists map-typed, created as NVIDIA's
+	// chart creates them (`helm install`: field manager "helm"), so that taking them over
+	// changes fields another manager owns.
 	mapTyped := mapTypedCRDs(t)
 	for _, crd := range mapTyped {
-		must(t, c.Create(ctx, crd.DeepCopy()))
+		must(t, c.Create(ctx, crd.DeepCopy(), client.FieldOwner("helm")))
 	}
 	t.Cleanup(func() {
 		for _, crd := range mapTyped {

@@ -187,7 +187,8 @@ func readRecord(name string, data []byte) (entry, error) {
 }
 
 // report holds the fields of `cdplane bench registration --json` (internal/bench.Report) that the
-// index shows; the rest is ignored.
+// index shows; the rest is ignored. A report written before --runs has no runs and no summary:
+// it is one run, in floor and modes.
 type report struct {
 	Nodes        *int              `json:"nodes"`
 	CliqueSize   int               `json:"clique_size"`
@@ -196,7 +197,29 @@ type report struct {
 	FloorSeconds float64           `json:"floor_seconds"`
 	Floor        *result           `json:"floor"`
 	Modes        map[string]result `json:"modes"`
+	// Runs are only counted.
+	Runs    []json.RawMessage  `json:"runs"`
+	Summary map[string]summary `json:"summary"`
 }
+
+// summary is a mode's figures over the runs (internal/bench.Summary).
+type summary struct {
+	Runs         int     `json:"runs"`
+	Finished     int     `json:"finished"`
+	Seconds      spread  `json:"seconds"`
+	RatioToFloor *spread `json:"ratio_to_floor"`
+}
+
+// spread is internal/bench.Spread.
+type spread struct {
+	Median           float64 `json:"median"`
+	Min              float64 `json:"min"`
+	Max              float64 `json:"max"`
+	MedianLowerBound bool    `json:"median_is_lower_bound"`
+}
+
+// defaultRuns is the default of `cdplane bench registration --runs`.
+const defaultRuns = 3
 
 // result is one mode's part of a report (internal/bench.Result).
 type result struct {
@@ -241,11 +264,23 @@ func readReport(name string, data []byte) (entry, error) {
 	if r.NodesNice != 0 {
 		cmd = append(cmd, "--nodes-nice "+strconv.Itoa(r.NodesNice))
 	}
+	runs := max(len(r.Runs), 1)
+	if runs != defaultRuns {
+		cmd = append(cmd, "--runs "+strconv.Itoa(runs))
+	}
 	cmd = append(cmd, "--json")
 
-	summary := []string{"floor " + outcome(*r.Floor, n, 0)}
-	for _, m := range modes {
-		summary = append(summary, m+" "+outcome(r.Modes[m], n, r.Modes[m].RatioToFloor))
+	var summary []string
+	if runs > 1 && r.Summary != nil {
+		summary = []string{fmt.Sprintf("median of %d runs: floor %s", runs, medianOutcome(r.Summary["floor"]))}
+		for _, m := range modes {
+			summary = append(summary, m+" "+medianOutcome(r.Summary[m]))
+		}
+	} else {
+		summary = []string{"floor " + outcome(*r.Floor, n, 0)}
+		for _, m := range modes {
+			summary = append(summary, m+" "+outcome(r.Modes[m], n, r.Modes[m].RatioToFloor))
+		}
 	}
 	return entry{
 		File: name, Title: name, Date: d, Command: strings.Join(cmd, " "),
@@ -269,6 +304,26 @@ func outcome(r result, n int, ratio float64) string {
 		s += fmt.Sprintf(" (%.2f×)", ratio)
 	}
 	return s
+}
+
+// medianOutcome says how a mode did over the runs: its median time (and median ratio to the
+// floor of the same run), and how many runs finished when not all did.
+func medianOutcome(s summary) string {
+	t := fmt.Sprintf("%.1f s", s.Seconds.Median)
+	if s.Seconds.MedianLowerBound {
+		t = "≥" + t
+	}
+	if r := s.RatioToFloor; r != nil && r.Median > 0 {
+		bound := ""
+		if r.MedianLowerBound {
+			bound = "≥"
+		}
+		t += fmt.Sprintf(" (%s%.2f×, %.2f–%.2f)", bound, r.Median, r.Min, r.Max)
+	}
+	if s.Finished < s.Runs {
+		t += fmt.Sprintf(", %d of %d runs finished", s.Finished, s.Runs)
+	}
+	return t
 }
 
 // thousands writes n with a comma between groups of three digits, as the docs do (2,304).

@@ -117,7 +117,7 @@ func TestReadReport(t *testing.T) {
 			name: "2026-12-06-registration-2304.json", data: report2304,
 			want: entry{
 				File: "2026-12-06-registration-2304.json", Title: "2026-12-06-registration-2304.json", Date: "2026-12-06",
-				Command: "cdplane bench registration --nodes 2304 --modes cdplane,cdplane-gate-off,peer-legacy --json",
+				Command: "cdplane bench registration --nodes 2304 --modes cdplane,cdplane-gate-off,peer-legacy --runs 1 --json",
 				Nodes:   "2,304", Modes: "floor, cdplane, cdplane-gate-off, peer-legacy",
 				Summary: "floor 35.1 s; cdplane 39.5 s (1.12×); cdplane-gate-off 435 of 2,304 joined at 124.0 s (stopped by memory); peer-legacy 0 of 2,304 joined at 120.0 s (stopped by timeout)",
 			},
@@ -127,9 +127,26 @@ func TestReadReport(t *testing.T) {
 			data: `{"nodes": 20016, "arrival": "ramp", "nodes_nice": 10, "floor": {"seconds": 480, "timed_out": true, "joined": 19000}, "modes": {}}`,
 			want: entry{
 				File: "2026-12-06-ramp.json", Title: "2026-12-06-ramp.json", Date: "2026-12-06",
-				Command: "cdplane bench registration --nodes 20016 --arrival ramp --nodes-nice 10 --json",
+				Command: "cdplane bench registration --nodes 20016 --arrival ramp --nodes-nice 10 --runs 1 --json",
 				Nodes:   "20,016", Modes: "floor",
 				Summary: "floor 19,000 of 20,016 joined at 480.0 s (stopped by timeout)",
+			},
+		},
+		"three runs: the medians": {
+			name: "2026-12-08-runs.json",
+			data: `{"nodes": 36, "floor": {"seconds": 1.3, "joined": 36}, "modes": {"cdplane": {"seconds": 0.8, "joined": 36}, "peer-legacy": {"seconds": 60, "joined": 10}},
+				"runs": [{}, {}, {}],
+				"summary": {
+					"floor": {"runs": 3, "finished": 3, "seconds": {"median": 1.25, "min": 1.2, "max": 1.4}},
+					"cdplane": {"runs": 3, "finished": 3, "seconds": {"median": 0.75, "min": 0.6, "max": 0.9},
+						"ratio_to_floor": {"median": 0.63, "min": 0.5, "max": 0.7}},
+					"peer-legacy": {"runs": 3, "finished": 1, "seconds": {"median": 60, "min": 40, "max": 60, "median_is_lower_bound": true},
+						"ratio_to_floor": {"median": 48, "min": 30, "max": 50, "median_is_lower_bound": true}}}}`,
+			want: entry{
+				File: "2026-12-08-runs.json", Title: "2026-12-08-runs.json", Date: "2026-12-08",
+				Command: "cdplane bench registration --nodes 36 --modes cdplane,peer-legacy --json",
+				Nodes:   "36", Modes: "floor, cdplane, peer-legacy",
+				Summary: "median of 3 runs: floor 1.2 s; cdplane 0.8 s (0.63×, 0.50–0.70); peer-legacy ≥60.0 s (≥48.00×, 30.00–50.00), 1 of 3 runs finished",
 			},
 		},
 		"not JSON": {
@@ -191,7 +208,7 @@ func TestIndexOrdersAndEscapes(t *testing.T) {
 	want := []string{
 		"| 2026-12-03 | 2,304 | floor, cdplane | `cdplane bench registration --nodes 2304 --timeout 2m --json` | cdplane 48.7 s against the floor's 38.9 s (1.25×): ahead | [2,304 nodes, all modes](2026-12-03-a.md) |",
 		"| 2026-12-03 | 2,304 | floor, cdplane | `cdplane bench registration --nodes 2304\\|9216 --timeout 2m --json` | cdplane 48.7 s against the floor's 38.9 s (1.25×): ahead | [2,304 nodes, all modes](2026-12-03-b.md) |",
-		"| 2026-12-06 | 2,304 | floor, cdplane, cdplane-gate-off, peer-legacy | `cdplane bench registration --nodes 2304 --modes cdplane,cdplane-gate-off,peer-legacy --json` | floor 35.1 s; cdplane 39.5 s (1.12×); cdplane-gate-off 435 of 2,304 joined at 124.0 s (stopped by memory); peer-legacy 0 of 2,304 joined at 120.0 s (stopped by timeout) | [2026-12-06-registration-2304.json](2026-12-06-registration-2304.json) |",
+		"| 2026-12-06 | 2,304 | floor, cdplane, cdplane-gate-off, peer-legacy | `cdplane bench registration --nodes 2304 --modes cdplane,cdplane-gate-off,peer-legacy --runs 1 --json` | floor 35.1 s; cdplane 39.5 s (1.12×); cdplane-gate-off 435 of 2,304 joined at 124.0 s (stopped by memory); peer-legacy 0 of 2,304 joined at 120.0 s (stopped by timeout) | [2026-12-06-registration-2304.json](2026-12-06-registration-2304.json) |",
 	}
 	if diff := cmp.Diff(want, rows); diff != "" {
 		t.Errorf("index rows (-want +got):\n%s", diff)

@@ -60,15 +60,20 @@ type Options struct {
 	Timeout time.Duration
 	// Progress receives one line per phase; nil discards.
 	Progress io.Writer
+	// Runs is how many times the whole measurement (the floor and every mode) is made; the
+	// report gives each run and a summary over them. Zero: one.
+	Runs int
 	// FreshCluster, when set, starts a control plane of its own for the floor and for each mode
-	// (and returns its administrator config and how to stop it), so that every mode starts on
-	// the same empty cluster rather than on one still holding the previous modes' objects, and
-	// Run's cfg is not used. The benchmark sets it when it starts its own control plane.
-	FreshCluster func(context.Context) (*rest.Config, func(), error)
+	// of each run (and returns how to reach it and stop it), so that every mode starts on the
+	// same empty cluster rather than on one still holding the previous modes' objects, and
+	// Run's cfg is not used. The benchmark sets it when it starts its own control plane; it is
+	// also what lets it read etcd's metrics.
+	FreshCluster func(context.Context) (Cluster, error)
 	// ProfileDir, when set, receives per mode a CPU profile of this process (every daemon
 	// instance, and the controller when it runs here) over the whole registration,
 	// <mode>.bench.pprof, one of the controller's process over its life, <mode>.controller.pprof,
 	// and one of the kube-apiserver over its first ProfileSeconds, <mode>.apiserver.pprof.
+	// Runs after the first name theirs <mode>-run<N>.*.pprof.
 	ProfileDir     string
 	ProfileSeconds int
 	// BatchWindow is the controller's --batch-window (0: its default).
@@ -152,6 +157,27 @@ type Result struct {
 	// InstancesRetrying how many had at least one of their daemon's calls fail (and retried).
 	Phases            []Phase `json:"phases,omitempty"`
 	InstancesRetrying int     `json:"instances_retrying"`
+	// APIServerCPUSeconds and EtcdCPUSeconds are the CPU time kube-apiserver and etcd spent
+	// during the registration (the growth of each one's process_cpu_seconds_total), and
+	// EtcdWALBytes what etcd wrote to its write-ahead log (etcd_disk_wal_write_bytes_total):
+	// what the mode cost the control plane, which unlike its time does not depend on how busy
+	// the machine was. Absent where they could not be read: etcd's on a cluster given with
+	// --kubeconfig, whose etcd the benchmark cannot reach.
+	APIServerCPUSeconds *float64 `json:"apiserver_cpu_seconds,omitempty"`
+	EtcdCPUSeconds      *float64 `json:"etcd_cpu_seconds,omitempty"`
+	EtcdWALBytes        *float64 `json:"etcd_wal_write_bytes,omitempty"`
+	// CliqueWatchBytesLeast is the fewest clique watch bytes the registration could have cost
+	// (every daemon receiving its final clique once: see cliqueWatchLeast), from the cliques at
+	// the end of the mode, and CliqueWatchBytesOverLeast the clique watch bytes sent
+	// (WatchEventBytes' computedomaincliques, the controller's watch included) over it. Only
+	// in the cdplane mode: the floor and cdplane-gate-off end without cliques, and the peer
+	// protocols' daemons watch none.
+	CliqueWatchBytesLeast     float64  `json:"clique_watch_bytes_least,omitempty"`
+	CliqueWatchBytesOverLeast *float64 `json:"clique_watch_bytes_over_least,omitempty"`
+	// Cost is each cost figure (CostFigures) beside the floor's of the same run, and
+	// RequestCost the requests by "VERB resource" so (absent for the floor itself).
+	Cost        map[string]Figure `json:"cost,omitempty"`
+	RequestCost map[string]Figure `json:"request_cost,omitempty"`
 }
 
 // Sample is a count at a time, in seconds since the mode started.
@@ -167,11 +193,19 @@ type Report struct {
 	Arrival    string `json:"arrival"`
 	// NodesNice is Options.NodesNice: the simulated nodes' CPU priority below the control
 	// plane's (0: the same).
-	NodesNice    int     `json:"nodes_nice,omitempty"`
-	FloorSeconds float64 `json:"floor_seconds"`
-	// Floor is the floor's own figures.
-	Floor Result            `json:"floor"`
-	Modes map[string]Result `json:"modes"`
+	NodesNice int `json:"nodes_nice,omitempty"`
+	// FloorSeconds, Floor (the floor's own figures) and Modes are the first run's, where a
+	// report of one run had them, so that what reads those reports reads these too.
+	FloorSeconds float64           `json:"floor_seconds"`
+	Floor        Result            `json:"floor"`
+	Modes        map[string]Result `json:"modes"`
+	// Runs holds every run, the first included; Summary each mode's figures over them, and the
+	// floor's under "floor".
+	Runs    []RunReport        `json:"runs,omitempty"`
+	Summary map[string]Summary `json:"summary,omitempty"`
+	// EtcdMeasured says whether the etcd figures were read (not on a cluster given with
+	// --kubeconfig).
+	EtcdMeasured bool `json:"etcd_measured"`
 }
 
 // Validate checks the options and names the first problem.
@@ -187,6 +221,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-rss-gib must not be negative, got %g", o.MaxRSSGiB)
 	case o.BatchWindow < 0:
 		return fmt.Errorf("--batch-window must not be negative, got %v", o.BatchWindow)
+	case o.Runs < 0:
+		return fmt.Errorf("--runs must be at least 1, got %d", o.Runs)
 	}
 	for _, m := range o.Modes {
 		switch m {
@@ -198,7 +234,9 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// Run measures the floor and then each mode against the apiserver at cfg (an administrator).
+// Run measures the floor and then each mode against the apiserver at cfg (an administrator),
+// o.Runs times. Each mode's costs are compared with the floor's of the same run: runs on a
+// shared machine differ in how busy it was, and a ratio within a run cancels much of that.
 func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -206,49 +244,74 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Report, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
+	runs := max(o.Runs, 1)
 	rep := &Report{Nodes: o.Nodes, CliqueSize: o.CliqueSize, Arrival: o.Arrival, NodesNice: o.NodesNice, Modes: map[string]Result{}}
 	prefix := fmt.Sprintf("bench-%d", time.Now().Unix()%100000)
-	for i, mode := range append([]string{modeFloor}, o.Modes...) {
-		res, err := runOn(ctx, cfg, fmt.Sprintf("%s-%d", prefix, i), mode, o)
-		if err != nil {
-			return rep, fmt.Errorf("mode %s: %w", mode, err)
+	for r := 1; r <= runs; r++ {
+		run := RunReport{Modes: map[string]Result{}}
+		for i, mode := range append([]string{modeFloor}, o.Modes...) {
+			t := tag{progress: fmt.Sprintf("run %d/%d: mode %s", r, runs, mode), profile: mode}
+			if r > 1 {
+				t.profile = fmt.Sprintf("%s-run%d", mode, r)
+			}
+			res, err := runOn(ctx, cfg, fmt.Sprintf("%s-%d-%d", prefix, r, i), mode, t, o)
+			if err != nil {
+				return rep, fmt.Errorf("run %d, mode %s: %w", r, mode, err)
+			}
+			fmt.Fprintf(o.Progress, "== %s: %.2fs, %.2f writes/daemon, %d controller writes, %v conflicts, %v throttled, p50 %.0fms p99 %.0fms\n",
+				t.progress, res.Seconds, res.WritesPerDaemon, res.ControllerWrites, res.Conflicts, res.Throttled, res.P50Ms, res.P99Ms)
+			if l := res.SchedLatency; l != nil {
+				fmt.Fprintf(o.Progress, "== %s: this process's goroutines waited to run p50 %.2fms p90 %.2fms p99 %.2fms\n", t.progress, l.P50Ms, l.P90Ms, l.P99Ms)
+			}
+			if res.APIServerCPUSeconds != nil && res.EtcdCPUSeconds != nil && res.EtcdWALBytes != nil {
+				fmt.Fprintf(o.Progress, "== %s: kube-apiserver %.2f CPU seconds, etcd %.2f CPU seconds and %.1f MiB written to its log\n",
+					t.progress, *res.APIServerCPUSeconds, *res.EtcdCPUSeconds, *res.EtcdWALBytes/(1<<20))
+			}
+			if mode == modeFloor {
+				run.FloorSeconds, run.Floor = res.Seconds, res
+				continue
+			}
+			if run.FloorSeconds > 0 {
+				res.RatioToFloor = res.Seconds / run.FloorSeconds
+			}
+			res.Cost, res.RequestCost = costs(res, run.Floor)
+			run.Modes[mode] = res
 		}
-		fmt.Fprintf(o.Progress, "== %s: %.2fs, %.2f writes/daemon, %d controller writes, %v conflicts, %v throttled, p50 %.0fms p99 %.0fms\n",
-			mode, res.Seconds, res.WritesPerDaemon, res.ControllerWrites, res.Conflicts, res.Throttled, res.P50Ms, res.P99Ms)
-		if l := res.SchedLatency; l != nil {
-			fmt.Fprintf(o.Progress, "== %s: this process's goroutines waited to run p50 %.2fms p90 %.2fms p99 %.2fms\n", mode, l.P50Ms, l.P90Ms, l.P99Ms)
+		rep.Runs = append(rep.Runs, run)
+		if r == 1 {
+			rep.FloorSeconds, rep.Floor, rep.Modes = run.FloorSeconds, run.Floor, run.Modes
+			rep.EtcdMeasured = run.Floor.EtcdCPUSeconds != nil
 		}
-		if mode == modeFloor {
-			rep.FloorSeconds, rep.Floor = res.Seconds, res
-			continue
-		}
-		if rep.FloorSeconds > 0 {
-			res.RatioToFloor = res.Seconds / rep.FloorSeconds
-		}
-		rep.Modes[mode] = res
 	}
+	rep.Summary = summarizeRuns(rep.Runs)
 	return rep, nil
 }
 
+// tag names a mode of a run: in the progress lines, and in the profiles' file names.
+type tag struct{ progress, profile string }
+
 // runOn runs one mode on cfg's cluster, or on a fresh one when o.FreshCluster is set.
-func runOn(ctx context.Context, cfg *rest.Config, run, mode string, o Options) (Result, error) {
+func runOn(ctx context.Context, cfg *rest.Config, run, mode string, t tag, o Options) (Result, error) {
+	cl := Cluster{Config: cfg}
 	if o.FreshCluster != nil {
-		fresh, stop, err := o.FreshCluster(ctx)
+		fresh, err := o.FreshCluster(ctx)
 		if err != nil {
 			return Result{}, err
 		}
-		defer stop()
-		cfg = fresh
+		if fresh.Stop != nil {
+			defer fresh.Stop()
+		}
+		cl = fresh
 	}
-	c, err := setupClient(cfg)
+	c, err := setupClient(cl.Config)
 	if err != nil {
 		return Result{}, err
 	}
 	if err := ensureRBAC(ctx, c); err != nil {
 		return Result{}, err
 	}
-	fmt.Fprintf(o.Progress, "== %s: setting up %d nodes and daemon pods\n", mode, o.Nodes)
-	return runMode(ctx, cfg, c, run, mode, o)
+	fmt.Fprintf(o.Progress, "== %s: setting up %d nodes and daemon pods\n", t.progress, o.Nodes)
+	return runMode(ctx, cl, c, run, mode, t, o)
 }
 
 // errMemoryLimit stops a mode whose instances hold more memory than Options.MaxRSSGiB.
@@ -261,7 +324,8 @@ type instance struct {
 	kubelet *rest.Config
 }
 
-func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mode string, o Options) (Result, error) {
+func runMode(ctx context.Context, cl Cluster, admin client.Client, run, mode string, t tag, o Options) (Result, error) {
+	cfg := cl.Config
 	w, err := newWorld(ctx, admin, run, o.Nodes, o.CliqueSize)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -294,7 +358,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	defer stopMgr()
 	var ctl modeController
 	if mode == ModeCdplane || mode == ModeCdplaneGateOff {
-		if ctl, err = startModeController(mctx, cfg, w, mode, o); err != nil {
+		if ctl, err = startModeController(mctx, cfg, w, t.profile, mode, o); err != nil {
 			return Result{}, err
 		}
 		defer func() {
@@ -323,11 +387,15 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	if err != nil {
 		return Result{}, err
 	}
+	etcdBefore, err := readEtcdCounters(ctx, cl)
+	if err != nil {
+		return Result{}, err
+	}
 	if ctl != nil {
 		ctl.markStart()
 	}
 	schedBefore := schedLatencies()
-	stopProfiles, err := startProfiles(ctx, cfg, o, mode)
+	stopProfiles, err := startProfiles(ctx, cfg, o, t.profile)
 	if err != nil {
 		return Result{}, err
 	}
@@ -405,7 +473,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 		n, done := joinedCount(domain, o.Nodes, joined)
 		if polls%200 == 0 { // every 10 s
 			fmt.Fprintf(o.Progress, "== %s: %d of %d joined after %.0fs (this process: %.1f GiB resident at most)\n",
-				mode, n, o.Nodes, time.Since(started).Seconds(), float64(peakRSS)/(1<<30))
+				t.progress, n, o.Nodes, time.Since(started).Seconds(), float64(peakRSS)/(1<<30))
 		}
 		if n != samples[len(samples)-1].Count {
 			samples = append(samples, Sample{Seconds: time.Since(started).Seconds(), Count: n})
@@ -415,7 +483,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	elapsed := time.Since(started)
 	schedAfter := schedLatencies()
 	if perr := stopProfiles(); perr != nil {
-		fmt.Fprintf(o.Progress, "== %s: profile: %v\n", mode, perr)
+		fmt.Fprintf(o.Progress, "== %s: profile: %v\n", t.progress, perr)
 	}
 	stopInstances()
 	wg.Wait()
@@ -440,23 +508,41 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 	if err != nil {
 		return Result{}, err
 	}
+	etcdAfter, err := readEtcdCounters(ctx, cl)
+	if err != nil {
+		return Result{}, err
+	}
 	res := Result{
-		Seconds:            elapsed.Seconds(),
-		WritesPerDaemon:    float64(daemonWrites.n.Load()) / float64(o.Nodes),
-		ControllerWrites:   ctlRep.Writes,
-		Conflicts:          after.conflicts - before.conflicts,
-		Throttled:          after.throttled - before.throttled,
-		ThrottledBy:        after.throttledSince(before),
-		Requests:           delta(after.requests, before.requests),
-		WatchEvents:        delta(after.watchEvents, before.watchEvents),
-		WatchEventBytes:    delta(after.watchBytes, before.watchBytes),
-		TerminatedWatchers: delta(after.terminatedWatchers, before.terminatedWatchers),
-		RequestMs:          after.requestTime.meanMsSince(before.requestTime),
-		QueuedMs:           after.queueTime.meanMsSince(before.queueTime),
-		TimedOut:           timedOut,
-		Joined:             samples,
-		PeakRSSBytes:       peakRSS,
-		SchedLatency:       schedLatencySince(schedBefore, schedAfter),
+		Seconds:             elapsed.Seconds(),
+		WritesPerDaemon:     float64(daemonWrites.n.Load()) / float64(o.Nodes),
+		ControllerWrites:    ctlRep.Writes,
+		Conflicts:           after.conflicts - before.conflicts,
+		Throttled:           after.throttled - before.throttled,
+		ThrottledBy:         after.throttledSince(before),
+		Requests:            delta(after.requests, before.requests),
+		WatchEvents:         delta(after.watchEvents, before.watchEvents),
+		WatchEventBytes:     delta(after.watchBytes, before.watchBytes),
+		TerminatedWatchers:  delta(after.terminatedWatchers, before.terminatedWatchers),
+		RequestMs:           after.requestTime.meanMsSince(before.requestTime),
+		QueuedMs:            after.queueTime.meanMsSince(before.queueTime),
+		TimedOut:            timedOut,
+		Joined:              samples,
+		PeakRSSBytes:        peakRSS,
+		SchedLatency:        schedLatencySince(schedBefore, schedAfter),
+		APIServerCPUSeconds: growth(before.cpuSeconds, after.cpuSeconds),
+		EtcdCPUSeconds:      growth(etcdBefore.cpuSeconds, etcdAfter.cpuSeconds),
+		EtcdWALBytes:        growth(etcdBefore.walBytes, etcdAfter.walBytes),
+	}
+	// Read after the counters, so that the list is not counted in the registration's requests.
+	// Only cdplane's daemons watch their clique (peer-cliques' read theirs with GETs).
+	if domain != nil {
+		if res.CliqueWatchBytesLeast, err = finalCliquesLeast(ctx, cfg, w, o.CliqueSize); err != nil {
+			return Result{}, err
+		}
+	}
+	if res.CliqueWatchBytesLeast > 0 {
+		r := res.WatchEventBytes[cliqueResource] / res.CliqueWatchBytesLeast
+		res.CliqueWatchBytesOverLeast = &r
 	}
 	switch {
 	case overLimit:
@@ -478,7 +564,7 @@ func runMode(ctx context.Context, cfg *rest.Config, admin client.Client, run, mo
 
 // startModeController starts the controller of a cdplane mode: in a process of its own when
 // o.ControllerCommand is set, else in this one.
-func startModeController(ctx context.Context, cfg *rest.Config, w *world, mode string, o Options) (modeController, error) {
+func startModeController(ctx context.Context, cfg *rest.Config, w *world, profile, mode string, o Options) (modeController, error) {
 	a := ControllerArgs{DriverNamespace: w.driverNS, Run: w.run, Cliques: mode == ModeCdplane, BatchWindow: o.BatchWindow}
 	if len(o.ControllerCommand) == 0 {
 		c, err := startInProcessController(ctx, cfg, a)
@@ -488,7 +574,7 @@ func startModeController(ctx context.Context, cfg *rest.Config, w *world, mode s
 		return c, nil
 	}
 	if o.ProfileDir != "" {
-		a.CPUProfile = filepath.Join(o.ProfileDir, mode+".controller.pprof")
+		a.CPUProfile = filepath.Join(o.ProfileDir, profile+".controller.pprof")
 	}
 	dir, err := os.MkdirTemp("", "cdplane-bench-controller-")
 	if err != nil {
@@ -753,6 +839,8 @@ func percentile(d []time.Duration, p int) float64 {
 
 type serverCounters struct {
 	conflicts, throttled float64
+	// cpuSeconds is the apiserver's process_cpu_seconds_total; nil when it exports none.
+	cpuSeconds *float64
 	// throttledBy is throttled by priority level.
 	throttledBy map[string]float64
 	// requests by "VERB resource", watch events and their bytes by resource.
@@ -819,6 +907,7 @@ func readServerCounters(ctx context.Context, cfg *rest.Config) (serverCounters, 
 		watchEvents: map[string]float64{}, watchBytes: map[string]float64{},
 		terminatedWatchers: map[string]float64{},
 		requestTime:        newDurations(), queueTime: newDurations(),
+		cpuSeconds: counterOf(m, "process_cpu_seconds_total"),
 	}
 	each := func(name string, fn func(labels map[string]string, s *dto.Metric)) {
 		fam := m[name]

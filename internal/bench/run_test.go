@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,7 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/client-go/rest"
+	"k8s.io/apimachinery/pkg/util/sets"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"cdplane/internal/metrics"
@@ -29,11 +30,11 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 	defer cancel()
 	// A fresh control plane for the floor and each mode, as the command starts them.
 	var hosts []string
-	fresh := func(ctx context.Context) (*rest.Config, func(), error) {
+	fresh := func(ctx context.Context) (Cluster, error) {
 		cp, err := controlplane.Start(ctx, controlplane.Options{Dir: t.TempDir(), BinDir: binDir, InstallCRDs: true,
 			APIServerArgs: map[string][]string{"authorization-mode": {"RBAC"}}})
 		if err != nil {
-			return nil, nil, err
+			return Cluster{}, err
 		}
 		stop := func() {
 			if err := cp.Stop(15 * time.Second); err != nil {
@@ -43,18 +44,22 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 		cfg, err := cp.AdminConfig()
 		if err != nil {
 			stop()
-			return nil, nil, err
+			return Cluster{}, err
 		}
 		// Identified by address and CA: a fresh plane may reuse a stopped one's port.
 		hosts = append(hosts, clusterKey(cfg))
-		return cfg, stop, nil
+		cl, err := ControlPlaneCluster(cp, cfg, stop)
+		if err != nil {
+			stop()
+		}
+		return cl, err
 	}
 	const n = 36
 	profiles := t.TempDir()
 	// The controller in a process of its own, as the command runs it (this test binary; see
 	// TestMain).
 	rep, err := Run(ctx, nil, Options{Nodes: n, CliqueSize: 18, Arrival: "burst", Modes: []string{ModeCdplane, ModePeerCliques},
-		Timeout: 3 * time.Minute, ProfileDir: profiles, ProfileSeconds: 1, FreshCluster: fresh,
+		Runs: 2, Timeout: 3 * time.Minute, ProfileDir: profiles, ProfileSeconds: 1, FreshCluster: fresh,
 		ControllerCommand: []string{os.Args[0], controllerChildArg}})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +103,8 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 	if pc := rep.Modes[ModePeerCliques]; pc.TimedOut || pc.WritesPerDaemon < 2 || pc.Joined[len(pc.Joined)-1].Count != n {
 		t.Errorf("peer-cliques: %+v", pc)
 	}
-	for _, f := range []string{"floor.bench.pprof", "floor.apiserver.pprof", "cdplane.bench.pprof", "cdplane.apiserver.pprof", "cdplane.controller.pprof"} {
+	for _, f := range []string{"floor.bench.pprof", "floor.apiserver.pprof", "cdplane.bench.pprof", "cdplane.apiserver.pprof", "cdplane.controller.pprof",
+		"cdplane-run2.bench.pprof", "cdplane-run2.controller.pprof"} {
 		if st, err := os.Stat(filepath.Join(profiles, f)); err != nil || st.Size() == 0 {
 			t.Errorf("profile %s not written: %v", f, err)
 		}
@@ -106,9 +112,10 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 	if s := joinedModes(rep); s != "cdplane,peer-cliques" {
 		t.Errorf("modes reported: %s", s)
 	}
-	if len(hosts) != 3 || hosts[0] == hosts[1] || hosts[1] == hosts[2] || hosts[0] == hosts[2] {
-		t.Errorf("the floor and the two modes ran on control planes %v, want three fresh ones", hosts)
+	if len(hosts) != 6 || len(sets.New(hosts...)) != 6 {
+		t.Errorf("the floor and the two modes of two runs ran on control planes %v, want six fresh ones", hosts)
 	}
+	checkRunsAndCosts(t, rep, n)
 	// Every daemon went through every step of the registration, in order, and each step is
 	// traced where it happened.
 	for name, r := range map[string]Result{"floor": rep.Floor, ModeCdplane: cd} {
@@ -140,19 +147,109 @@ func TestRegistrationOnAControlPlane(t *testing.T) {
 
 	// A mode that passes the memory limit stops, and says so with how many had joined. This
 	// run is on one given cluster (--kubeconfig), every mode on it in turn.
-	cfg, stop, err := fresh(ctx)
+	given, err := fresh(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
-	small, err := Run(ctx, cfg, Options{Nodes: n, CliqueSize: 18, Arrival: "burst", Modes: []string{ModeCdplane},
+	defer given.Stop()
+	small, err := Run(ctx, given.Config, Options{Nodes: n, CliqueSize: 18, Arrival: "burst", Modes: []string{ModeCdplane},
 		Timeout: 3 * time.Minute, MaxRSSGiB: 1.0 / 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// On a given cluster etcd is out of reach: its figures are absent, not zero.
+	if _, ok := small.Modes[ModeCdplane].Cost[CostEtcdCPU]; small.EtcdMeasured || small.Floor.EtcdCPUSeconds != nil || small.Floor.EtcdWALBytes != nil || ok {
+		t.Errorf("etcd figures on a given cluster: measured %v, floor %v %v", small.EtcdMeasured, small.Floor.EtcdCPUSeconds, small.Floor.EtcdWALBytes)
+	}
+	if small.Floor.APIServerCPUSeconds == nil {
+		t.Errorf("no kube-apiserver CPU on a given cluster")
+	}
 	for name, r := range map[string]Result{"floor": small.Floor, ModeCdplane: small.Modes[ModeCdplane]} {
 		if r.StoppedBy != "memory" || !r.TimedOut || r.JoinedAtEnd >= n {
 			t.Errorf("%s with a 1 MiB limit: stopped by %q, timed out %v, joined %d", name, r.StoppedBy, r.TimedOut, r.JoinedAtEnd)
+		}
+	}
+}
+
+// checkRunsAndCosts checks a report of two runs of the floor, cdplane and peer-cliques on
+// control planes the benchmark started: every run is in it, with every cost figure measured
+// and positive, the ratios to the floor where the floor has the figure, and the summary over
+// both runs.
+func checkRunsAndCosts(t *testing.T, rep *Report, n int) {
+	t.Helper()
+	if len(rep.Runs) != 2 || rep.Runs[0].FloorSeconds != rep.FloorSeconds || rep.Runs[0].Modes[ModeCdplane].Seconds != rep.Modes[ModeCdplane].Seconds {
+		t.Fatalf("%d runs; the report's own floor and modes must be the first run's", len(rep.Runs))
+	}
+	if !rep.EtcdMeasured {
+		t.Errorf("etcd not measured on control planes the benchmark started")
+	}
+	positive := func(what string, p *float64) {
+		if p == nil || *p <= 0 {
+			t.Errorf("%s: %v, want a positive figure", what, p)
+		}
+	}
+	for i, run := range rep.Runs {
+		for name, r := range map[string]Result{"floor": run.Floor, ModeCdplane: run.Modes[ModeCdplane], ModePeerCliques: run.Modes[ModePeerCliques]} {
+			what := fmt.Sprintf("run %d, %s", i+1, name)
+			positive(what+": apiserver CPU", r.APIServerCPUSeconds)
+			positive(what+": etcd CPU", r.EtcdCPUSeconds)
+			positive(what+": etcd WAL bytes", r.EtcdWALBytes)
+			if r.JoinedAtEnd != n {
+				t.Errorf("%s: %d joined", what, r.JoinedAtEnd)
+			}
+		}
+		// Only cdplane's daemons watch cliques: the floor makes none, peer-cliques' daemons
+		// read theirs.
+		for name, r := range map[string]Result{"floor": run.Floor, ModePeerCliques: run.Modes[ModePeerCliques]} {
+			if r.CliqueWatchBytesLeast != 0 || r.CliqueWatchBytesOverLeast != nil {
+				t.Errorf("run %d, %s: clique least %v", i+1, name, r.CliqueWatchBytesLeast)
+			}
+		}
+		if r := run.Modes[ModeCdplane]; r.CliqueWatchBytesLeast <= 0 {
+			t.Errorf("run %d, cdplane: clique least %v", i+1, r.CliqueWatchBytesLeast)
+		}
+		positive(fmt.Sprintf("run %d, cdplane: clique watch bytes over least", i+1), run.Modes[ModeCdplane].CliqueWatchBytesOverLeast)
+		for _, m := range []string{ModeCdplane, ModePeerCliques} {
+			r := run.Modes[m]
+			for _, name := range CostFigures {
+				f, ok := r.Cost[name]
+				if m == ModePeerCliques && (name == CostCliqueWatchEvents || name == CostCliqueWatchBytes) {
+					continue
+				}
+				if !ok || f.Value <= 0 || f.PerDaemon <= 0 {
+					t.Errorf("run %d, %s: cost %s %+v", i+1, m, name, f)
+					continue
+				}
+				// The floor watches cliques that never exist: no events, so no ratio.
+				floorless := name == CostCliqueWatchEvents || name == CostCliqueWatchBytes
+				if floorless != (f.Ratio == nil) || (f.Ratio != nil && *f.Ratio <= 0) {
+					t.Errorf("run %d, %s: cost %s: ratio %v against the floor's %v", i+1, m, name, f.Ratio, f.Floor)
+				}
+			}
+			if f := r.RequestCost["PATCH pods/status"]; f.Ratio == nil || *f.Ratio <= 0 {
+				t.Errorf("run %d, %s: PATCH pods/status against the floor: %+v", i+1, m, f)
+			}
+		}
+	}
+	for _, m := range []string{modeFloor, ModeCdplane, ModePeerCliques} {
+		s, ok := rep.Summary[m]
+		if !ok || s.Runs != 2 || s.Finished != 2 || s.Seconds.N != 2 || s.Seconds.Median <= 0 || s.Seconds.Min > s.Seconds.Max {
+			t.Errorf("summary of %s: %+v", m, s)
+			continue
+		}
+		if m == modeFloor {
+			continue
+		}
+		if s.RatioToFloor == nil || s.RatioToFloor.N != 2 || s.RatioToFloor.Median <= 0 {
+			t.Errorf("summary of %s: ratio to the floor %+v", m, s.RatioToFloor)
+		}
+		for _, name := range []string{CostAPIServerCPU, CostEtcdCPU, CostEtcdWALBytes, CostRequests, CostWatchEvents, CostWatchBytes} {
+			if s.CostRatios[name] <= 0 {
+				t.Errorf("summary of %s: no median ratio of %s: %v", m, name, s.CostRatios)
+			}
+		}
+		if (m == ModeCdplane) != (s.CliqueWatchBytesOverLeast != nil) {
+			t.Errorf("summary of %s: clique watch bytes over least %v", m, s.CliqueWatchBytesOverLeast)
 		}
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -52,15 +54,26 @@ running, label, watch, daemon ready, pod ready), when the instances got there. A
 passes --timeout or --max-rss-gib is reported with how many daemons had joined.
 Conflicts (409) and throttling (429) come from the apiserver's own metrics.
 
+Each mode also reports what the registration cost the control plane, beside the floor's of the
+same run and per joined daemon: kube-apiserver's and etcd's CPU seconds, the bytes etcd wrote to
+its log, requests, watch events and bytes (and those of cliques, against the least possible:
+each daemon receiving its final clique once). The whole measurement runs --runs times; the
+report gives each run, then per mode the median and spread of its seconds and of its ratio to
+the floor of the same run, and the medians of the cost ratios.
+
 Without --kubeconfig it starts its own etcd and kube-apiserver from the cached builds
 (hack/k8s-bins.sh builds them on first use), a fresh pair for the floor and for each mode, so
 that every mode starts on the same empty cluster; with --kubeconfig every mode runs on that
-cluster, one after the other, each on fresh objects.`,
+cluster, one after the other, each on fresh objects, and etcd's figures are not measured (the
+benchmark cannot reach that cluster's etcd).`,
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			o.Modes = splitModes(modes)
 			p, err := jsonAlias(&output, asJSON)
 			if err != nil {
 				return usage(err)
+			}
+			if o.Runs < 1 {
+				return usage(fmt.Errorf("--runs must be at least 1, got %d", o.Runs))
 			}
 			if err := o.Validate(); err != nil {
 				return usage(err)
@@ -117,7 +130,7 @@ cluster, one after the other, each on fresh objects.`,
 			if !kube.given(cmd) {
 				// Its own control plane for the floor and for each mode: every one starts on
 				// the same empty cluster.
-				o.FreshCluster = func(context.Context) (*rest.Config, func(), error) { return benchCluster(cmd, nil) }
+				o.FreshCluster = func(context.Context) (bench.Cluster, error) { return benchControlPlane(cmd) }
 			} else {
 				var stop func()
 				if cfg, stop, err = benchCluster(cmd, kube); err != nil {
@@ -133,7 +146,7 @@ cluster, one after the other, each on fresh objects.`,
 				if err := plot.WriteFile(plotPath, joinedChart(rep)); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "Wrote the plot of daemons joined over time to %s\n", plotPath)
+				fmt.Fprintf(cmd.ErrOrStderr(), "Wrote the plot of daemons joined over time (each mode's median run) to %s\n", plotPath)
 			}
 			if p != nil {
 				return p.PrintObj(newDocument(kindBenchReport, rep), cmd.OutOrStdout())
@@ -148,12 +161,13 @@ cluster, one after the other, each on fresh objects.`,
 	f.StringVar(&o.Arrival, "arrival", "burst", "burst: all daemons start at once; ramp: starts spread over --ramp")
 	f.DurationVar(&o.Ramp, "ramp", 10*time.Second, "Spread of the starts with --arrival ramp")
 	f.StringVar(&modes, "modes", strings.Join(bench.AllModes, ","), "Modes to run, comma-separated")
+	f.IntVar(&o.Runs, "runs", 3, "Times to run the whole measurement (the floor and every mode, each on a fresh control plane without --kubeconfig); the report gives each run and the median and spread over them")
 	f.DurationVar(&o.Timeout, "timeout", 3*time.Minute, "Longest wait for one mode's domain to be Ready; a mode that takes longer is reported with this as a lower bound")
 	f.Float64Var(&o.MaxRSSGiB, "max-rss-gib", 12, "Stop a mode once this process and the controller process use this much resident memory together, and report how many had joined; 0: no limit")
 	kube.add(reg)
 	output.add(reg)
 	addJSONAlias(reg, &asJSON)
-	f.StringVar(&plotPath, "plot", "", "Write a picture (.svg) of daemons joined over time, one line per mode and the floor")
+	f.StringVar(&plotPath, "plot", "", "Write a picture (.svg) of daemons joined over time, one line per mode and the floor, each from its median run")
 	f.StringVar(&o.ProfileDir, "profile", "", "Write CPU profiles per mode into this directory: this process (the daemon instances; the controller too with --controller in-process), the controller process and the kube-apiserver")
 	f.IntVar(&o.ProfileSeconds, "profile-seconds", 30, "Length of the kube-apiserver's profile (it is taken from the start of each mode)")
 	f.DurationVar(&o.BatchWindow, "batch-window", 0, "The controller's --batch-window in the cdplane modes (0: its default, 200ms)")
@@ -245,14 +259,23 @@ func benchCluster(cmd *cobra.Command, kube *kubeFlags) (*rest.Config, func(), er
 		cfg, err := kube.restConfig()
 		return cfg, func() {}, err
 	}
-	fmt.Fprintln(cmd.ErrOrStderr(), "== starting etcd and kube-apiserver (builds them on first use)")
-	binDir, err := controlplane.BinDir(cmd.Context())
+	cl, err := benchControlPlane(cmd)
 	if err != nil {
 		return nil, nil, err
 	}
+	return cl.Config, cl.Stop, nil
+}
+
+// benchControlPlane starts a control plane of the benchmark's own, whose etcd it can read.
+func benchControlPlane(cmd *cobra.Command) (bench.Cluster, error) {
+	fmt.Fprintln(cmd.ErrOrStderr(), "== starting etcd and kube-apiserver (builds them on first use)")
+	binDir, err := controlplane.BinDir(cmd.Context())
+	if err != nil {
+		return bench.Cluster{}, err
+	}
 	dir, err := os.MkdirTemp("", "cdplane-bench-")
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating the control plane's directory: %w", err)
+		return bench.Cluster{}, fmt.Errorf("creating the control plane's directory: %w", err)
 	}
 	cp, err := controlplane.Start(cmd.Context(), controlplane.Options{Dir: dir, BinDir: binDir, InstallCRDs: true,
 		APIServerArgs: map[string][]string{
@@ -264,7 +287,7 @@ func benchCluster(cmd *cobra.Command, kube *kubeFlags) (*rest.Config, func(), er
 		}})
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, nil, err
+		return bench.Cluster{}, err
 	}
 	stop := func() {
 		if err := cp.Stop(15 * time.Second); err != nil {
@@ -276,18 +299,50 @@ func benchCluster(cmd *cobra.Command, kube *kubeFlags) (*rest.Config, func(), er
 	cfg, err := cp.AdminConfig()
 	if err != nil {
 		stop()
-		return nil, nil, err
+		return bench.Cluster{}, err
 	}
 	cfg.QPS, cfg.Burst = 200, 400
-	return cfg, stop, nil
+	cl, err := bench.ControlPlaneCluster(cp, cfg, stop)
+	if err != nil {
+		stop()
+	}
+	return cl, err
 }
 
+// printReport prints each run's tables, then the summary over the runs.
 func printReport(cmd *cobra.Command, rep *bench.Report) {
 	w := cmd.OutOrStdout()
-	fmt.Fprintf(w, "registration: %d nodes, cliques of %d, %s arrival; floor %.2fs\n", rep.Nodes, rep.CliqueSize, rep.Arrival, rep.FloorSeconds)
+	runs := rep.Runs
+	if len(runs) == 0 { // a report of one run, as Run wrote it before it had runs
+		runs = []bench.RunReport{{FloorSeconds: rep.FloorSeconds, Floor: rep.Floor, Modes: rep.Modes}}
+	}
+	for i, run := range runs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "run %d/%d: ", i+1, len(runs))
+		printRun(w, rep, run)
+	}
+	if len(rep.Summary) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nsummary over %d runs: median (min–max); × floor against the floor of the same run, costs per joined daemon; ≥ a lower bound (a run that did not finish)\n", len(runs))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, row := range bench.SummaryTable(rep) {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	_ = tw.Flush()
+	if !rep.EtcdMeasured {
+		fmt.Fprintln(w, "etcd's CPU and bytes are not measured on a cluster given with --kubeconfig: the benchmark cannot reach its etcd")
+	}
+}
+
+// printRun prints one run: a row per mode, where each daemon's time went, the controller's passes.
+func printRun(w io.Writer, rep *bench.Report, run bench.RunReport) {
+	fmt.Fprintf(w, "registration: %d nodes, cliques of %d, %s arrival; floor %.2fs\n", rep.Nodes, rep.CliqueSize, rep.Arrival, run.FloorSeconds)
 	fmt.Fprintf(w, "%-18s %9s %8s %12s %10s %8s %8s %9s %9s\n", "mode", "seconds", "xfloor", "writes/dmn", "ctrl-wr", "409s", "429s", "p50(ms)", "p99(ms)")
 	for _, m := range bench.AllModes {
-		r, ok := rep.Modes[m]
+		r, ok := run.Modes[m]
 		if !ok {
 			continue
 		}
@@ -303,9 +358,9 @@ func printReport(cmd *cobra.Command, rep *bench.Report) {
 	}
 	fmt.Fprintf(w, "\nwhere each daemon's time went (ms from its start to the first success of each step: p50 / p99 / max)\n")
 	for _, m := range append([]string{"floor"}, bench.AllModes...) {
-		r, ok := rep.Modes[m]
+		r, ok := run.Modes[m]
 		if m == "floor" {
-			r, ok = rep.Floor, true
+			r, ok = run.Floor, true
 		}
 		if !ok || len(r.Phases) == 0 {
 			continue
@@ -317,7 +372,7 @@ func printReport(cmd *cobra.Command, rep *bench.Report) {
 		fmt.Fprintf(w, "  (%d with a failed call)\n", r.InstancesRetrying)
 	}
 	for _, m := range bench.AllModes {
-		r, ok := rep.Modes[m]
+		r, ok := run.Modes[m]
 		if !ok || len(r.ReconcileSteps) == 0 {
 			continue
 		}
@@ -497,14 +552,26 @@ func printSlicesReport(w io.Writer, rep *bench.SlicesReport) {
 	}
 }
 
-// joinedChart draws daemons joined over time: the floor, then each mode in the order they ran.
+// joinedChart draws daemons joined over time: the floor, then each mode in the order they ran,
+// each from its median run (by seconds; of an even count, the faster of the two middle ones),
+// one line per mode: a line per run made a chart of fifteen lines that no one could read.
 func joinedChart(rep *bench.Report) plot.Chart {
-	c := plot.Chart{
-		Title:  fmt.Sprintf("%d daemons joining one ComputeDomain (cliques of %d, %s arrival)", rep.Nodes, rep.CliqueSize, rep.Arrival),
-		XLabel: "seconds since the daemons started", YLabel: "daemons joined",
+	title := fmt.Sprintf("%d daemons joining one ComputeDomain (cliques of %d, %s arrival)", rep.Nodes, rep.CliqueSize, rep.Arrival)
+	if len(rep.Runs) > 1 {
+		title += fmt.Sprintf(", median of %d runs", len(rep.Runs))
 	}
-	add := func(name string, r bench.Result) {
+	c := plot.Chart{Title: title, XLabel: "seconds since the daemons started", YLabel: "daemons joined"}
+	add := func(name string) {
+		results, runs := resultsOf(rep, name)
+		if len(results) == 0 {
+			return
+		}
+		i := medianRun(results)
+		r := results[i]
 		s := plot.Series{Name: name}
+		if len(results) > 1 {
+			s.Name += fmt.Sprintf(" (run %d)", runs[i])
+		}
 		for _, p := range r.Joined {
 			s.Points = append(s.Points, plot.Point{X: p.Seconds, Y: float64(p.Count)})
 		}
@@ -513,13 +580,41 @@ func joinedChart(rep *bench.Report) plot.Chart {
 		}
 		c.Series = append(c.Series, s)
 	}
-	add("floor", rep.Floor)
+	add("floor")
 	for _, m := range bench.AllModes {
-		if r, ok := rep.Modes[m]; ok {
-			add(m, r)
-		}
+		add(m)
 	}
 	return c
+}
+
+// resultsOf is mode's result in each run that measured it ("floor": the floor's), and the
+// number of each one's run, from 1.
+func resultsOf(rep *bench.Report, mode string) (results []bench.Result, runs []int) {
+	all := rep.Runs
+	if len(all) == 0 { // a report of one run, as Run wrote it before it had runs
+		all = []bench.RunReport{{FloorSeconds: rep.FloorSeconds, Floor: rep.Floor, Modes: rep.Modes}}
+	}
+	for n, run := range all {
+		r, ok := run.Modes[mode]
+		if mode == "floor" {
+			r, ok = run.Floor, true
+		}
+		if ok {
+			results, runs = append(results, r), append(runs, n+1)
+		}
+	}
+	return results, runs
+}
+
+// medianRun is the index of the result with the median seconds (the lower middle one of an
+// even count).
+func medianRun(results []bench.Result) int {
+	idx := make([]int, len(results))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return results[idx[a]].Seconds < results[idx[b]].Seconds })
+	return idx[(len(idx)-1)/2]
 }
 
 // silenceKlog discards what the Kubernetes libraries log through klog, errors included: the

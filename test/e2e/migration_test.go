@@ -328,12 +328,13 @@ func cdplaneOK(t *testing.T, args ...string) string {
 	return out
 }
 
-// cdplaneRefused runs cdplane and fails the test unless it exits 1.
+// cdplaneRefused runs cdplane and fails the test unless it exits 3, a safety check's refusal
+// (docs/cli.md, "Exit codes").
 func cdplaneRefused(t *testing.T, args ...string) string {
 	t.Helper()
 	out, code := cdplaneCLI(t, args...)
-	if code != 1 {
-		t.Fatalf("cdplane %s exited %d, want 1 (refused):\n%s", strings.Join(args, " "), code, out)
+	if code != 3 {
+		t.Fatalf("cdplane %s exited %d, want 3 (refused):\n%s", strings.Join(args, " "), code, out)
 	}
 	return out
 }

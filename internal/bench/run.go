@@ -138,6 +138,13 @@ type Result struct {
 	// change): pods Ready for the floor, entries Ready for the peer protocols, the domain's
 	// ready nodes for cdplane. Plotted, not in the JSON.
 	Joined []Sample `json:"-"`
+	// LastHopMs is the last hop of a cdplane mode: from the last daemon pod's Ready (the
+	// kubelet's patch returned) to the domain's status first showing Ready; LastHopFromSeenMs
+	// the same from the controller's cache first showing that pod Ready. What the domain's
+	// users wait for after the last daemon is up: the controller's pass and status write.
+	// Absent for the floor, the peer modes and a mode that did not finish.
+	LastHopMs         *float64 `json:"last_hop_ms,omitempty"`
+	LastHopFromSeenMs *float64 `json:"last_hop_from_seen_ms,omitempty"`
 	// TimedOut is set when the domain was not Ready within the timeout; Seconds is then the
 	// timeout, a lower bound.
 	TimedOut bool `json:"timed_out,omitempty"`
@@ -556,6 +563,9 @@ func runMode(ctx context.Context, cl Cluster, admin client.Client, run, mode str
 	seen.merge(ctlRep.Seen)
 	seen.markInto(traces, w)
 	res.Phases, res.InstancesRetrying = summarize(traces)
+	if domain != nil && !timedOut {
+		res.LastHopMs, res.LastHopFromSeenMs = lastHop(domain.firstReady(), traces)
+	}
 	if domain != nil {
 		res.Reconciles, res.ReconcileSeconds, res.ReconcileSteps = ctlRep.Reconciles, ctlRep.ReconcileSeconds, ctlRep.Steps
 	}
@@ -764,6 +774,8 @@ type domainWatch struct {
 	mu      sync.Mutex
 	ready   int
 	isReady bool
+	// readyAt is when the watch first showed the domain Ready (zero until then).
+	readyAt time.Time
 	// taken: the controller has written the domain's status once (its first pass is done).
 	taken bool
 }
@@ -782,7 +794,17 @@ func (d *domainWatch) observe(obj any) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ready, d.isReady = int(cd.Status.ReadyNodes), cd.Status.Status == cdv1beta1.StatusReady
+	if d.isReady && d.readyAt.IsZero() {
+		d.readyAt = time.Now()
+	}
 	d.taken = d.taken || cd.Status.Status != ""
+}
+
+// firstReady is when the watch first showed the domain Ready; zero if it did not.
+func (d *domainWatch) firstReady() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.readyAt
 }
 
 func (d *domainWatch) hasBeenTaken() bool {

@@ -209,6 +209,13 @@ func checkRunsAndCosts(t *testing.T, rep *Report, n int) {
 			t.Errorf("run %d, cdplane: clique least %v", i+1, r.CliqueWatchBytesLeast)
 		}
 		positive(fmt.Sprintf("run %d, cdplane: clique watch bytes over least", i+1), run.Modes[ModeCdplane].CliqueWatchBytesOverLeast)
+		// The last hop is cdplane's (the domain's status turning Ready), not the floor's.
+		if r := run.Modes[ModeCdplane]; r.LastHopMs == nil || r.LastHopFromSeenMs == nil {
+			t.Errorf("run %d, cdplane: no last hop (%v, %v)", i+1, r.LastHopMs, r.LastHopFromSeenMs)
+		}
+		if run.Floor.LastHopMs != nil {
+			t.Errorf("run %d: the floor has a last hop", i+1)
+		}
 		for _, m := range []string{ModeCdplane, ModePeerCliques} {
 			r := run.Modes[m]
 			for _, name := range CostFigures {

@@ -203,6 +203,8 @@ type Summary struct {
 	CostRatios map[string]float64 `json:"cost_ratios,omitempty"`
 	// CliqueWatchBytesOverLeast is the median over the runs of Result.CliqueWatchBytesOverLeast.
 	CliqueWatchBytesOverLeast *float64 `json:"clique_watch_bytes_over_least,omitempty"`
+	// LastHopMs is over the runs' Result.LastHopMs (cdplane modes that finished).
+	LastHopMs *Spread `json:"last_hop_ms,omitempty"`
 }
 
 // summarizeRuns summarizes each mode, and the floor (under "floor"), over runs.
@@ -236,7 +238,11 @@ func summarizeMode(res, floors []Result) Summary {
 	var secs, ratios []bounded
 	ratiosOf := map[string][]float64{}
 	var overLeast []float64
+	var hops []bounded
 	for i, r := range res {
+		if r.LastHopMs != nil {
+			hops = append(hops, bounded{*r.LastHopMs, false})
+		}
 		unfinished := r.TimedOut || r.StoppedBy != ""
 		if !unfinished {
 			s.Finished++
@@ -265,6 +271,7 @@ func summarizeMode(res, floors []Result) Summary {
 	if m, ok := median(overLeast); ok {
 		s.CliqueWatchBytesOverLeast = &m
 	}
+	s.LastHopMs = spreadOf(hops)
 	return s
 }
 
@@ -275,7 +282,7 @@ func summarizeMode(res, floors []Result) Summary {
 // cluster given with --kubeconfig).
 func SummaryTable(rep *Report) [][]string {
 	rows := [][]string{{"MODE", "FINISHED", "SECONDS", "× FLOOR", "APISERVER CPU × FLOOR", "ETCD CPU × FLOOR",
-		"ETCD BYTES × FLOOR", "WATCH BYTES × FLOOR", "CLIQUE WATCH BYTES × LEAST"}}
+		"ETCD BYTES × FLOOR", "WATCH BYTES × FLOOR", "CLIQUE WATCH BYTES × LEAST", "LAST HOP MS"}}
 	for _, m := range append([]string{modeFloor}, AllModes...) {
 		s, ok := rep.Summary[m]
 		if !ok {
@@ -293,7 +300,7 @@ func SummaryTable(rep *Report) [][]string {
 		}
 		rows = append(rows, []string{m, fmt.Sprintf("%d/%d", s.Finished, s.Runs), spreadText(&s.Seconds, "%.2f"),
 			spreadText(s.RatioToFloor, "%.2f"), ratio(CostAPIServerCPU), ratio(CostEtcdCPU), ratio(CostEtcdWALBytes),
-			ratio(CostWatchBytes), least})
+			ratio(CostWatchBytes), least, spreadText(s.LastHopMs, "%.0f")})
 	}
 	return rows
 }

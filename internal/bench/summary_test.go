@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -225,15 +226,52 @@ func TestSummaryTable(t *testing.T) {
 			RatioToFloor:              &Spread{Median: 1.25, Min: 1.2, Max: 1.3, N: 2},
 			CostRatios:                map[string]float64{CostAPIServerCPU: 1.5, CostWatchBytes: 0.9},
 			CliqueWatchBytesOverLeast: ratio(2),
+			LastHopMs:                 &Spread{Median: 640, Min: 310, Max: 970, N: 2},
 		},
 	}}
 	want := [][]string{
-		{"MODE", "FINISHED", "SECONDS", "× FLOOR", "APISERVER CPU × FLOOR", "ETCD CPU × FLOOR", "ETCD BYTES × FLOOR", "WATCH BYTES × FLOOR", "CLIQUE WATCH BYTES × LEAST"},
-		{"floor", "2/2", "15.00 (10.00–20.00)", "-", "-", "-", "-", "-", "-"},
+		{"MODE", "FINISHED", "SECONDS", "× FLOOR", "APISERVER CPU × FLOOR", "ETCD CPU × FLOOR", "ETCD BYTES × FLOOR", "WATCH BYTES × FLOOR", "CLIQUE WATCH BYTES × LEAST", "LAST HOP MS"},
+		{"floor", "2/2", "15.00 (10.00–20.00)", "-", "-", "-", "-", "-", "-", "-"},
 		// etcd's figures were not measured (a cluster given with --kubeconfig): "-", not 0.
-		{"cdplane", "1/2", "≥100.00 (20.00–≥180.00)", "1.25 (1.20–1.30)", "1.50", "-", "-", "0.90", "2.00"},
+		{"cdplane", "1/2", "≥100.00 (20.00–≥180.00)", "1.25 (1.20–1.30)", "1.50", "-", "-", "0.90", "2.00", "640 (310–970)"},
 	}
 	if diff := cmp.Diff(want, SummaryTable(rep)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// TestLastHop: the last hop runs from the latest instance's phase, absolute, whatever each
+// instance's start; none without a Ready domain or without an instance in the phase.
+func TestLastHop(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	a := &trace{start: t0, at: map[string]time.Duration{phaseJoined: 2 * time.Second, phaseReadySeen: 2500 * time.Millisecond}}
+	// Started later, Ready sooner after its start, but last in absolute time.
+	b := &trace{start: t0.Add(3 * time.Second), at: map[string]time.Duration{phaseJoined: time.Second, phaseReadySeen: 1200 * time.Millisecond}}
+	ready := t0.Add(4700 * time.Millisecond)
+	fromReady, fromSeen := lastHop(ready, []*trace{a, nil, b})
+	if fromReady == nil || *fromReady != 700 {
+		t.Errorf("from the last pod Ready: %v ms, want 700", deref(fromReady))
+	}
+	if fromSeen == nil || *fromSeen != 500 {
+		t.Errorf("from the controller seeing it: %v ms, want 500", deref(fromSeen))
+	}
+	if r, s := lastHop(time.Time{}, []*trace{a, b}); r != nil || s != nil {
+		t.Errorf("a domain never Ready: %v, %v, want none", deref(r), deref(s))
+	}
+	if r, _ := lastHop(ready, []*trace{{start: t0, at: map[string]time.Duration{}}}); r != nil {
+		t.Errorf("no instance Ready: %v, want none", deref(r))
+	}
+	s := summarizeMode([]Result{{Seconds: 1, LastHopMs: ptrTo(900.0)}, {Seconds: 1}, {Seconds: 1, LastHopMs: ptrTo(300.0)}}, nil)
+	if s.LastHopMs == nil || s.LastHopMs.Median != 600 || s.LastHopMs.N != 2 {
+		t.Errorf("the summary's last hop: %+v, want the median of the two runs that have one, 600", s.LastHopMs)
+	}
+}
+
+func deref(p *float64) any {
+	if p == nil {
+		return "none"
+	}
+	return *p
+}
+
+func ptrTo(v float64) *float64 { return &v }

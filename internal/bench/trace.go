@@ -149,3 +149,32 @@ func summarize(traces []*trace) (phases []Phase, withFailures int) {
 	}
 	return phases, withFailures
 }
+
+// lastHop returns the milliseconds from the last instance's pod Ready, and from the
+// controller's cache last showing a pod Ready, to ready (when the domain was seen Ready); nil
+// where ready is zero or no instance reached the phase.
+func lastHop(ready time.Time, traces []*trace) (fromReady, fromSeen *float64) {
+	if ready.IsZero() {
+		return nil, nil
+	}
+	last := func(phase string) *float64 {
+		var latest time.Time
+		for _, t := range traces {
+			if t == nil {
+				continue
+			}
+			t.mu.Lock()
+			d, ok := t.at[phase]
+			t.mu.Unlock()
+			if at := t.start.Add(d); ok && at.After(latest) {
+				latest = at
+			}
+		}
+		if latest.IsZero() {
+			return nil
+		}
+		ms := float64(ready.Sub(latest).Microseconds()) / 1e3
+		return &ms
+	}
+	return last(phaseJoined), last(phaseReadySeen)
+}

@@ -382,6 +382,12 @@ func printRun(w io.Writer, rep *bench.Report, run bench.RunReport) {
 				fmt.Fprintf(w, " %s %.1fs", step, s)
 			}
 		}
+		if r.LastHopMs != nil {
+			fmt.Fprintf(w, "; last hop %.0f ms from the last pod Ready", *r.LastHopMs)
+			if r.LastHopFromSeenMs != nil {
+				fmt.Fprintf(w, " (%.0f ms from the controller seeing it)", *r.LastHopFromSeenMs)
+			}
+		}
 		fmt.Fprintln(w)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -125,11 +126,11 @@ func TestCRDSchema(t *testing.T) {
 		"allocationMode default":   {string(mode.Default.Raw), `"Single"`},
 		"allocationMode enum":      {enumString(mode.Enum), `"Single","All"`},
 		"spec immutable rule":      {spec.XValidations[0].Rule, "self == oldSelf"},
-		"status.nodes list type":   {*nodes.XListType, "map"},
-		"status.nodes map key":     {nodes.XListMapKeys[0], "name"},
+		"status.nodes list type":   {*nodes.XListType, "atomic"},
+		"status.nodes map keys":    {strings.Join(nodes.XListMapKeys, ","), ""},
 		"status.nodes max items":   {fmtInt(nodes.MaxItems), "4096"},
-		"daemons list type":        {*daemons.XListType, "map"},
-		"daemons map key":          {daemons.XListMapKeys[0], "nodeName"},
+		"daemons list type":        {*daemons.XListType, "atomic"},
+		"daemons map keys":         {strings.Join(daemons.XListMapKeys, ","), ""},
 		"daemons max items":        {fmtInt(daemons.MaxItems), "256"},
 		"daemon index optional":    {boolString(contains(daemons.Items.Schema.Required, "index")), "false"},
 		"node index optional":      {boolString(contains(nodes.Items.Schema.Required, "index")), "false"},

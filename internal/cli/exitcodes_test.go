@@ -37,6 +37,7 @@ func TestUsageExitCode(t *testing.T) {
 		"--json with -o yaml":                      {args: []string{"bench", "slices", "--json", "-o", "yaml"}, code: 2, stderr: `--json and --output "yaml": give one`},
 		"an invalid value":                         {args: []string{"install", "plane", "--control-plane-id", "plane-a", "--set", "logVerbosity=11"}, code: 2, stderr: "values of chart cdplane"},
 		"debug bundle: log lines":                  {args: []string{"debug", "bundle", "--log-lines", "0"}, code: 2, stderr: "--log-lines must be positive"},
+		"bench: no runs":                           {args: []string{"bench", "registration", "--runs", "0"}, code: 2, stderr: "--runs must be at least 1, got 0"},
 		"sim up: a bad IMEX mode":                  {args: []string{"sim", "up", "--imex-mode", "both"}, code: 2, stderr: `--imex-mode "both"`},
 		"no -n where it means none":                {args: []string{"assign", "namespace", "team-a", "--control-plane-id", "plane-a", "-n", "x"}, code: 2, stderr: "unknown shorthand flag: 'n'"},
 		"a valid status reaches the cluster":       {args: []string{"status", "-n", "team-a", "-o", "name", "--kubeconfig", "{missing}"}, code: 1, stderr: reachedCluster},

@@ -3,7 +3,10 @@ package simkubelet
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +42,18 @@ func TestReadyRestoredAfterALapsedLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet's Lease requests the apiserver refuses, counted on its own connection: the
+	// kubelet itself shows no failure the test could wait for.
+	var refused atomic.Int64
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err == nil && resp.StatusCode == http.StatusForbidden && strings.Contains(req.URL.Path, "/leases") {
+				refused.Add(1)
+			}
+			return resp, err
+		})
+	})
 	dir, err := os.MkdirTemp("", "skl")
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +98,10 @@ func TestReadyRestoredAfterALapsedLease(t *testing.T) {
 	})
 	// Renewals are failing (no Lease rights); mark the node Unknown, as the node lifecycle
 	// controller does when it sees the lease lapse.
-	// Wait out a few renewals (one a second), so that some fail before Lease rights come: the
-	// kubelet shows no failure the test could poll for. Nothing is asserted about this time.
-	time.Sleep(3 * time.Second)
+	// Some renewals fail before Lease rights come.
+	testutil.Eventually(t, time.Minute, "two of the kubelet's Lease requests refused", func() (bool, error) {
+		return refused.Load() >= 2, nil
+	})
 	unknown := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"Unknown","reason":"NodeStatusUnknown","message":"Kubelet stopped posting node status.","lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`,
 		time.Now().UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339))
 	if _, err := kube.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(unknown), metav1.PatchOptions{}, "status"); err != nil {
@@ -123,3 +139,8 @@ func bind(ctx context.Context, t *testing.T, name, user string, rules []rbacv1.P
 		_ = kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 }
+
+// roundTripFunc is an http.RoundTripper of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -39,13 +39,19 @@ func (st *State) LoadImage(image, dir string) error {
 	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
 		return err
 	}
-	// Copied into a directory beside the destination, then renamed: a container starting
-	// meanwhile sees the old image or the new one, never half of one.
+	// Copied into a directory beside the destination, which the destination, a symbolic link,
+	// is then swapped to in one rename: a container starting meanwhile runs the old image or the
+	// new one, never half of one, and never the sim's own build for want of either.
 	tmp, err := os.MkdirTemp(filepath.Dir(dest), ".load-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	done := false
+	defer func() {
+		if !done {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
 	copied := 0
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
@@ -62,14 +68,20 @@ func (st *State) LoadImage(image, dir string) error {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
-	old := tmp + ".old"
-	if err := os.Rename(dest, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+	previous, _ := os.Readlink(dest) // "" when dest is not a link yet
+	link := tmp + ".link"
+	if err := os.Symlink(filepath.Base(tmp), link); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, dest); err != nil {
+	if err := os.Rename(link, dest); err != nil {
+		_ = os.Remove(link)
 		return err
 	}
-	return os.RemoveAll(old)
+	done = true
+	if previous != "" {
+		return os.RemoveAll(filepath.Join(filepath.Dir(dest), previous))
+	}
+	return nil
 }
 
 func copyFile(from, to string) error {

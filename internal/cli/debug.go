@@ -12,6 +12,7 @@ import (
 
 	"cdplane/internal/debugbundle"
 	"cdplane/internal/kubeletplugin"
+	"cdplane/internal/lifecycle"
 	"cdplane/internal/version"
 )
 
@@ -104,7 +105,7 @@ func runDebugBundle(cmd *cobra.Command, f debugBundleFlags) (err error) {
 	if err != nil {
 		return err
 	}
-	cfg.QPS, cfg.Burst = 50, 100
+	lifecycle.WithCommandRates(cfg)
 	if !cmd.Flags().Changed("request-timeout") {
 		cfg.Timeout = f.timeout
 	}

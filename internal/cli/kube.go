@@ -74,7 +74,7 @@ func (k *kubeFlags) retryingConfig(notices io.Writer, timeout time.Duration) (*r
 	if err != nil {
 		return nil, err
 	}
-	cfg.QPS, cfg.Burst = 50, 100
+	lifecycle.WithCommandRates(cfg)
 	return lifecycle.WithRetries(cfg, notices, timeout), nil
 }
 

@@ -54,8 +54,7 @@ func (g *clusterGetter) load() {
 			g.err = err
 			return
 		}
-		cfg = rest.CopyConfig(cfg)
-		cfg.QPS, cfg.Burst = 50, 100
+		cfg = WithCommandRates(rest.CopyConfig(cfg))
 		g.cfg = WithRetries(cfg, g.out, g.timeout)
 		dc, err := discovery.NewDiscoveryClientForConfig(g.cfg)
 		if err != nil {

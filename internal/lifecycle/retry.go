@@ -25,6 +25,15 @@ import (
 // 5s, each delay up to 20% longer (jitter).
 var retryBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 5 * time.Second, Steps: math.MaxInt32}
 
+// WithCommandRates sets the client rates every cdplane command talks to a cluster with (cfg
+// changed in place, and returned): above client-go's default of 5 a second, which a command that
+// lists and writes a plane's objects, or a debug bundle reading every domain's, would spend most
+// of its time waiting for.
+func WithCommandRates(cfg *rest.Config) *rest.Config {
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg
+}
+
 // WithRetries returns a copy of cfg whose requests are retried, with backoff, while they fail
 // transiently (TransientFailure) and budget allows (counted from each request's first attempt,
 // and never past its context's deadline). Each retry prints "retrying after: <error>" to out.

@@ -26,13 +26,7 @@ import (
 // is the one way to remove them, refused while a ComputeDomain exists.
 func TestRawHelmUninstallKeepsTheCRDs(t *testing.T) {
 	ctx := context.Background()
-	m, out := newManager(t)
-	leaveNothing(t, "")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("cdplane output:\n%s", out.String())
-		}
-	})
+	m, out := lifecycleTest(t, "")
 	must(t, m.InstallPrerequisites(ctx, nil))
 	ns := testCluster.Namespace(t, nil)
 	cd := testutil.MakeComputeDomain("kept").Namespace(ns).NumNodes(1).Obj()

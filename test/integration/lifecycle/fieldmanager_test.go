@@ -21,13 +21,7 @@ const statusWritersPolicy = "compute-domain-status-writers.nvidia.com"
 
 func TestApplyTakesBackFieldsOfAnotherManager(t *testing.T) {
 	ctx := context.Background()
-	m, out := newManager(t)
-	leaveNothing(t, "")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("cdplane output:\n%s", out.String())
-		}
-	})
+	m, _ := lifecycleTest(t, "")
 	must(t, m.InstallPrerequisites(ctx, nil))
 
 	dc := &admissionregistrationv1.ValidatingAdmissionPolicy{}

@@ -39,13 +39,7 @@ const controllerManager = "cdplane-controller"
 // prerequisites; a 0.1.0 controller writes the atomic lists whole like this one.
 func TestMembershipListsConvertWithEveryEntry(t *testing.T) {
 	ctx := context.Background()
-	m, out := newManager(t)
-	leaveNothing(t, "")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("cdplane output:\n%s", out.String())
-		}
-	})
+	m, _ := lifecycleTest(t, "")
 	c := testCluster.Client
 
 	// The CRDs as they were: this release's, with the two lists map-typed, created as NVIDIA's

@@ -67,6 +67,21 @@ func newManager(t *testing.T) (*lifecycle.Manager, *testutil.SyncBuffer) {
 	return m, out
 }
 
+// lifecycleTest starts a test that installs and removes planes: a manager with its output,
+// whatever the test installs (plane id, and the prerequisites) removed after it, and that
+// output in the log when it fails.
+func lifecycleTest(t *testing.T, id string) (*lifecycle.Manager, *testutil.SyncBuffer) {
+	t.Helper()
+	m, out := newManager(t)
+	leaveNothing(t, id)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("cdplane output:\n%s", out.String())
+		}
+	})
+	return m, out
+}
+
 // serviceAccount returns a config acting as a plane's service account (legacy name sa), as
 // its pods' tokens would.
 func serviceAccount(id, sa string) *rest.Config {

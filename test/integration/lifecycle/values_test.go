@@ -18,13 +18,7 @@ import (
 // --reset-values it starts from the chart's defaults. The same for the prerequisites.
 func TestApplyKeepsTheReleasesValues(t *testing.T) {
 	ctx := context.Background()
-	m, out := newManager(t)
-	leaveNothing(t, "plane-v")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("cdplane output:\n%s", out.String())
-		}
-	})
+	m, out := lifecycleTest(t, "plane-v")
 
 	must(t, m.InstallPrerequisites(ctx, map[string]any{"adminGroups": []any{"system:masters", "platform-admins"}}))
 	must(t, m.ApplyPrerequisites(ctx, nil, lifecycle.KeepValues))

@@ -3,12 +3,14 @@ package computedomain
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -39,15 +41,19 @@ func (r *Reconciler) listCliques(ctx context.Context, cd *cdv1beta1.ComputeDomai
 	return list.Items, nil
 }
 
-// writeCliques applies each clique whose entries changed and deletes cliques left empty.
-func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, res membership.Result) error {
+// writeCliques applies each clique whose entries changed and deletes cliques left empty. With
+// mayHold (the domain is not turning Ready in this pass), a change that only turns entries Ready
+// may be held in a large domain (see pacer): it returns how long until the first held one is due
+// (0: none held).
+func (r *Reconciler) writeCliques(ctx context.Context, key types.NamespacedName, cd *cdv1beta1.ComputeDomain, ds *appsv1.DaemonSet, res membership.Result, mayHold bool) (time.Duration, error) {
 	if ds == nil {
-		return nil // no DaemonSet to own them yet: nothing can be running
+		return 0, nil // no DaemonSet to own them yet: nothing can be running
 	}
 	existing, err := r.listCliques(ctx, cd)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	var held time.Duration
 	current := map[string]*cdv1beta1.ComputeDomainClique{}
 	for i := range existing {
 		current[existing[i].Name] = &existing[i]
@@ -61,6 +67,14 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 		cur, ok := current[desired.Name]
 		if ok && cliqueUpToDate(cur, desired) {
 			continue
+		}
+		if ok && mayHold && onlyTurnsReady(cur, desired) {
+			if wait := r.pacer.holdReady(key, desired.Name); wait > 0 {
+				if held == 0 || wait < held {
+					held = wait
+				}
+				continue
+			}
 		}
 		if knownClique(cur) == nil {
 			unknown++
@@ -79,7 +93,7 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 	if unknown > listCliquesAbove {
 		list := scheme.MetaList(cdv1beta1.GroupVersion.WithKind("ComputeDomainCliqueList"))
 		if err := r.reader.List(ctx, list, client.InNamespace(r.opts.DriverNamespace)); err != nil {
-			return fmt.Errorf("re-reading cliques: %w", err)
+			return 0, fmt.Errorf("re-reading cliques: %w", err)
 		}
 		onServer = make(map[string]*metav1.PartialObjectMetadata, len(list.Items))
 		for i := range list.Items {
@@ -97,17 +111,20 @@ func (r *Reconciler) writeCliques(ctx context.Context, cd *cdv1beta1.ComputeDoma
 			if err != nil {
 				return err
 			}
-			if wrote && r.opts.CliqueWritten != nil {
-				r.opts.CliqueWritten(c)
+			if wrote {
+				r.pacer.wroteClique(key, c.Name)
+				if r.opts.CliqueWritten != nil {
+					r.opts.CliqueWritten(c)
+				}
 			}
 			ctrl.LoggerFrom(ctx).V(1).Info("Wrote clique", "clique", klog.KObj(c), "daemons", len(c.Daemons))
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return err
+		return 0, err
 	}
-	return r.deleteCliques(ctx, cd, existing, keep)
+	return held, r.deleteCliques(ctx, cd, existing, keep)
 }
 
 // knownClique returns cur, the clique as this controller knows it (listCliques), when it can be
@@ -148,13 +165,38 @@ func countReady(entries []membership.Entry) int {
 	return n
 }
 
-func cliqueUpToDate(cur, desired *cdv1beta1.ComputeDomainClique) bool {
+// onlyTurnsReady reports whether desired differs from cur, its clique as written, only in
+// entries turning Ready: the same labels, owners and nodes, each with the same address, clique
+// and index, and no entry that was Ready not Ready now.
+func onlyTurnsReady(cur, desired *cdv1beta1.ComputeDomainClique) bool {
+	if len(cur.Daemons) != len(desired.Daemons) || !cliqueMetaUpToDate(cur, desired) {
+		return false
+	}
+	for i := range desired.Daemons {
+		was, is := cur.Daemons[i], desired.Daemons[i]
+		if was.Status == cdv1beta1.StatusReady && is.Status != cdv1beta1.StatusReady {
+			return false
+		}
+		was.Status, is.Status = "", ""
+		if was != is {
+			return false
+		}
+	}
+	return true
+}
+
+// cliqueMetaUpToDate reports whether cur carries desired's labels and owners.
+func cliqueMetaUpToDate(cur, desired *cdv1beta1.ComputeDomainClique) bool {
 	for k, v := range desired.Labels {
 		if cur.Labels[k] != v {
 			return false
 		}
 	}
-	return equality.Semantic.DeepEqual(cur.OwnerReferences, desired.OwnerReferences) &&
+	return equality.Semantic.DeepEqual(cur.OwnerReferences, desired.OwnerReferences)
+}
+
+func cliqueUpToDate(cur, desired *cdv1beta1.ComputeDomainClique) bool {
+	return cliqueMetaUpToDate(cur, desired) &&
 		equality.Semantic.DeepEqual(cur.Daemons, desired.Daemons) &&
 		cur.ReadyDaemons == desired.ReadyDaemons && cur.TotalDaemons == desired.TotalDaemons
 }

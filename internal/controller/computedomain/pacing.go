@@ -10,6 +10,14 @@ import (
 // maxRest bounds how long a domain's passes or status writes rest.
 const maxRest = 5 * time.Second
 
+// passRestFactor is how many times as long as a long pass took the domain rests after it (see
+// pacer).
+const passRestFactor = 2
+
+// statusRestFactor is how many times as long as a status write took the status rests after it
+// (see pacer).
+const statusRestFactor = 4
+
 // pacer spaces the passes and status writes of large domains, each by a rest as long as the last
 // one took; small domains on a quiet apiserver are not held (see docs/scale.md, "Design choices
 // and what was measured"). A pass that is held ends at once with a requeue for the rest's end.
@@ -19,10 +27,11 @@ const maxRest = 5 * time.Second
 // apiserver: seconds) would be followed at once by the next. Back to back, every clique that
 // gained a member in between is written again in every pass, each write sent to every daemon of
 // the clique: the apiserver's time goes to the controller's writes and their events rather than
-// to the nodes' own requests. After a pass longer than the window the domain rests as long as
-// the pass took (at most maxRest): the controller writes at most half the time, and a join waits
-// for at most one rest more. A pass that failed after a long time rests too, so a failing large
-// domain is retried at most every rest.
+// to the nodes' own requests. After a pass longer than the window the domain rests
+// passRestFactor times as long as the pass took (at most maxRest): the controller's passes take
+// at most a third of the time, each carries the joins of a longer stretch (fewer writes of each
+// clique, each sent to all its daemons), and a join waits for at most one rest more. A pass that
+// failed after a long time rests too, so a failing large domain is retried at most every rest.
 //
 // A pass rest ends early for the pass that may turn the domain Ready: when the domain's pods (at
 // least its numNodes, followed by the pod event handler) have all turned Ready since the pass
@@ -33,10 +42,23 @@ const maxRest = 5 * time.Second
 //
 // Status writes (membership in cliques only: there the daemons never wait for the domain's
 // status). A status of thousands of entries costs the apiserver far more than a clique write, and
-// in a burst of joins it changes in every pass. After each write the domain's status rests as
-// long as the write took: a pass in that time whose status says the same of the domain as a
-// whole (status.status) as the domain says now does not write it and asks for a pass when the
-// rest ends. The write that turns the domain Ready (or NotReady) never waits.
+// in a burst of joins it changes in every pass. After each write the domain's status rests
+// statusRestFactor times as long as the write took (at most maxRest), so that its writes hold
+// the apiserver at most a fifth of the time: a pass in that time whose status says the same of
+// the domain as a whole (status.status) as the domain says now does not write it and asks for a
+// pass when the rest ends. The write that turns the domain Ready (or NotReady) never waits; the
+// counts of a large domain still joining show at most maxRest late.
+//
+// Clique writes that only turn entries Ready, in a large domain (its last pass longer than the
+// window). Every write of a clique goes to every daemon watching it, and in a burst all of a
+// clique's daemons watch it from the start; while the pods' Ready patches trickle in, each pass
+// would write most cliques again for a flip or two. A flip changes nothing a daemon acts on (its
+// IMEX peers are the entries, not their readiness), so such a change waits for the clique's next
+// write that adds or changes an entry, which carries it, or for maxRest after it was first held,
+// whichever comes first. The pass that turns the domain Ready writes every flip at once, and an
+// entry turning NotReady is never held. Only the kubelet plugins act on a flip (a workload's
+// channel waits for its node's entry to be Ready); in such a burst they wait at most maxRest
+// longer.
 type pacer struct {
 	mu      sync.Mutex
 	domains map[types.NamespacedName]*pace
@@ -54,6 +76,11 @@ type pace struct {
 	hint      passHint
 	// statusUntil is when the rest after the last status write ends.
 	statusUntil time.Time
+	// long is whether the domain's last pass took longer than the window.
+	long bool
+	// heldSince is, by clique name, when a change of the clique that only turns entries Ready
+	// was first held (see holdReady).
+	heldSince map[string]time.Time
 }
 
 // passHint names the domain (by UID, with its numNodes) whose labelled pods were not all Ready,
@@ -120,9 +147,51 @@ func (p *pacer) passed(key types.NamespacedName, start time.Time, window time.Du
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	end := p.now()
-	if took := end.Sub(start); took > window {
-		d := p.domain(key)
-		d.passUntil, d.hint = end.Add(min(took, maxRest)), h
+	took := end.Sub(start)
+	d := p.domains[key]
+	if took > window {
+		d = p.domain(key)
+		d.passUntil, d.hint = end.Add(min(passRestFactor*took, maxRest)), h
+	}
+	if d != nil {
+		d.long = took > window
+	}
+}
+
+// holdReady returns how long a change of key's domain's clique that only turns entries Ready
+// should still wait (0: write it now; always on a nil p, and for a domain whose last pass took
+// no longer than the window). The first call for a clique starts its hold, which lasts at most
+// maxRest; wrote ends it.
+func (p *pacer) holdReady(key types.NamespacedName, clique string) time.Duration {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := p.domains[key]
+	if d == nil || !d.long {
+		return 0
+	}
+	now := p.now()
+	since, ok := d.heldSince[clique]
+	if !ok {
+		if d.heldSince == nil {
+			d.heldSince = map[string]time.Time{}
+		}
+		d.heldSince[clique], since = now, now
+	}
+	return max(since.Add(maxRest).Sub(now), 0)
+}
+
+// wroteClique records a write of key's domain's clique: a hold of it ends.
+func (p *pacer) wroteClique(key types.NamespacedName, clique string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d := p.domains[key]; d != nil {
+		delete(d.heldSince, clique)
 	}
 }
 
@@ -142,8 +211,8 @@ func (p *pacer) statusWait(key types.NamespacedName) time.Duration {
 	return max(d.statusUntil.Sub(p.now()), 0)
 }
 
-// wroteStatus records a status write of key's domain that began at start: the status rests as
-// long as the write took.
+// wroteStatus records a status write of key's domain that began at start: the status rests
+// statusRestFactor times as long as the write took.
 func (p *pacer) wroteStatus(key types.NamespacedName, start time.Time) {
 	if p == nil {
 		return
@@ -151,7 +220,7 @@ func (p *pacer) wroteStatus(key types.NamespacedName, start time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	end := p.now()
-	p.domain(key).statusUntil = end.Add(min(end.Sub(start), maxRest))
+	p.domain(key).statusUntil = end.Add(min(statusRestFactor*end.Sub(start), maxRest))
 }
 
 // domain returns key's pace, made when missing. Callers hold p.mu.

@@ -24,12 +24,13 @@ func TestLongPassesAreFollowedByARest(t *testing.T) {
 		t.Errorf("after a pass of the window's length: rest %v, want none", w)
 	}
 
-	// A pass of 700 ms: the domain rests 700 ms from its end, and only that domain.
+	// A pass of 350 ms: the domain rests passRestFactor (2) times as long, 700 ms from its
+	// end, and only that domain.
 	start = now
-	now = now.Add(700 * time.Millisecond)
+	now = now.Add(350 * time.Millisecond)
 	p.passed(a, start, window, passHint{})
 	if w := p.passWait(a); w != 700*time.Millisecond {
-		t.Errorf("right after a 700ms pass: rest %v, want 700ms", w)
+		t.Errorf("right after a 350ms pass: rest %v, want 700ms", w)
 	}
 	if w := p.passWait(b); w != 0 {
 		t.Errorf("another domain rests %v, want none", w)
@@ -106,7 +107,7 @@ func TestARestEndsWhenTheDomainsPodsTurnReady(t *testing.T) {
 		t.Helper()
 		h := p.hint("d1", numNodes)
 		start := now
-		now = now.Add(time.Second)
+		now = now.Add(time.Second / passRestFactor) // a rest of 1s
 		p.passed(key, start, window, h)
 	}
 	a, b := daemonPod("a", "d1", true), daemonPod("b", "d1", false)
@@ -115,7 +116,7 @@ func TestARestEndsWhenTheDomainsPodsTurnReady(t *testing.T) {
 
 	pass(2)
 	if w := p.passWait(key); w != time.Second {
-		t.Fatalf("after a 1s pass with one pod of two Ready: rest %v, want 1s", w)
+		t.Fatalf("after a pass with one pod of two Ready: rest %v, want 1s", w)
 	}
 	bReady := daemonPod("b", "d1", true)
 	ready.observe(b, bReady, false)
@@ -151,7 +152,7 @@ func TestARestEndsWhenTheDomainsPodsTurnReady(t *testing.T) {
 	ready.observe(bReady, b, false)
 	now = now.Add(time.Second)
 	start := now
-	now = now.Add(time.Second)
+	now = now.Add(time.Second / passRestFactor)
 	p.passed(key, start, window, passHint{})
 	ready.observe(b, bReady, false)
 	if w := p.passWait(key); w != time.Second {
@@ -162,9 +163,10 @@ func TestARestEndsWhenTheDomainsPodsTurnReady(t *testing.T) {
 	}
 }
 
-// TestAStatusRestsAsLongAsItsWriteTook: after a status write the domain's status rests as long
-// as the write took (at most maxRest); passes and other domains are not held by it.
-func TestAStatusRestsAsLongAsItsWriteTook(t *testing.T) {
+// TestAStatusRestsFourTimesAsLongAsItsWriteTook: after a status write the domain's status rests
+// statusRestFactor times as long as the write took (at most maxRest); passes and other domains are
+// not held by it.
+func TestAStatusRestsFourTimesAsLongAsItsWriteTook(t *testing.T) {
 	now := time.Unix(1000, 0)
 	p := newPacer(nil)
 	p.now = func() time.Time { return now }
@@ -174,10 +176,10 @@ func TestAStatusRestsAsLongAsItsWriteTook(t *testing.T) {
 		t.Errorf("before any write: status rest %v, want none", w)
 	}
 	start := now
-	now = now.Add(800 * time.Millisecond)
+	now = now.Add(200 * time.Millisecond)
 	p.wroteStatus(a, start)
 	if w := p.statusWait(a); w != 800*time.Millisecond {
-		t.Errorf("right after an 800ms write: status rest %v, want 800ms", w)
+		t.Errorf("right after a 200ms write: status rest %v, want 800ms", w)
 	}
 	if w := p.statusWait(b); w != 0 {
 		t.Errorf("another domain's status waits %v, want none", w)
@@ -204,5 +206,62 @@ func TestAStatusRestsAsLongAsItsWriteTook(t *testing.T) {
 	p.forget(a)
 	if w := p.statusWait(a); w != 0 {
 		t.Errorf("a forgotten domain's status rests %v", w)
+	}
+}
+
+// TestReadyFlipsWaitForTheNextWriteOrTheRest: a clique change that only turns entries Ready is
+// held in a domain whose last pass was long, for at most maxRest from when it was first held,
+// and no longer once the clique is written; a domain whose passes are short holds nothing.
+func TestReadyFlipsWaitForTheNextWriteOrTheRest(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := newPacer(nil)
+	p.now = func() time.Time { return now }
+	key := types.NamespacedName{Namespace: "ns", Name: "cd"}
+	const window = 200 * time.Millisecond
+
+	if w := p.holdReady(key, "c1"); w != 0 {
+		t.Errorf("a domain without a pass yet holds %v, want nothing", w)
+	}
+	start := now
+	now = now.Add(window)
+	p.passed(key, start, window, passHint{})
+	if w := p.holdReady(key, "c1"); w != 0 {
+		t.Errorf("after a short pass: held %v, want nothing", w)
+	}
+
+	start = now
+	now = now.Add(time.Second)
+	p.passed(key, start, window, passHint{})
+	if w := p.holdReady(key, "c1"); w != maxRest {
+		t.Errorf("after a long pass, first held: %v, want %v", w, maxRest)
+	}
+	now = now.Add(2 * time.Second)
+	if w := p.holdReady(key, "c1"); w != maxRest-2*time.Second {
+		t.Errorf("2s later: %v left, want %v (the hold counts from when it began)", w, maxRest-2*time.Second)
+	}
+	if w := p.holdReady(key, "c2"); w != maxRest {
+		t.Errorf("another clique, first held now: %v, want %v", w, maxRest)
+	}
+	now = now.Add(maxRest)
+	if w := p.holdReady(key, "c1"); w != 0 {
+		t.Errorf("past maxRest: still held %v", w)
+	}
+
+	// A write of the clique ends its hold: the next flip starts a new one.
+	p.wroteClique(key, "c1")
+	if w := p.holdReady(key, "c1"); w != maxRest {
+		t.Errorf("after a write, held again: %v, want a new hold of %v", w, maxRest)
+	}
+
+	// The next pass is short: nothing is held, whatever was.
+	start = now
+	now = now.Add(window / 2)
+	p.passed(key, start, window, passHint{})
+	if w := p.holdReady(key, "c2"); w != 0 {
+		t.Errorf("after a short pass: held %v, want nothing", w)
+	}
+	var nilPacer *pacer
+	if w := nilPacer.holdReady(key, "c1"); w != 0 {
+		t.Errorf("without a pacer: held %v", w)
 	}
 }

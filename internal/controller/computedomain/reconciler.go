@@ -286,8 +286,9 @@ func (r *Reconciler) ensureResourcesPhase(ctx context.Context, s *scope) (bool, 
 }
 
 // write ends the pass: with cliques, the changed cliques and the status, at the same time
-// (neither reads the other); without, the status (status.nodes is the membership the daemons
-// read), then the removal of cliques left from the gate being on.
+// (neither reads the other), except in the pass that turns the domain Ready: then the status
+// first; without cliques, the status (status.nodes is the membership the daemons read), then the
+// removal of cliques left from the gate being on.
 func (r *Reconciler) write(ctx context.Context, s *scope) error {
 	if !s.useCliques {
 		err := r.writeStatus(ctx, s)
@@ -299,16 +300,36 @@ func (r *Reconciler) write(ctx context.Context, s *scope) error {
 		// the status holding their entries was written.
 		return r.deleteCliques(ctx, s.cd, nil, nil)
 	}
+	// Flips may be held until the domain turns Ready (see pacer); the pass that turns it
+	// Ready writes them all.
+	turningReady := s.status.Status == cdv1beta1.StatusReady
+	var held time.Duration
+	writeCliques := func(ctx context.Context) error {
+		defer s.step.since(metrics.ReconcileStepCliques)
+		var err error
+		held, err = r.writeCliques(ctx, s.key, s.cd, s.ds, s.members, !turningReady)
+		return err
+	}
+	if turningReady && s.cd.Status.Status != cdv1beta1.StatusReady {
+		// That pass may write every clique of the domain: the status first, so that it is
+		// not queued behind them. A plugin takes a node's entry Ready from the status as from
+		// its clique.
+		err := r.writeStatus(ctx, s)
+		s.step.since(metrics.ReconcileStepStatus)
+		if err != nil {
+			return err
+		}
+		return writeCliques(ctx)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer s.step.since(metrics.ReconcileStepStatus)
 		return r.writeStatus(gctx, s)
 	})
-	g.Go(func() error {
-		defer s.step.since(metrics.ReconcileStepCliques)
-		return r.writeCliques(gctx, s.cd, s.ds, s.members)
-	})
-	return g.Wait()
+	g.Go(func() error { return writeCliques(gctx) })
+	err := g.Wait()
+	s.requeueAfter(held)
+	return err
 }
 
 // membershipPlace is the value of cdv1beta1.MembershipAnnotation.

@@ -171,8 +171,8 @@ func TestAFlipIsHeldUntilAJoinOrTheDomainTurnsReady(t *testing.T) {
 			switch {
 			case tc.written && (got != 1 || held != 0):
 				t.Errorf("%d clique writes, held %v; want the clique written, nothing held", got, held)
-			case !tc.written && (got != 0 || held != maxReadyHold):
-				t.Errorf("%d clique writes, held %v; want none, held %v", got, held, maxReadyHold)
+			case !tc.written && (got != 0 || held != maxRest):
+				t.Errorf("%d clique writes, held %v; want none, held %v", got, held, maxRest)
 			}
 		})
 	}

@@ -10,9 +10,6 @@ import (
 // maxRest bounds how long a domain's passes or status writes rest.
 const maxRest = 5 * time.Second
 
-// maxReadyHold bounds how long a clique change that only turns entries Ready is held (see pacer).
-const maxReadyHold = 3 * maxRest
-
 // passRestFactor is how many times as long as a long pass took the domain rests after it (see
 // pacer).
 const passRestFactor = 2
@@ -57,13 +54,13 @@ const statusRestFactor = 4
 // clique's daemons watch it from the start; while the pods' Ready patches trickle in, each pass
 // would write most cliques again for a flip or two. A flip changes nothing a daemon acts on (its
 // IMEX peers are the entries, not their readiness), so such a change waits for the clique's next
-// write that adds or changes an entry, which carries it, or for maxReadyHold after it was first
-// held, whichever comes first. The hold is longer than maxRest: a large domain's passes come a
-// pass and its rest apart, up to 2×maxRest, and a hold no longer than that ends before the next
-// pass and holds nothing. The pass that turns the domain Ready writes every flip at once, and an
+// write that adds or changes an entry, which carries it, or for maxRest after it was first held,
+// whichever comes first. The pass that turns the domain Ready writes every flip at once, and an
 // entry turning NotReady is never held. Only the kubelet plugins act on a flip (a workload's
-// channel waits for its node's entry to be Ready); in such a burst they wait at most
-// maxReadyHold longer.
+// channel waits for its node's entry to be Ready); in such a burst they wait at most maxRest
+// longer. Where passes come further apart than maxRest (the largest domains), a hold ends
+// before the next pass and holds nothing; a hold of three times as long was measured and made
+// no clear difference there, and was slower at 2,304 nodes (docs/scale.md).
 type pacer struct {
 	mu      sync.Mutex
 	domains map[types.NamespacedName]*pace
@@ -166,7 +163,7 @@ func (p *pacer) passed(key types.NamespacedName, start time.Time, window time.Du
 // holdReady returns how long a change of key's domain's clique that only turns entries Ready
 // should still wait (0: write it now; always on a nil p, and for a domain whose last pass took
 // no longer than the window). The first call for a clique starts its hold, which lasts at most
-// maxReadyHold; wrote ends it.
+// maxRest; wrote ends it.
 func (p *pacer) holdReady(key types.NamespacedName, clique string) time.Duration {
 	if p == nil {
 		return 0
@@ -185,7 +182,7 @@ func (p *pacer) holdReady(key types.NamespacedName, clique string) time.Duration
 		}
 		d.heldSince[clique], since = now, now
 	}
-	return max(since.Add(maxReadyHold).Sub(now), 0)
+	return max(since.Add(maxRest).Sub(now), 0)
 }
 
 // wroteClique records a write of key's domain's clique: a hold of it ends.

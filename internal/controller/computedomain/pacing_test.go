@@ -210,7 +210,7 @@ func TestAStatusRestsFourTimesAsLongAsItsWriteTook(t *testing.T) {
 }
 
 // TestReadyFlipsWaitForTheNextWriteOrTheRest: a clique change that only turns entries Ready is
-// held in a domain whose last pass was long, for at most maxReadyHold from when it was first held,
+// held in a domain whose last pass was long, for at most maxRest from when it was first held,
 // and no longer once the clique is written; a domain whose passes are short holds nothing.
 func TestReadyFlipsWaitForTheNextWriteOrTheRest(t *testing.T) {
 	now := time.Unix(1000, 0)
@@ -232,25 +232,25 @@ func TestReadyFlipsWaitForTheNextWriteOrTheRest(t *testing.T) {
 	start = now
 	now = now.Add(time.Second)
 	p.passed(key, start, window, passHint{})
-	if w := p.holdReady(key, "c1"); w != maxReadyHold {
-		t.Errorf("after a long pass, first held: %v, want %v", w, maxReadyHold)
+	if w := p.holdReady(key, "c1"); w != maxRest {
+		t.Errorf("after a long pass, first held: %v, want %v", w, maxRest)
 	}
 	now = now.Add(2 * time.Second)
-	if w := p.holdReady(key, "c1"); w != maxReadyHold-2*time.Second {
-		t.Errorf("2s later: %v left, want %v (the hold counts from when it began)", w, maxReadyHold-2*time.Second)
+	if w := p.holdReady(key, "c1"); w != maxRest-2*time.Second {
+		t.Errorf("2s later: %v left, want %v (the hold counts from when it began)", w, maxRest-2*time.Second)
 	}
-	if w := p.holdReady(key, "c2"); w != maxReadyHold {
-		t.Errorf("another clique, first held now: %v, want %v", w, maxReadyHold)
+	if w := p.holdReady(key, "c2"); w != maxRest {
+		t.Errorf("another clique, first held now: %v, want %v", w, maxRest)
 	}
-	now = now.Add(maxReadyHold)
+	now = now.Add(maxRest)
 	if w := p.holdReady(key, "c1"); w != 0 {
-		t.Errorf("past maxReadyHold: still held %v", w)
+		t.Errorf("past maxRest: still held %v", w)
 	}
 
 	// A write of the clique ends its hold: the next flip starts a new one.
 	p.wroteClique(key, "c1")
-	if w := p.holdReady(key, "c1"); w != maxReadyHold {
-		t.Errorf("after a write, held again: %v, want a new hold of %v", w, maxReadyHold)
+	if w := p.holdReady(key, "c1"); w != maxRest {
+		t.Errorf("after a write, held again: %v, want a new hold of %v", w, maxRest)
 	}
 
 	// The next pass is short: nothing is held, whatever was.

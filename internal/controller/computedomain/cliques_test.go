@@ -177,3 +177,41 @@ func TestAFlipIsHeldUntilAJoinOrTheDomainTurnsReady(t *testing.T) {
 		})
 	}
 }
+
+// TestThePassTurningTheDomainReadyWritesTheStatusFirst: with cliques, the pass whose status turns
+// the domain Ready writes the status before the cliques (it may write every clique of the domain,
+// the flips held until then), and writes the held flips too.
+func TestThePassTurningTheDomainReadyWritesTheStatusFirst(t *testing.T) {
+	cd := testDomain()
+	cd.Status.Status = cdv1beta1.StatusNotReady
+	ds := testutil.MakeDaemonSet(cdv1beta1.DaemonSetName(testUID), testDriverNS).UID("ds-uid").Selector(cdv1beta1.ComputeDomainLabel, testUID).Obj()
+	entry := membership.Entry{NodeName: "n1", IPAddress: "127.0.0.1", CliqueID: "uuid.1", Index: 0, Status: cdv1beta1.StatusNotReady}
+	stored := New(nil, nil, Options{DriverNamespace: testDriverNS}).clique(cd, ds, "uuid.1", []membership.Entry{entry})
+	stored.UID = "clique-uid"
+	entry.Status = cdv1beta1.StatusReady
+	members := membership.Result{Cliques: map[string][]membership.Entry{"uuid.1": {entry}}}
+
+	c, writes := recordingClient(cd.DeepCopy(), stored)
+	r := New(c, c, Options{DriverNamespace: testDriverNS})
+	r.pacer = newPacer(nil)
+	key := client.ObjectKeyFromObject(cd)
+	now := time.Unix(1000, 0)
+	r.pacer.now = func() time.Time { return now }
+	r.pacer.passed(key, now.Add(-time.Second), 200*time.Millisecond, passHint{}) // a large domain: flips may be held
+	s := &scope{key: key, cd: cd, ds: ds, useCliques: true, members: members, step: r.stepTimer(),
+		status: membership.Aggregate(members, 1, cd.Generation, nil)}
+	if s.status.Status != cdv1beta1.StatusReady {
+		t.Fatalf("the test's status says %s, want Ready", s.status.Status)
+	}
+	if err := r.write(t.Context(), s); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	var kinds []string
+	for _, w := range writes.writes {
+		kinds = append(kinds, w.Verb+" "+w.Kind)
+	}
+	want := []string{"apply/status ComputeDomain", "apply ComputeDomainClique"}
+	if diff := cmp.Diff(want, kinds); diff != "" {
+		t.Errorf("writes of the pass turning the domain Ready (-want +got):\n%s", diff)
+	}
+}

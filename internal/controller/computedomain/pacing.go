@@ -59,8 +59,8 @@ const statusRestFactor = 4
 // entry turning NotReady is never held. Only the kubelet plugins act on a flip (a workload's
 // channel waits for its node's entry to be Ready); in such a burst they wait at most maxRest
 // longer. Where passes come further apart than maxRest (the largest domains), a hold ends
-// before the next pass and holds nothing; a hold of three times as long was measured and made
-// no clear difference there, and was slower at 2,304 nodes (docs/scale.md).
+// before the next pass and holds nothing; a longer hold made no clear difference there and
+// was slower in smaller bursts (docs/scale.md).
 type pacer struct {
 	mu      sync.Mutex
 	domains map[types.NamespacedName]*pace

@@ -302,15 +302,15 @@ func (r *Reconciler) write(ctx context.Context, s *scope) error {
 	}
 	// Flips may be held until the domain turns Ready (see pacer); the pass that turns it
 	// Ready writes them all.
-	turningReady := s.status.Status == cdv1beta1.StatusReady
+	ready := s.status.Status == cdv1beta1.StatusReady
 	var held time.Duration
 	writeCliques := func(ctx context.Context) error {
 		defer s.step.since(metrics.ReconcileStepCliques)
 		var err error
-		held, err = r.writeCliques(ctx, s.key, s.cd, s.ds, s.members, !turningReady)
+		held, err = r.writeCliques(ctx, s.key, s.cd, s.ds, s.members, !ready)
 		return err
 	}
-	if turningReady && s.cd.Status.Status != cdv1beta1.StatusReady {
+	if ready && s.cd.Status.Status != cdv1beta1.StatusReady {
 		// That pass may write every clique of the domain: the status first, so that it is
 		// not queued behind them. A plugin takes a node's entry Ready from the status as from
 		// its clique.
